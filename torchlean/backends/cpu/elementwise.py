@@ -1,0 +1,170 @@
+"""Elementwise primitives and their backward kernels on float32 NumPy arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+
+F32 = np.float32
+SAFE_LOG_EPS = F32(1e-6)
+_IGNORE = dict(all="ignore")
+
+__all__ = [
+    "abs", "abs_bwd", "sqrt", "sqrt_bwd", "exp", "log", "inv", "clamp", "clamp_bwd", "max",
+    "max_bwd", "min", "min_bwd", "div", "relu", "relu_bwd", "add", "sub", "mul", "scale", "copy",
+    "axpy", "add_scalar", "sigmoid", "sigmoid_bwd", "tanh", "tanh_bwd", "softplus",
+    "softplus_bwd", "safe_log", "safe_log_bwd",
+]
+
+
+def abs(x):
+    return np.abs(x)
+
+
+def abs_bwd(x, dy):
+    return np.sign(x) * dy
+
+
+def sqrt(x):
+    with np.errstate(**_IGNORE):
+        return np.sqrt(x)
+
+
+def sqrt_bwd(x, dy):
+    pos = x > 0
+    with np.errstate(**_IGNORE):
+        out = dy / (F32(2) * np.sqrt(x))
+    out[~pos] = 0
+    return out
+
+
+def exp(x):
+    with np.errstate(**_IGNORE):
+        return np.exp(x)
+
+
+def log(x):
+    with np.errstate(**_IGNORE):
+        return np.log(x)
+
+
+def inv(x):
+    with np.errstate(**_IGNORE):
+        return np.reciprocal(x)
+
+
+def clamp(x, lo, hi):
+    # np.clip propagates NaN; minimum(maximum()) keeps clip's semantics when lo > hi (gives hi).
+    return np.minimum(np.maximum(x, F32(lo)), F32(hi))
+
+
+def clamp_bwd(x, dy, lo, hi):
+    return np.where((x > F32(lo)) & (x < F32(hi)), dy, F32(0))
+
+
+def max(a, b):
+    return np.fmax(a, b)
+
+
+def min(a, b):
+    return np.fmin(a, b)
+
+
+def _split(a_wins, b_wins, dy):
+    half = dy * F32(0.5)
+    tie = ~(a_wins | b_wins)
+    da = np.where(a_wins, dy, np.where(tie, half, F32(0)))
+    db = np.where(b_wins, dy, np.where(tie, half, F32(0)))
+    return da, db
+
+
+def max_bwd(a, b, dy):
+    an, bn = np.isnan(a), np.isnan(b)
+    return _split((a > b) | (bn & ~an), (b > a) | (an & ~bn), dy)
+
+
+def min_bwd(a, b, dy):
+    an, bn = np.isnan(a), np.isnan(b)
+    return _split((a < b) | (bn & ~an), (b < a) | (an & ~bn), dy)
+
+
+def div(a, b):
+    with np.errstate(**_IGNORE):
+        return np.divide(a, b)
+
+
+def relu(x):
+    # np.maximum propagates NaN, as PyTorch's relu does.
+    return np.maximum(x, F32(0))
+
+
+def relu_bwd(x, dy):
+    return np.where(x > 0, dy, F32(0))
+
+
+def add(a, b):
+    return np.add(a, b)
+
+
+def sub(a, b):
+    return np.subtract(a, b)
+
+
+def mul(a, b):
+    with np.errstate(**_IGNORE):
+        return np.multiply(a, b)
+
+
+def scale(x, c):
+    with np.errstate(**_IGNORE):
+        return np.multiply(x, F32(c))
+
+
+def copy(x):
+    return x.copy()
+
+
+def axpy(a, b, c):
+    with np.errstate(**_IGNORE):
+        out = np.multiply(b, F32(c))
+        return np.add(a, out, out=out)
+
+
+def add_scalar(x, c):
+    return np.add(x, F32(c))
+
+
+def sigmoid(x):
+    with np.errstate(**_IGNORE):
+        e = np.exp(-np.abs(x))  # in (0, 1]: never overflows
+        d = F32(1) + e
+        return np.where(x >= 0, F32(1) / d, e / d)
+
+
+def sigmoid_bwd(y, dy):
+    return dy * (y * (F32(1) - y))
+
+
+def tanh(x):
+    return np.tanh(x)
+
+
+def tanh_bwd(y, dy):
+    return dy * (F32(1) - y * y)
+
+
+def softplus(x):
+    with np.errstate(**_IGNORE):
+        return np.maximum(x, F32(0)) + np.log1p(np.exp(-np.abs(x)))
+
+
+def softplus_bwd(x, dy):
+    return dy * sigmoid(x)
+
+
+def safe_log(x):
+    return np.log(softplus(x) + SAFE_LOG_EPS)
+
+
+def safe_log_bwd(x, dy):
+    with np.errstate(**_IGNORE):
+        return dy * sigmoid(x) / (softplus(x) + SAFE_LOG_EPS)

@@ -1,0 +1,262 @@
+"""The float32 error bound every primitive promises against its float64 spec.
+
+A bound is a formula of the inputs (and of the exact result ``ref``), evaluated in float64, giving
+an allowed absolute error per output element. Notation: u = 2**-24 (float32 unit roundoff),
+ulp(r) = spacing of the float32 grid at |r|, gamma(k) = k u / (1 - k u), TINY = 2**-126 (slack
+for results that underflow into subnormals). Inputs are float32 values, exact in float64, so a
+bound only has to cover the rounding done by the kernel itself.
+
+Why sums use gamma(k) * sum|x| (Higham, Accuracy and Stability, sec. 4.2): it holds for *every*
+order of summation, so one contract covers NumPy's pairwise sums, cuBLAS, tree reductions and
+atomics. Its weakness (loose for large k) is made up for in the tests, which also feed
+integer-valued inputs whose sums are exact in any order and must match the spec bit for bit.
+
+Transcendentals: we assume the float32 library functions (NumPy's SIMD loops, CUDA's expf/logf/
+tanhf without fast-math) are within 4 ulp, i.e. 8u relative; ``torchlean check`` measures it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from . import spec
+
+U = 2.0**-24
+TINY = 2.0**-126
+F32_MAX = float(np.finfo(np.float32).max)
+# A float64 value rounds to float32 infinity when its magnitude reaches this (max + half an ulp).
+F32_OVERFLOW = F32_MAX + 2.0**103
+LIB = 8 * U  # relative error of one float32 library transcendental (4 ulp)
+
+
+def gamma(k: float) -> float:
+    k = max(float(k), 0.0)
+    return k * U / (1.0 - k * U) if k * U < 0.5 else np.inf
+
+
+def ulp32(r: Any) -> np.ndarray:
+    """Spacing of the float32 grid at |r| (2**-149 at 0), computed in float64."""
+    a = np.abs(np.asarray(r, dtype=np.float64))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = np.floor(np.log2(np.where((a > 0) & np.isfinite(a), a, 1.0)))
+    e = np.maximum(e, -126.0)
+    return np.where(a > 0, np.ldexp(1.0, (e - 23).astype(np.int64)), 2.0**-149)
+
+
+def _abs(x):
+    return np.abs(np.asarray(x, dtype=np.float64))
+
+
+@dataclass(frozen=True)
+class Contract:
+    """``bound(ref, *spec_args)`` -> allowed |out - ref| per element (a tuple for tuple outputs)."""
+
+    name: str
+    statement: str
+    bound: Callable[..., Any]
+    exact: bool = False
+
+
+CONTRACTS: dict[str, Contract] = {}
+
+
+def _register(name: str, statement: str, bound: Callable[..., Any], exact: bool = False) -> None:
+    CONTRACTS[name] = Contract(name, statement, bound, exact)
+
+
+def _zero(ref, *args):
+    if isinstance(ref, tuple):
+        return tuple(np.zeros_like(np.asarray(r, dtype=np.float64)) for r in ref)
+    return np.zeros_like(np.asarray(ref, dtype=np.float64))
+
+
+def _rel(k_u: float, extra_abs: float = TINY):
+    """k_u * u * |ref| + TINY: for ops made of a fixed handful of roundings."""
+    return lambda ref, *args: k_u * U * _abs(ref) + extra_abs
+
+
+def _half_ulp(ref, *args):
+    return 0.5 * ulp32(ref)
+
+
+# -- exact: selections, copies, comparisons, moves -----------------------------------------
+for _n in ("abs", "abs_bwd", "copy", "relu", "relu_bwd", "clamp", "clamp_bwd", "max", "min", "reduce_max_axis0", "reduce_max_axis1", "concat1d", "slice1d",
+           "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to", "swap_adjacent_at_depth",
+           "transpose2d", "gather_vec", "gather_rows", "rand_uniform", "bernoulli_mask"):
+    _register(_n, "exact (no rounding: a selection, a move, or a sign/0.5 scaling)", _zero, exact=True)
+
+# -- one correctly rounded IEEE operation -------------------------------------------------
+for _n in ("sqrt", "inv", "div", "add", "sub", "mul", "scale", "add_scalar", "scatter_add_row"):
+    _register(_n, "correctly rounded: |err| <= ulp(ref)/2", _half_ulp)
+
+for _n in ("max_bwd", "min_bwd"):
+    _register(_n, "dy, 0 or dy/2: exact but for halving a subnormal dy, |err| <= ulp(ref)/2", _half_ulp)
+_register("axpy", "a + c*b, two roundings: |err| <= u|c b| + ulp(ref)",
+          lambda ref, a, b, c: U * _abs(c * np.asarray(b, dtype=np.float64)) + ulp32(ref))
+_register("exp", "library exp: |err| <= 8u |ref| + TINY", _rel(8))
+_register("log", "library log: |err| <= 8u |ref| + TINY", _rel(8))
+_register("tanh", "library tanh: |err| <= 8u |ref| + TINY", _rel(8))
+_register("sigmoid", "exp, add, divide: |err| <= 16u |ref| + TINY", _rel(16))
+_register("softplus", "max + log1p(exp(-|x|)): |err| <= 24u |ref| + TINY", _rel(24))
+_register("safe_log", "log(softplus + 1e-6): |err| <= 34u + 8u |ref| + TINY",
+          lambda ref, x: 34 * U + 8 * U * _abs(ref) + TINY)
+_register("sqrt_bwd", "dy / (2 sqrt x): |err| <= 3u |ref| + TINY", _rel(3))
+_register("sigmoid_bwd", "dy (y (1 - y)): |err| <= 4u |ref| + TINY", _rel(4))
+_register("tanh_bwd", "dy (1 - y^2), cancellation in 1 - y^2: |err| <= u y^2 |dy| + 3u |ref| + TINY",
+          lambda ref, y, dy: U * _abs(y) ** 2 * _abs(dy) + 3 * U * _abs(ref) + TINY)
+_register("softplus_bwd", "dy sigmoid(x): |err| <= 18u |ref| + TINY", _rel(18))
+_register("safe_log_bwd", "dy sigmoid(x) / (softplus(x) + 1e-6): |err| <= 44u |ref| + TINY", _rel(44))
+
+
+# -- sums: gamma(k) * (the same sum over |terms|) ------------------------------------------
+def _sum_bound(k: int, abs_sum, ref):
+    return gamma(max(k - 1, 0)) * abs_sum + 0.5 * ulp32(ref) * (k > 0)
+
+
+_register("reduce_sum", "any order: |err| <= gamma(n-1) sum|x| + ulp(ref)/2",
+          lambda ref, x: _sum_bound(np.size(x), np.sum(_abs(x)), ref))
+_register("reduce_mean", "sum, then / float32(n): |err| <= gamma(n-1) sum|x| / n + 2 ulp(ref)",
+          lambda ref, x: (gamma(np.size(x) - 1) * np.sum(_abs(x)) / max(np.size(x), 1) + 2 * ulp32(ref))
+          if np.size(x) else np.zeros(1))
+_register("reduce_sum_axis0", "per column: gamma(rows-1) sum|col| + ulp/2",
+          lambda ref, b, rows, cols: _sum_bound(rows, spec.reduce_sum_axis0(_abs(b), rows, cols), ref))
+_register("reduce_sum_axis1", "per row: gamma(cols-1) sum|row| + ulp/2",
+          lambda ref, b, rows, cols: _sum_bound(cols, spec.reduce_sum_axis1(_abs(b), rows, cols), ref))
+_register("reduce_sum_axis", "per output: gamma(dims[axis]-1) sum|terms| + ulp/2",
+          lambda ref, b, dims, axis: _sum_bound(dims[axis], spec.reduce_sum_axis(_abs(b), dims, axis), ref))
+
+
+def _broadcast_terms(in_dims, out_dims) -> int:
+    n_in, n_out = int(np.prod(in_dims)), int(np.prod(out_dims))
+    return n_out // n_in if n_in else 0
+
+
+_register("reduce_from_broadcast", "per input element: gamma(k-1) sum|terms| + ulp/2, k = out/in elements",
+          lambda ref, d, ind, outd, amap: _sum_bound(_broadcast_terms(ind, outd),
+                                                      spec.reduce_from_broadcast(_abs(d), ind, outd, amap), ref))
+_register("bmm", "|err| <= gamma(n) (|A| |B|) + n 2**-149 (any order, FMA or not; the last term covers "
+          "products that underflow)",
+          lambda ref, a, b, batch, m, n, p: gamma(n) * spec.bmm(_abs(a), _abs(b), batch, m, n, p) + n * 2.0**-149)
+
+
+def _multiplicity(indices, limit) -> int:
+    idx = np.asarray(indices, dtype=np.int64)
+    idx = idx[idx < limit]
+    return int(np.bincount(idx).max()) if idx.size else 0
+
+
+_register("scatter_add", "per slot: gamma(hits) (|x| + sum|v|) + ulp/2, any order (atomics included)",
+          lambda ref, x, v, n, idx, k: _sum_bound(_multiplicity(idx, n) + 1,
+                                                  spec.scatter_add(_abs(x), _abs(v), n, idx, k), ref))
+_register("scatter_add_rows", "per element: gamma(hits) (|mat| + sum|values|) + ulp/2",
+          lambda ref, mat, v, rows, cols, idx, k: _sum_bound(
+              _multiplicity(idx, rows) + 1, spec.scatter_add_rows(_abs(mat), _abs(v), rows, cols, idx, k), ref))
+
+
+# -- fused rows ---------------------------------------------------------------------------
+def _rows(x, rows, cols):
+    x2 = np.asarray(x, dtype=np.float64).reshape(rows, cols)
+    with np.errstate(invalid="ignore"):
+        m = x2.max(axis=1, keepdims=True) if cols else np.zeros((rows, 1))
+        dist = np.abs(x2 - m)
+    return x2, m, dist
+
+
+def _softmax_bound(ref, x, rows, cols):
+    """y_j rel err <= u(|x_j - m| + W + 18) + gamma(n-1), W = sum_k y_k |x_k - m| (rounding of x - m
+    amplified by exp, the library exp, the sum of the row, the division)."""
+    if rows * cols == 0:
+        return np.zeros(0)
+    _, _, dist = _rows(x, rows, cols)
+    y = np.asarray(ref, dtype=np.float64).reshape(rows, cols)
+    with np.errstate(invalid="ignore"):
+        w = np.sum(y * dist, axis=1, keepdims=True)
+    return (y * (U * (dist + w + 18) + gamma(cols - 1)) + TINY).reshape(-1)
+
+
+def _log_softmax_bound(ref, x, rows, cols):
+    """|err| <= u|x_j - m| + rho + 8u|L| + u|y_j|, rho the relative error of the row sum S,
+    L = log S = (x_j - m) - y_j."""
+    if rows * cols == 0:
+        return np.zeros(0)
+    _, _, dist = _rows(x, rows, cols)
+    y = np.asarray(ref, dtype=np.float64).reshape(rows, cols)
+    with np.errstate(invalid="ignore"):
+        p = np.exp(y)
+        w = np.sum(p * dist, axis=1, keepdims=True)
+        lse = np.abs(dist + y)[:, :1] if cols else 0.0
+        rho = U * (w + 18) + gamma(cols - 1)
+        return (U * dist + rho + 8 * U * np.abs(lse) + U * np.abs(y) + TINY).reshape(-1)
+
+
+def _softmax_bwd_bound(ref, y, dy, rows, cols):
+    y2 = np.asarray(y, dtype=np.float64).reshape(rows, cols)
+    d2 = np.asarray(dy, dtype=np.float64).reshape(rows, cols)
+    s = np.sum(np.abs(y2 * d2), axis=1, keepdims=True)
+    return (np.abs(y2) * gamma(cols) * s).reshape(-1) + 2 * U * _abs(ref) + TINY
+
+
+def _log_softmax_bwd_bound(ref, y, dy, rows, cols):
+    y2 = np.asarray(y, dtype=np.float64).reshape(rows, cols)
+    d2 = np.asarray(dy, dtype=np.float64).reshape(rows, cols)
+    s_abs = np.sum(np.abs(d2), axis=1, keepdims=True)
+    with np.errstate(over="ignore"):
+        e = np.exp(y2)
+    return (e * (gamma(max(cols - 1, 0)) * s_abs + 10 * U * np.abs(d2.sum(axis=1, keepdims=True)))).reshape(-1) \
+        + U * _abs(ref) + TINY
+
+
+_register("softmax_rows", "|err_j| <= y_j (u(|x_j - m| + W + 18) + gamma(n-1)) + TINY", _softmax_bound)
+_register("log_softmax_rows", "|err_j| <= u|x_j - m| + u(W + 18) + gamma(n-1) + 8u|lse| + u|y_j|", _log_softmax_bound)
+_register("softmax_rows_bwd", "|err_j| <= |y_j| gamma(n) sum|dy y| + 2u|ref| + TINY", _softmax_bwd_bound)
+_register("log_softmax_rows_bwd", "|err_j| <= e^y_j (gamma(n-1) sum|dy| + 10u|sum dy|) + u|ref| + TINY",
+          _log_softmax_bwd_bound)
+_register("rand_normal", "within 1 ulp of float32(Box-Muller in float64 with libm) (bitwise equal across devices)",
+          lambda ref, n, key: ulp32(ref))
+
+
+# -- comparing ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    ratio: float  # max |out - ref| / bound over finite elements (0 when exact and bound 0)
+    detail: str
+
+
+def compare(out: Any, ref: Any, tol: Any) -> Verdict:
+    """Check float32 ``out`` against float64 ``ref`` within ``tol``; NaN must meet NaN, inf must meet
+    inf (or a ref that float32 rounds to inf)."""
+    if isinstance(ref, tuple):
+        verdicts = [compare(o, r, t) for o, r, t in zip(out, ref, tol)]
+        bad = [v for v in verdicts if not v.ok]
+        return Verdict(not bad, max((v.ratio for v in verdicts), default=0.0),
+                       "; ".join(v.detail for v in bad))
+    o = np.asarray(out, dtype=np.float64).reshape(-1)
+    r = np.asarray(ref, dtype=np.float64).reshape(-1)
+    t = np.broadcast_to(np.asarray(tol, dtype=np.float64), r.shape)
+    # A bound that is NaN (an infinite input times zero in the formula) says nothing: inf.
+    t = np.where(np.isnan(t), np.inf, t)
+    if o.shape != r.shape:
+        return Verdict(False, np.inf, f"shape: got {o.shape}, expected {r.shape}")
+    onan, rnan = np.isnan(o), np.isnan(r)
+    oinf = np.isinf(o)
+    with np.errstate(invalid="ignore", over="ignore"):
+        # a finite ref beyond float32 range may round to inf of the same sign
+        inf_ok = oinf & ~rnan & (np.sign(o) == np.sign(r)) & (np.abs(r) + t >= F32_OVERFLOW)
+        err = np.abs(o - r)
+        fin = ~onan & ~rnan & ~oinf & np.isfinite(r)
+        ok_elem = (onan & rnan) | (oinf & (o == r)) | inf_ok | (fin & (err <= t))
+    if ok_elem.all():
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios = np.where(t[fin] > 0, err[fin] / t[fin], np.where(err[fin] > 0, np.inf, 0.0))
+        return Verdict(True, float(ratios.max()) if ratios.size else 0.0, "")
+    i = int(np.flatnonzero(~ok_elem)[0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = float(np.max(np.where(fin, err / np.where(t > 0, t, np.nan), 0.0))) if fin.any() else np.inf
+    nbad = int((~ok_elem).sum())
+    return Verdict(False, ratio if np.isfinite(ratio) else np.inf,
+                   f"{nbad} of {r.size} elements outside the bound; first at [{i}]: got {o[i]!r}, "
+                   f"expected {r[i]!r} +- {t[i]:.3g}")

@@ -1,0 +1,46 @@
+"""One exception family for everything torchlean raises on purpose.
+
+Each class also derives from the closest built-in exception, so code written for
+PyTorch or NumPy that catches ``ValueError``/``IndexError``/``MemoryError`` keeps working.
+A message always names the operation, what it expected and what it got.
+"""
+
+
+class TorchLeanError(Exception):
+    """Root of every error torchlean raises deliberately."""
+
+
+class ShapeError(TorchLeanError, ValueError):
+    """Dims, sizes or shapes that do not fit the operation."""
+
+
+class AxisError(ShapeError, IndexError):
+    """An axis (dim) argument outside the tensor's rank."""
+
+
+class ArgumentError(TorchLeanError, ValueError):
+    """A non-shape argument with a bad value (an index outside uint32, a NaN probability...)."""
+
+
+class DTypeError(TorchLeanError, TypeError):
+    """An input of the wrong element type (e.g. an integer tensor where a float one is needed)."""
+
+
+class DeviceError(TorchLeanError, RuntimeError):
+    """An unknown or unavailable device, or inputs on different devices."""
+
+
+class BufferReleasedError(TorchLeanError, RuntimeError):
+    """A buffer was used after ``release()``."""
+
+
+class ContractError(TorchLeanError, AssertionError):
+    """A primitive's result fell outside its stated float32 error bound."""
+
+
+class OutOfMemoryError(TorchLeanError, MemoryError):
+    """An allocation failed even after the allocator's cache was flushed."""
+
+
+class AutogradError(TorchLeanError, RuntimeError):
+    """Misuse of the tape: backward twice through a retired graph, a non-scalar root, ..."""

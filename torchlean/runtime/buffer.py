@@ -1,0 +1,168 @@
+"""``Buffer``: a flat, contiguous float32 array on one device, with explicit ownership.
+
+A buffer is a value: primitives never write into their inputs, they return new buffers.
+``release()`` frees the memory at once (the tape calls it for workspaces it no longer needs);
+any later use raises ``BufferReleasedError`` instead of reading freed memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, NamedTuple
+
+import numpy as np
+
+from ..errors import ArgumentError, BufferReleasedError, ShapeError
+from .device import DeviceContext, get_context
+
+_F32 = np.dtype(np.float32)
+
+
+class Buffer:
+    """Flat float32 storage on one device. Create with ``from_numpy``, ``zeros`` or ``full``."""
+
+    __slots__ = ("_data", "_ctx", "_nbytes", "__weakref__")
+
+    def __init__(self, data: Any, ctx: DeviceContext) -> None:
+        # Internal: `data` is a 1-D contiguous float32 array of ctx's backend, owned from now on.
+        self._data = data
+        self._ctx = ctx
+        self._nbytes = data.nbytes
+        ctx.counters.on_alloc(self._nbytes)
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def from_numpy(cls, a: Any, device: Any = "cpu") -> "Buffer":
+        """Copy ``a`` (any shape, any real dtype) into a new float32 buffer, row-major."""
+        ctx = get_context(device, "Buffer.from_numpy")
+        try:
+            host = np.asarray(a)
+        except (TypeError, ValueError) as exc:
+            raise ArgumentError(f"Buffer.from_numpy: expected array-like numbers, got {type(a).__name__}: {exc}") from None
+        if host.dtype.kind not in "biuf":
+            raise ArgumentError(f"Buffer.from_numpy: expected real numbers, got dtype {host.dtype}")
+        return cls(ctx.backend.from_host(np.ascontiguousarray(host, dtype=_F32).reshape(-1)), ctx)
+
+    # -- properties ---------------------------------------------------------------------
+    @property
+    def data(self) -> Any:
+        """The backing array (NumPy or CuPy); ``BufferReleasedError`` after ``release()``."""
+        d = self._data
+        if d is None:
+            raise BufferReleasedError(f"Buffer: used after release() (a {self._nbytes}-byte buffer on {self._ctx.name})")
+        return d
+
+    @property
+    def size(self) -> int:
+        return self._nbytes // 4
+
+    @property
+    def nbytes(self) -> int:
+        return self._nbytes
+
+    @property
+    def device(self) -> str:
+        return self._ctx.name
+
+    @property
+    def released(self) -> bool:
+        return self._data is None
+
+    def to_numpy(self) -> np.ndarray:
+        """A fresh host float32 copy of the contents."""
+        return self._ctx.backend.to_host(self.data)
+
+    # -- ownership ----------------------------------------------------------------------
+    def release(self) -> bool:
+        """Free the storage now. True when a live allocation was freed, False if already released."""
+        if self._data is None:
+            return False
+        self._data = None
+        self._ctx.counters.on_free(self._nbytes)
+        return True
+
+    def __del__(self) -> None:
+        # Buffers dropped without release() still leave the live-bytes count.
+        try:
+            if self._data is not None:
+                self._data = None
+                self._ctx.counters.on_free(self._nbytes)
+        except AttributeError:  # __init__ failed half-way
+            pass
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        state = "released" if self._data is None else f"size={self.size}"
+        return f"Buffer({state}, device={self._ctx.name!r})"
+
+    def __getstate__(self) -> Any:  # buffers cross process boundaries as host copies
+        raise TypeError("Buffer: cannot be pickled; use to_numpy()")
+
+
+def wrap(data: Any, ctx: DeviceContext) -> Buffer:
+    """Adopt a backend array produced by a primitive (no copy)."""
+    return Buffer(data, ctx)
+
+
+def zeros(n: int, device: Any = "cpu") -> Buffer:
+    """A length-``n`` buffer of zeros."""
+    from .checks import check_u32
+
+    check_u32("zeros", "n", n)
+    ctx = get_context(device, "zeros")
+    return Buffer(ctx.backend.full(n, 0.0), ctx)
+
+
+def full(n: int, value: float, device: Any = "cpu") -> Buffer:
+    """A length-``n`` buffer filled with ``float32(value)``."""
+    from .checks import check_u32, check_scalar
+
+    check_u32("full", "n", n)
+    v = check_scalar("full", "value", value)
+    ctx = get_context(device, "full")
+    return Buffer(ctx.backend.full(n, v), ctx)
+
+
+def release_then(workspace: Buffer, keep: Any) -> Any:
+    """Release ``workspace`` and return ``keep`` (the seed's ``releaseThen``)."""
+    workspace.release()
+    return keep
+
+
+def release_many_then(workspaces: Iterable[Buffer], keep: Any) -> Any:
+    """Release every buffer in ``workspaces`` and return ``keep``."""
+    for w in workspaces:
+        w.release()
+    return keep
+
+
+class WithWorkspace(NamedTuple):
+    """A result buffer plus the scratch buffers that were needed to make it.
+
+    The tape keeps the workspace on the node while the backward pass may need it and
+    releases it when the node retires.
+    """
+
+    value: Buffer
+    workspace: tuple[Buffer, ...] = ()
+
+    def release_workspace(self) -> Buffer:
+        """Release the workspace, return the value."""
+        return release_many_then(self.workspace, self.value)
+
+    def release_all(self, keep: Any = None) -> Any:
+        """Release the value and the workspace, return ``keep``."""
+        self.value.release()
+        return release_many_then(self.workspace, keep)
+
+
+def same_size(op: str, **buffers: Buffer) -> int:
+    """Check that the named buffers all have one size; return it."""
+    items = list(buffers.items())
+    n = items[0][1].size
+    for name, b in items[1:]:
+        if b.size != n:
+            sizes = ", ".join(f"{k}={v.size}" for k, v in items)
+            raise ShapeError(f"{op}: expected buffers of equal size, got {sizes}")
+    return n

@@ -1,0 +1,108 @@
+"""Argument checks at the primitive boundary.
+
+The seed's kernels take dims as UInt32; we check every dim, index and size here, once, so that
+backends receive only valid arguments and never see a half-checked call. Every message names the
+primitive, the argument, what was expected and what came.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import ArgumentError, DeviceError, DTypeError, ShapeError
+from .buffer import Buffer
+from .device import DeviceContext
+
+U32_LIMIT = 2**32
+
+
+def check_u32(op: str, name: str, value: Any) -> int:
+    """``value`` as a Python int in [0, 2**32); otherwise ``ShapeError`` naming ``name``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral,)):
+        raise ShapeError(f"{op}: argument {name} must be an unsigned 32-bit integer, got {value!r} ({type(value).__name__})")
+    v = int(value)
+    if v < 0 or v >= U32_LIMIT:
+        raise ShapeError(f"{op}: argument {name} must be in [0, 2**32), got {v}")
+    return v
+
+
+def check_dims(op: str, name: str, dims: Any) -> tuple[int, ...]:
+    """A sequence of uint32 dims as a tuple; the product must fit in uint32 as well."""
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, (Sequence, np.ndarray)):
+        raise ShapeError(f"{op}: argument {name} must be a sequence of dims, got {dims!r}")
+    out = tuple(check_u32(op, f"{name}[{i}]", d) for i, d in enumerate(dims))
+    if math.prod(out) >= U32_LIMIT:
+        raise ShapeError(f"{op}: argument {name}={list(out)} has {math.prod(out)} elements, more than 2**32 - 1")
+    return out
+
+
+def check_product(op: str, names: str, *dims: int) -> int:
+    """The product of already-checked dims, which must itself fit in uint32."""
+    n = math.prod(dims)
+    if n >= U32_LIMIT:
+        raise ShapeError(f"{op}: {names} = {n} elements, more than 2**32 - 1")
+    return n
+
+
+def check_scalar(op: str, name: str, value: Any) -> float:
+    """A host scalar rounded to float32, returned as a Python float (the seed casts host Floats)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ArgumentError(f"{op}: argument {name} must be a real number, got {value!r} ({type(value).__name__})")
+    with np.errstate(over="ignore"):
+        return float(np.float32(value))
+
+
+def check_buffer(op: str, name: str, buf: Any, size: int | None = None) -> Buffer:
+    """``buf`` must be a live Buffer (of ``size`` elements when given)."""
+    if not isinstance(buf, Buffer):
+        raise DTypeError(f"{op}: argument {name} must be a Buffer, got {type(buf).__name__}")
+    buf.data  # raises BufferReleasedError with the buffer's description
+    if size is not None and buf.size != size:
+        raise ShapeError(f"{op}: argument {name} must hold {size} elements for the given dims, got {buf.size}")
+    return buf
+
+
+def same_device(op: str, **buffers: Buffer) -> DeviceContext:
+    """The one device context shared by all ``buffers``; mixing devices is a ``DeviceError``."""
+    ctx = None
+    for b in buffers.values():
+        if ctx is None:
+            ctx = b._ctx
+        elif b._ctx is not ctx:
+            where = ", ".join(f"{k} on {v.device}" for k, v in buffers.items())
+            raise DeviceError(f"{op}: expected all buffers on one device, got {where}")
+    assert ctx is not None
+    return ctx
+
+
+def check_indices(op: str, name: str, indices: Any, k: Any) -> np.ndarray:
+    """Host indices as int64, each in [0, 2**32) (out-of-bounds but in-range is the kernel's job)."""
+    k = check_u32(op, "k", k)
+    try:
+        arr = np.asarray(indices)
+    except (TypeError, ValueError):
+        raise ArgumentError(f"{op}: argument {name} must be a sequence of integers, got {type(indices).__name__}") from None
+    if arr.size == 0:
+        arr = arr.reshape(0).astype(np.int64)
+    if arr.ndim != 1:
+        raise ShapeError(f"{op}: argument {name} must be one-dimensional, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "O" and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in arr):
+            big = [int(v) for v in arr if not (0 <= int(v) < U32_LIMIT)]
+            if big:
+                raise ArgumentError(f"{op}: argument {name} holds {big[0]}, outside the index range [0, 2**32)")
+            arr = arr.astype(np.int64)
+        else:
+            raise ArgumentError(f"{op}: argument {name} must hold integers, got dtype {arr.dtype}")
+    if arr.shape[0] != k:
+        raise ShapeError(f"{op}: argument {name} has {arr.shape[0]} entries but k = {k}")
+    if arr.size:
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < 0 or hi >= U32_LIMIT:
+            bad = lo if lo < 0 else hi
+            raise ArgumentError(f"{op}: argument {name} holds {bad}, outside the index range [0, 2**32)")
+    return arr.astype(np.int64, copy=False)

@@ -1,0 +1,49 @@
+"""The deterministic-reductions switch (seed page Buffer, "Deterministic Reductions Mode").
+
+Kernels that would accumulate float32 values with atomics (scatter-add, broadcast reductions,
+pool and embedding backward on CUDA) use a fixed-order reduction instead while the switch is
+on, so repeated runs are bitwise equal. The CPU backend always accumulates in a fixed order, so
+the switch changes its speed and bits nowhere; it is honoured so that code is portable.
+
+The start value comes from ``TORCHLEAN_CUDA_DETERMINISTIC_REDUCTIONS``: unset, empty or "0"
+is off, any other value is on.
+"""
+
+from __future__ import annotations
+
+import os
+
+ENV_VAR = "TORCHLEAN_CUDA_DETERMINISTIC_REDUCTIONS"
+
+
+def _from_env() -> bool:
+    return os.environ.get(ENV_VAR, "").strip() not in ("", "0")
+
+
+_state = {"on": _from_env()}
+
+
+def set_deterministic_reductions(on: bool) -> bool:
+    """Turn the mode on or off and return the value now in force (the seed's checked setter)."""
+    _state["on"] = bool(on)
+    return _state["on"]
+
+
+def deterministic_reductions() -> bool:
+    """Whether deterministic reductions are on."""
+    return _state["on"]
+
+
+class deterministic:
+    """Context manager: ``with deterministic(True): ...`` restores the previous mode on exit."""
+
+    def __init__(self, on: bool = True) -> None:
+        self._on = bool(on)
+        self._prev = False
+
+    def __enter__(self) -> bool:
+        self._prev = deterministic_reductions()
+        return set_deterministic_reductions(self._on)
+
+    def __exit__(self, *exc: object) -> None:
+        set_deterministic_reductions(self._prev)

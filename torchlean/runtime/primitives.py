@@ -1,0 +1,467 @@
+"""The primitive surface (the seed's Kernels/Buffer pages): validate, then dispatch on device.
+
+Every primitive takes Buffers and explicit dims, checks them here once (dims as uint32, buffer
+sizes against dims, one device for all inputs), then calls the function of the same name on the
+inputs' backend and wraps the result in a new Buffer. Inputs are never modified.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..errors import ArgumentError, AxisError, OutOfMemoryError, ShapeError
+from .allocator import format_allocator_stats
+from .buffer import Buffer
+from .checks import (
+    check_buffer,
+    check_dims,
+    check_indices,
+    check_product,
+    check_scalar,
+    check_u32,
+    same_device,
+)
+from .device import DeviceContext, get_context
+
+__all__ = [
+    # elementwise (seed: Buffer page)
+    "abs", "abs_bwd", "sqrt", "sqrt_bwd", "exp", "log", "inv", "clamp", "clamp_bwd", "max",
+    "max_bwd", "min", "min_bwd", "div", "relu", "relu_bwd", "add", "sub", "mul", "scale", "copy",
+    "axpy",
+    # fused elementwise (ours; the seed composes these from the ones above)
+    "add_scalar", "sigmoid", "sigmoid_bwd", "tanh", "tanh_bwd", "softplus", "softplus_bwd",
+    "safe_log", "safe_log_bwd",
+    # reductions
+    "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",
+    "reduce_max_axis1", "reduce_sum_axis",
+    # layout (seed: Kernels page)
+    "concat1d", "slice1d", "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to",
+    "reduce_from_broadcast", "swap_adjacent_at_depth", "transpose2d", "bmm",
+    # indexing
+    "gather_vec", "gather_rows", "scatter_add", "scatter_add_row", "scatter_add_rows",
+    # fused rows
+    "softmax_rows", "softmax_rows_bwd", "log_softmax_rows", "log_softmax_rows_bwd",
+    # random numbers
+    "rand_uniform", "bernoulli_mask", "rand_normal",
+]
+
+
+def _oom(op: str, ctx: DeviceContext, requested: int) -> OutOfMemoryError:
+    from .telemetry import allocator_stats
+
+    stats = allocator_stats(ctx.name)
+    return OutOfMemoryError(
+        f"{op}: out of memory on {ctx.name} allocating about {requested} bytes; "
+        + format_allocator_stats(stats)
+    )
+
+
+def _run(op: str, ctx: DeviceContext, out_elems: int, fn: Any, *args: Any) -> Any:
+    """Call a backend kernel; turn an allocation failure into OutOfMemoryError."""
+    try:
+        return fn(*args)
+    except MemoryError:
+        raise _oom(op, ctx, 4 * out_elems) from None
+
+
+def _wrap(ctx: DeviceContext, arr: Any) -> Buffer:
+    return Buffer(arr, ctx)
+
+
+# -- elementwise -------------------------------------------------------------------------
+def _unary(name: str, doc: str):
+    def prim(x: Buffer) -> Buffer:
+        check_buffer(name, "x", x)
+        ctx = x._ctx
+        return _wrap(ctx, _run(name, ctx, x.size, getattr(ctx.backend, name), x._data))
+
+    prim.__name__ = prim.__qualname__ = name
+    prim.__doc__ = doc
+    return prim
+
+
+def _binary(name: str, a_name: str, b_name: str, doc: str):
+    def prim(a: Buffer, b: Buffer) -> Buffer:
+        check_buffer(name, a_name, a)
+        check_buffer(name, b_name, b)
+        ctx = same_device(name, **{a_name: a, b_name: b})
+        if a.size != b.size:
+            raise ShapeError(f"{name}: expected {a_name} and {b_name} of equal size, got {a.size} and {b.size}")
+        return _wrap(ctx, _run(name, ctx, a.size, getattr(ctx.backend, name), a._data, b._data))
+
+    prim.__name__ = prim.__qualname__ = name
+    prim.__doc__ = doc
+    return prim
+
+
+abs = _unary("abs", "|x|.")
+sqrt = _unary("sqrt", "sqrt(x); NaN for x < 0.")
+exp = _unary("exp", "e**x.")
+log = _unary("log", "ln(x); -inf at 0, NaN below.")
+inv = _unary("inv", "1/x.")
+relu = _unary("relu", "max(x, 0); NaN propagates.")
+copy = _unary("copy", "A new buffer with the same contents.")
+sigmoid = _unary("sigmoid", "1/(1+e**-x), evaluated without overflow.")
+tanh = _unary("tanh", "tanh(x); never NaN for large |x|.")
+softplus = _unary("softplus", "max(x,0) + log1p(exp(-|x|)).")
+safe_log = _unary("safe_log", "log(softplus(x) + 1e-6).")
+
+abs_bwd = _binary("abs_bwd", "x", "dy", "dx = sign(x) * dy with sign(0) = 0.")
+sqrt_bwd = _binary("sqrt_bwd", "x", "dy", "dx = dy / (2 sqrt(x)) for x > 0, else 0.")
+relu_bwd = _binary("relu_bwd", "x", "dy", "dx = dy where x > 0, else 0.")
+sigmoid_bwd = _binary("sigmoid_bwd", "y", "dy", "dx = dy * y * (1 - y), from the output y.")
+tanh_bwd = _binary("tanh_bwd", "y", "dy", "dx = dy * (1 - y**2), from the output y.")
+softplus_bwd = _binary("softplus_bwd", "x", "dy", "dx = dy * sigmoid(x).")
+safe_log_bwd = _binary("safe_log_bwd", "x", "dy", "dx = dy * sigmoid(x) / (softplus(x) + 1e-6).")
+max = _binary("max", "a", "b", "Elementwise fmax: a NaN loses to a number.")
+min = _binary("min", "a", "b", "Elementwise fmin: a NaN loses to a number.")
+div = _binary("div", "a", "b", "a / b (IEEE: x/0 = +-inf, 0/0 = NaN).")
+add = _binary("add", "a", "b", "a + b.")
+sub = _binary("sub", "a", "b", "a - b.")
+mul = _binary("mul", "a", "b", "a * b.")
+
+
+def _pair_bwd(name: str, doc: str):
+    def prim(a: Buffer, b: Buffer, dy: Buffer) -> tuple[Buffer, Buffer]:
+        for n_, v in (("a", a), ("b", b), ("dy", dy)):
+            check_buffer(name, n_, v)
+        ctx = same_device(name, a=a, b=b, dy=dy)
+        if not (a.size == b.size == dy.size):
+            raise ShapeError(f"{name}: expected a, b, dy of equal size, got {a.size}, {b.size}, {dy.size}")
+        da, db = _run(name, ctx, 2 * a.size, getattr(ctx.backend, name), a._data, b._data, dy._data)
+        return _wrap(ctx, da), _wrap(ctx, db)
+
+    prim.__name__ = prim.__qualname__ = name
+    prim.__doc__ = doc
+    return prim
+
+
+max_bwd = _pair_bwd("max_bwd", "(da, db): the strict winner of max gets dy; a tie splits it 0.5/0.5.")
+min_bwd = _pair_bwd("min_bwd", "(da, db): the strict winner of min gets dy; a tie splits it 0.5/0.5.")
+
+
+def _scalar_op(name: str, scalar_names: Sequence[str], doc: str):
+    def prim(x: Buffer, *scalars: Any) -> Buffer:
+        check_buffer(name, "x", x)
+        if len(scalars) != len(scalar_names):
+            raise ArgumentError(f"{name}: expected scalars {', '.join(scalar_names)}, got {len(scalars)} values")
+        vals = [check_scalar(name, n_, v) for n_, v in zip(scalar_names, scalars)]
+        ctx = x._ctx
+        return _wrap(ctx, _run(name, ctx, x.size, getattr(ctx.backend, name), x._data, *vals))
+
+    prim.__name__ = prim.__qualname__ = name
+    prim.__doc__ = doc
+    return prim
+
+
+scale = _scalar_op("scale", ("c",), "scale(x, c) = c * x, c rounded to float32.")
+add_scalar = _scalar_op("add_scalar", ("c",), "add_scalar(x, c) = x + c, c rounded to float32.")
+clamp = _scalar_op("clamp", ("lo", "hi"), "clamp(x, lo, hi) = min(max(x, lo), hi); NaN propagates.")
+
+
+def clamp_bwd(x: Buffer, dy: Buffer, lo: float, hi: float) -> Buffer:
+    """dx = dy strictly inside (lo, hi), else 0."""
+    check_buffer("clamp_bwd", "x", x)
+    check_buffer("clamp_bwd", "dy", dy)
+    ctx = same_device("clamp_bwd", x=x, dy=dy)
+    if x.size != dy.size:
+        raise ShapeError(f"clamp_bwd: expected x and dy of equal size, got {x.size} and {dy.size}")
+    lo_, hi_ = check_scalar("clamp_bwd", "lo", lo), check_scalar("clamp_bwd", "hi", hi)
+    return _wrap(ctx, _run("clamp_bwd", ctx, x.size, ctx.backend.clamp_bwd, x._data, dy._data, lo_, hi_))
+
+
+def axpy(a: Buffer, b: Buffer, c: float) -> Buffer:
+    """a + c * b (the BLAS axpy), c rounded to float32."""
+    check_buffer("axpy", "a", a)
+    check_buffer("axpy", "b", b)
+    ctx = same_device("axpy", a=a, b=b)
+    if a.size != b.size:
+        raise ShapeError(f"axpy: expected a and b of equal size, got {a.size} and {b.size}")
+    c_ = check_scalar("axpy", "c", c)
+    return _wrap(ctx, _run("axpy", ctx, a.size, ctx.backend.axpy, a._data, b._data, c_))
+
+
+# -- reductions --------------------------------------------------------------------------
+def reduce_sum(x: Buffer) -> Buffer:
+    """Sum of all elements as a length-1 buffer (0 for an empty buffer)."""
+    check_buffer("reduce_sum", "x", x)
+    return _wrap(x._ctx, _run("reduce_sum", x._ctx, 1, x._ctx.backend.reduce_sum, x._data))
+
+
+def reduce_mean(x: Buffer) -> Buffer:
+    """Mean of all elements as a length-1 buffer (NaN for an empty buffer)."""
+    check_buffer("reduce_mean", "x", x)
+    return _wrap(x._ctx, _run("reduce_mean", x._ctx, 1, x._ctx.backend.reduce_mean, x._data))
+
+
+def _matrix(op: str, b: Buffer, rows: Any, cols: Any) -> tuple[int, int]:
+    r, c = check_u32(op, "rows", rows), check_u32(op, "cols", cols)
+    check_buffer(op, "b", b, check_product(op, "rows*cols", r, c))
+    return r, c
+
+
+def _axis_reduce(name: str, doc: str, out_axis: int):
+    def prim(b: Buffer, rows: int, cols: int) -> Buffer:
+        r, c = _matrix(name, b, rows, cols)
+        ctx = b._ctx
+        n_out = c if out_axis == 0 else r
+        return _wrap(ctx, _run(name, ctx, n_out, getattr(ctx.backend, name), b._data, r, c))
+
+    prim.__name__ = prim.__qualname__ = name
+    prim.__doc__ = doc
+    return prim
+
+
+reduce_sum_axis0 = _axis_reduce("reduce_sum_axis0", "Column sums of a (rows, cols) buffer: length cols.", 0)
+reduce_sum_axis1 = _axis_reduce("reduce_sum_axis1", "Row sums of a (rows, cols) buffer: length rows.", 1)
+reduce_max_axis0 = _axis_reduce(
+    "reduce_max_axis0", "Column maxima (fmax: NaN ignored unless all NaN; 0 when rows = 0): length cols.", 0)
+reduce_max_axis1 = _axis_reduce(
+    "reduce_max_axis1", "Row maxima (fmax: NaN ignored unless all NaN; 0 when cols = 0): length rows.", 1)
+
+
+def _nd(op: str, b: Buffer, dims: Any) -> tuple[int, ...]:
+    d = check_dims(op, "dims", dims)
+    n = 1
+    for v in d:
+        n *= v
+    check_buffer(op, "b", b, n)
+    return d
+
+
+def reduce_sum_axis(b: Buffer, dims: Sequence[int], axis: int) -> Buffer:
+    """Sum along ``axis`` of an N-D buffer; the result has shape dims without that axis."""
+    d = _nd("reduce_sum_axis", b, dims)
+    ax = check_u32("reduce_sum_axis", "axis", axis)
+    if ax >= len(d):
+        raise AxisError(f"reduce_sum_axis: axis {ax} out of range for dims {list(d)} (rank {len(d)})")
+    n_out = 1
+    for i, v in enumerate(d):
+        n_out *= 1 if i == ax else v
+    return _wrap(b._ctx, _run("reduce_sum_axis", b._ctx, n_out, b._ctx.backend.reduce_sum_axis, b._data, d, ax))
+
+
+# -- layout ------------------------------------------------------------------------------
+def concat1d(a: Buffer, b: Buffer, n: int, m: int) -> Buffer:
+    """[a; b] for a of length n and b of length m."""
+    n_, m_ = check_u32("concat1d", "n", n), check_u32("concat1d", "m", m)
+    check_buffer("concat1d", "a", a, n_)
+    check_buffer("concat1d", "b", b, m_)
+    ctx = same_device("concat1d", a=a, b=b)
+    check_product("concat1d", "n+m", n_ + m_)
+    return _wrap(ctx, _run("concat1d", ctx, n_ + m_, ctx.backend.concat1d, a._data, b._data, n_, m_))
+
+
+def slice1d(b: Buffer, n: int, start: int, length: int) -> Buffer:
+    """b[start:start+length]; requires start + length <= n."""
+    n_ = check_u32("slice1d", "n", n)
+    s, ln = check_u32("slice1d", "start", start), check_u32("slice1d", "length", length)
+    check_buffer("slice1d", "b", b, n_)
+    if s + ln > n_:
+        raise ShapeError(f"slice1d: start + length = {s} + {ln} exceeds n = {n_}")
+    return _wrap(b._ctx, _run("slice1d", b._ctx, ln, b._ctx.backend.slice1d, b._data, n_, s, ln))
+
+
+def _vec_broadcast(name: str, doc: str, along_rows: bool):
+    def prim(vec: Buffer, rows: int, cols: int) -> Buffer:
+        r, c = check_u32(name, "rows", rows), check_u32(name, "cols", cols)
+        check_buffer(name, "vec", vec, c if along_rows else r)
+        n = check_product(name, "rows*cols", r, c)
+        return _wrap(vec._ctx, _run(name, vec._ctx, n, getattr(vec._ctx.backend, name), vec._data, r, c))
+
+    prim.__name__ = prim.__qualname__ = name
+    prim.__doc__ = doc
+    return prim
+
+
+broadcast_vec_to_rows = _vec_broadcast("broadcast_vec_to_rows", "out[i, j] = vec[j] (vec has length cols).", True)
+broadcast_vec_to_cols = _vec_broadcast("broadcast_vec_to_cols", "out[i, j] = vec[i] (vec has length rows).", False)
+
+
+def check_axis_map(op: str, in_dims: Any, out_dims: Any, axis_map: Any) -> tuple[tuple[int, ...], ...]:
+    """Validate a (in_dims, out_dims, axis_map) broadcast description; return the checked tuples."""
+    ind = check_dims(op, "in_dims", in_dims)
+    outd = check_dims(op, "out_dims", out_dims)
+    amap = check_dims(op, "axis_map", axis_map)
+    if len(amap) != len(outd):
+        raise ShapeError(f"{op}: axis_map must have one entry per output axis ({len(outd)}), got {len(amap)}")
+    seen = set()
+    for j, a in enumerate(amap):
+        if a == 0:
+            continue
+        if a > len(ind):
+            raise ShapeError(f"{op}: axis_map[{j}] = {a} names input axis {a - 1}, but in_dims has rank {len(ind)}")
+        if a in seen:
+            raise ShapeError(f"{op}: axis_map maps input axis {a - 1} twice")
+        seen.add(a)
+        if ind[a - 1] not in (1, outd[j]):
+            raise ShapeError(
+                f"{op}: cannot broadcast in_dims {list(ind)} to out_dims {list(outd)}: input axis {a - 1} "
+                f"has size {ind[a - 1]}, output axis {j} has size {outd[j]}")
+    for a, d in enumerate(ind):
+        if (a + 1) not in seen and d != 1:
+            raise ShapeError(f"{op}: input axis {a} (size {d}) of in_dims {list(ind)} is not mapped by axis_map {list(amap)}")
+    return ind, outd, amap
+
+
+def _prod(dims: Sequence[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def broadcast_to(x: Buffer, in_dims: Sequence[int], out_dims: Sequence[int], axis_map: Sequence[int]) -> Buffer:
+    """Broadcast x (in_dims) to out_dims; axis_map[j] = 0 inserts output axis j, else names input axis + 1."""
+    ind, outd, amap = check_axis_map("broadcast_to", in_dims, out_dims, axis_map)
+    check_buffer("broadcast_to", "x", x, _prod(ind))
+    return _wrap(x._ctx, _run("broadcast_to", x._ctx, _prod(outd), x._ctx.backend.broadcast_to, x._data, ind, outd, amap))
+
+
+def reduce_from_broadcast(dout: Buffer, in_dims: Sequence[int], out_dims: Sequence[int],
+                          axis_map: Sequence[int]) -> Buffer:
+    """Adjoint of broadcast_to: sum dout (out_dims) over the broadcast axes back to in_dims."""
+    ind, outd, amap = check_axis_map("reduce_from_broadcast", in_dims, out_dims, axis_map)
+    check_buffer("reduce_from_broadcast", "dout", dout, _prod(outd))
+    ctx = dout._ctx
+    return _wrap(ctx, _run("reduce_from_broadcast", ctx, _prod(ind), ctx.backend.reduce_from_broadcast,
+                           dout._data, ind, outd, amap))
+
+
+def swap_adjacent_at_depth(b: Buffer, dims: Sequence[int], depth: int) -> Buffer:
+    """Swap axes depth and depth+1 of an N-D buffer (the identity when depth+1 >= rank)."""
+    d = _nd("swap_adjacent_at_depth", b, dims)
+    dp = check_u32("swap_adjacent_at_depth", "depth", depth)
+    return _wrap(b._ctx, _run("swap_adjacent_at_depth", b._ctx, b.size, b._ctx.backend.swap_adjacent_at_depth,
+                              b._data, d, dp))
+
+
+def transpose2d(b: Buffer, rows: int, cols: int) -> Buffer:
+    """Row-major transpose of a (rows, cols) buffer into (cols, rows)."""
+    r, c = _matrix("transpose2d", b, rows, cols)
+    return _wrap(b._ctx, _run("transpose2d", b._ctx, b.size, b._ctx.backend.transpose2d, b._data, r, c))
+
+
+def bmm(a: Buffer, b: Buffer, batch: int, m: int, n: int, p: int) -> Buffer:
+    """Batched matmul: (batch, m, n) @ (batch, n, p) -> (batch, m, p), row-major."""
+    bt, m_, n_, p_ = (check_u32("bmm", k, v) for k, v in (("batch", batch), ("m", m), ("n", n), ("p", p)))
+    check_buffer("bmm", "a", a, check_product("bmm", "batch*m*n", bt, m_, n_))
+    check_buffer("bmm", "b", b, check_product("bmm", "batch*n*p", bt, n_, p_))
+    ctx = same_device("bmm", a=a, b=b)
+    n_out = check_product("bmm", "batch*m*p", bt, m_, p_)
+    return _wrap(ctx, _run("bmm", ctx, n_out, ctx.backend.bmm, a._data, b._data, bt, m_, n_, p_))
+
+
+# -- indexing ----------------------------------------------------------------------------
+def gather_vec(vec: Buffer, n: int, indices: Any, k: int) -> Buffer:
+    """out[j] = vec[indices[j]], or 0 where indices[j] >= n."""
+    n_ = check_u32("gather_vec", "n", n)
+    check_buffer("gather_vec", "vec", vec, n_)
+    idx = check_indices("gather_vec", "indices", indices, k)
+    return _wrap(vec._ctx, _run("gather_vec", vec._ctx, len(idx), vec._ctx.backend.gather_vec, vec._data, n_, idx, len(idx)))
+
+
+def gather_rows(mat: Buffer, rows: int, cols: int, indices: Any, k: int) -> Buffer:
+    """out[j, :] = mat[indices[j], :], or a zero row where indices[j] >= rows."""
+    r, c = check_u32("gather_rows", "rows", rows), check_u32("gather_rows", "cols", cols)
+    check_buffer("gather_rows", "mat", mat, check_product("gather_rows", "rows*cols", r, c))
+    idx = check_indices("gather_rows", "indices", indices, k)
+    n_out = check_product("gather_rows", "k*cols", len(idx), c)
+    return _wrap(mat._ctx, _run("gather_rows", mat._ctx, n_out, mat._ctx.backend.gather_rows, mat._data, r, c, idx, len(idx)))
+
+
+def scatter_add(x: Buffer, values: Buffer, n: int, indices: Any, k: int) -> Buffer:
+    """A copy of x with out[indices[j]] += values[j]; indices >= n are ignored, repeats accumulate."""
+    n_ = check_u32("scatter_add", "n", n)
+    check_buffer("scatter_add", "x", x, n_)
+    idx = check_indices("scatter_add", "indices", indices, k)
+    check_buffer("scatter_add", "values", values, len(idx))
+    ctx = same_device("scatter_add", x=x, values=values)
+    return _wrap(ctx, _run("scatter_add", ctx, n_, ctx.backend.scatter_add, x._data, values._data, n_, idx, len(idx)))
+
+
+def scatter_add_row(mat: Buffer, row_vec: Buffer, rows: int, cols: int, i: int) -> Buffer:
+    """A copy of mat with out[i, :] += row_vec (ignored when i >= rows)."""
+    r, c = check_u32("scatter_add_row", "rows", rows), check_u32("scatter_add_row", "cols", cols)
+    i_ = check_u32("scatter_add_row", "i", i)
+    check_buffer("scatter_add_row", "mat", mat, check_product("scatter_add_row", "rows*cols", r, c))
+    check_buffer("scatter_add_row", "row_vec", row_vec, c)
+    ctx = same_device("scatter_add_row", mat=mat, row_vec=row_vec)
+    return _wrap(ctx, _run("scatter_add_row", ctx, mat.size, ctx.backend.scatter_add_row, mat._data, row_vec._data, r, c, i_))
+
+
+def scatter_add_rows(mat: Buffer, values: Buffer, rows: int, cols: int, indices: Any, k: int) -> Buffer:
+    """A copy of mat with out[indices[r], :] += values[r, :]; indices >= rows ignored, repeats accumulate."""
+    r, c = check_u32("scatter_add_rows", "rows", rows), check_u32("scatter_add_rows", "cols", cols)
+    check_buffer("scatter_add_rows", "mat", mat, check_product("scatter_add_rows", "rows*cols", r, c))
+    idx = check_indices("scatter_add_rows", "indices", indices, k)
+    check_buffer("scatter_add_rows", "values", values, check_product("scatter_add_rows", "k*cols", len(idx), c))
+    ctx = same_device("scatter_add_rows", mat=mat, values=values)
+    return _wrap(ctx, _run("scatter_add_rows", ctx, mat.size, ctx.backend.scatter_add_rows,
+                           mat._data, values._data, r, c, idx, len(idx)))
+
+
+# -- fused rows --------------------------------------------------------------------------
+def softmax_rows(x: Buffer, rows: int, cols: int) -> Buffer:
+    """Row-wise stable softmax of a (rows, cols) buffer."""
+    r, c = _matrix("softmax_rows", x, rows, cols)
+    return _wrap(x._ctx, _run("softmax_rows", x._ctx, x.size, x._ctx.backend.softmax_rows, x._data, r, c))
+
+
+def log_softmax_rows(x: Buffer, rows: int, cols: int) -> Buffer:
+    """Row-wise stable log-softmax: x - max - log(sum(exp(x - max)))."""
+    r, c = _matrix("log_softmax_rows", x, rows, cols)
+    return _wrap(x._ctx, _run("log_softmax_rows", x._ctx, x.size, x._ctx.backend.log_softmax_rows, x._data, r, c))
+
+
+def _rows_bwd(name: str, doc: str):
+    def prim(y: Buffer, dy: Buffer, rows: int, cols: int) -> Buffer:
+        r, c = check_u32(name, "rows", rows), check_u32(name, "cols", cols)
+        n = check_product(name, "rows*cols", r, c)
+        check_buffer(name, "y", y, n)
+        check_buffer(name, "dy", dy, n)
+        ctx = same_device(name, y=y, dy=dy)
+        return _wrap(ctx, _run(name, ctx, n, getattr(ctx.backend, name), y._data, dy._data, r, c))
+
+    prim.__name__ = prim.__qualname__ = name
+    prim.__doc__ = doc
+    return prim
+
+
+softmax_rows_bwd = _rows_bwd("softmax_rows_bwd", "dx = y * (dy - sum(dy * y, axis=1)), y the softmax output.")
+log_softmax_rows_bwd = _rows_bwd("log_softmax_rows_bwd", "dx = dy - exp(y) * sum(dy, axis=1), y the log-softmax output.")
+
+
+# -- random numbers ----------------------------------------------------------------------
+def _check_key(op: str, key: Any) -> int:
+    if isinstance(key, bool) or not isinstance(key, int) and not hasattr(key, "__index__"):
+        raise ArgumentError(f"{op}: key must be an unsigned 64-bit integer, got {key!r}")
+    k = int(key)
+    if not 0 <= k < 2**64:
+        raise ArgumentError(f"{op}: key must be in [0, 2**64), got {k}")
+    return k
+
+
+def rand_uniform(n: int, key: int, device: Any = "cpu") -> Buffer:
+    """u[i] = float32(low32(splitmix64(key + i)) / 2**32): identical bits on every device."""
+    n_ = check_u32("rand_uniform", "n", n)
+    k = _check_key("rand_uniform", key)
+    ctx = get_context(device, "rand_uniform")
+    return _wrap(ctx, _run("rand_uniform", ctx, n_, ctx.backend.rand_uniform, n_, k))
+
+
+def bernoulli_mask(n: int, keep_prob: float, key: int, device: Any = "cpu") -> Buffer:
+    """m[i] = 1.0 if float32(keep_prob) > rand_uniform(n, key)[i] else 0.0."""
+    n_ = check_u32("bernoulli_mask", "n", n)
+    p = check_scalar("bernoulli_mask", "keep_prob", keep_prob)
+    k = _check_key("bernoulli_mask", key)
+    ctx = get_context(device, "bernoulli_mask")
+    return _wrap(ctx, _run("bernoulli_mask", ctx, n_, ctx.backend.bernoulli_mask, n_, p, k))
+
+
+def rand_normal(n: int, key: int, device: Any = "cpu") -> Buffer:
+    """Standard normal samples by Box-Muller from correctly rounded operations: same bits on every device."""
+    n_ = check_u32("rand_normal", "n", n)
+    k = _check_key("rand_normal", key)
+    ctx = get_context(device, "rand_normal")
+    return _wrap(ctx, _run("rand_normal", ctx, n_, ctx.backend.rand_normal, n_, k))

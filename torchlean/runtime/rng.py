@@ -1,0 +1,71 @@
+"""Seeded generators on top of the counter-based primitives.
+
+A generator is (seed, counter). Each draw takes ``key = splitmix64(seed + counter)`` and then
+advances the counter by one, so a program's n-th draw has the same key on every device and the
+state can be saved and restored exactly as two integers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ArgumentError
+from ..spec.rng import derive_key, splitmix64  # exact integer SplitMix64 (host side, scalars)
+
+__all__ = ["Generator", "default_generator", "manual_seed", "splitmix64", "derive_key",
+           "get_rng_state", "set_rng_state"]
+
+
+def _u64(op: str, name: str, v: Any) -> int:
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        raise ArgumentError(f"{op}: {name} must be an integer, got {v!r}")
+    v = int(v)
+    if not 0 <= v < 2**64:
+        raise ArgumentError(f"{op}: {name} must be in [0, 2**64), got {v}")
+    return v
+
+
+class Generator:
+    """Counter-based random state: a 64-bit seed and a 64-bit draw counter."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = _u64("Generator", "seed", seed)
+        self.counter = 0
+
+    def manual_seed(self, seed: int) -> "Generator":
+        self.seed = _u64("manual_seed", "seed", seed)
+        self.counter = 0
+        return self
+
+    def next_key(self) -> int:
+        """The key for the next draw; advances the counter."""
+        key = derive_key(self.seed, self.counter)
+        self.counter = (self.counter + 1) % 2**64
+        return key
+
+    def get_state(self) -> tuple[int, int]:
+        return self.seed, self.counter
+
+    def set_state(self, state: tuple[int, int]) -> None:
+        seed, counter = state
+        self.seed = _u64("set_state", "seed", seed)
+        self.counter = _u64("set_state", "counter", counter)
+
+    def __repr__(self) -> str:
+        return f"Generator(seed={self.seed}, counter={self.counter})"
+
+
+default_generator = Generator(0)
+
+
+def manual_seed(seed: int) -> Generator:
+    """Reset the default generator to ``seed`` with counter 0 (as ``torch.manual_seed``)."""
+    return default_generator.manual_seed(seed)
+
+
+def get_rng_state() -> tuple[int, int]:
+    return default_generator.get_state()
+
+
+def set_rng_state(state: tuple[int, int]) -> None:
+    default_generator.set_state(state)

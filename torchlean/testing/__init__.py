@@ -1,0 +1,1 @@
+"""Test support shipped with the package: the primitive table used by the tests and ``torchlean check``."""

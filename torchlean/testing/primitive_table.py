@@ -1,0 +1,341 @@
+"""One entry per primitive (PyTorch OpInfo style): how to draw its inputs and its edge cases.
+
+An argument list mixes float32 arrays (passed as Buffers to the runtime and as float64 arrays to
+the spec), int64 arrays (host indices, passed unchanged) and Python ints, floats and tuples (dims
+and scalars, passed unchanged; floats are already float32 values). ``run_case`` runs one argument
+list through a device and the spec and judges it with the primitive's contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import contract, spec
+from ..runtime import primitives as prim
+from ..runtime.buffer import Buffer
+
+F32 = np.float32
+KINDS = ("normal", "wide", "int", "special")
+# Accumulating primitives get specials without huge finite values: float32 overflow of a partial
+# sum (inf - inf = NaN where float64 stays finite) is IEEE behaviour, not a kernel defect.
+SUM_KINDS = ("normal", "wide", "int", "special_sum")
+SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 1e-45, 1e-38, 3.4e38, -3.4e38, 0.5, 2.0],
+                    dtype=F32)
+
+
+def values(rng: np.random.Generator, n: int, kind: str, positive: bool = False) -> np.ndarray:
+    """n float32 values of a kind: normal, wide magnitudes, small integers (exact sums), specials."""
+    if kind == "normal":
+        v = rng.standard_normal(n) * 2.0
+    elif kind == "wide":  # magnitudes 1e-20 .. 1e15: wide, but products and sums stay finite
+        v = 10.0 ** rng.uniform(-20, 15, n) * rng.choice([-1.0, 1.0], n)
+    elif kind == "int":
+        v = rng.integers(-8, 9, n).astype(np.float64)
+    elif kind in ("special", "special_sum"):
+        pool = SPECIALS if kind == "special" else SPECIALS[np.abs(SPECIALS) < 1e30]
+        v = np.where(rng.random(n) < 0.5, rng.choice(pool, n), rng.standard_normal(n))
+    else:
+        raise ValueError(kind)
+    v = v.astype(F32)
+    return np.abs(v) if positive else v
+
+
+def scalar(rng: np.random.Generator, kind: str) -> float:
+    return float(values(rng, 1, "normal" if kind.startswith("special") else kind)[0])
+
+
+@dataclass
+class PrimitiveInfo:
+    name: str
+    sample: Callable[[np.random.Generator, tuple, str], list]  # (rng, dims, kind) -> args
+    ndims: int  # how many size parameters the test draws (each 0..max)
+    edge_cases: list[list] = field(default_factory=list)
+    exact_on_int: bool = False  # integer inputs make the result exact in any order: must equal the spec
+    max_dim: int = 9
+    kinds: tuple = KINDS
+
+    @property
+    def runtime(self) -> Callable[..., Any]:
+        return getattr(prim, self.name)
+
+    @property
+    def spec(self) -> Callable[..., Any]:
+        return getattr(spec, self.name)
+
+    @property
+    def contract(self) -> contract.Contract:
+        return contract.CONTRACTS[self.name]
+
+
+TABLE: dict[str, PrimitiveInfo] = {}
+
+
+_ACCUMULATING = {"reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_sum_axis",
+                 "reduce_from_broadcast", "bmm", "scatter_add", "scatter_add_rows", "softmax_rows",
+                 "log_softmax_rows", "softmax_rows_bwd", "log_softmax_rows_bwd", "axpy"}
+
+
+def _add(info: PrimitiveInfo) -> None:
+    if info.name in _ACCUMULATING:
+        info.kinds = SUM_KINDS
+    TABLE[info.name] = info
+
+
+# -- elementwise -------------------------------------------------------------------------
+_POSITIVE = {"sqrt", "log"}
+_UNARY = ["abs", "sqrt", "exp", "log", "inv", "relu", "copy", "sigmoid", "tanh", "softplus", "safe_log"]
+_UNARY_BWD = ["abs_bwd", "sqrt_bwd", "relu_bwd", "softplus_bwd", "safe_log_bwd"]
+_BINARY = ["max", "min", "div", "add", "sub", "mul"]
+
+_EDGE_1 = [[np.zeros(0, F32)], [np.array([1.5], F32)], [SPECIALS.copy()]]
+for _n in _UNARY:
+    _pos = _n in _POSITIVE
+    _add(PrimitiveInfo(
+        _n, lambda rng, d, kind, pos=_pos: [values(rng, d[0], kind, pos)], 1,
+        edge_cases=_EDGE_1 + [[np.array([-0.0, 0.0, -2.0, 1e-30, 88.0, 89.0, -104.0, -110.0], F32)]],
+        max_dim=64))
+for _n in _UNARY_BWD:
+    _add(PrimitiveInfo(
+        _n, lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[0], "normal")], 1,
+        edge_cases=[[np.zeros(0, F32), np.zeros(0, F32)],
+                    [np.array([0.0, -0.0, 1.0, -1.0, np.nan, np.inf, -np.inf], F32), np.ones(7, F32)]],
+        max_dim=64))
+# backward kernels that take the forward *output* y: draw y from the forward's range
+_add(PrimitiveInfo("sigmoid_bwd", lambda rng, d, kind: [rng.random(d[0]).astype(F32), values(rng, d[0], kind)], 1,
+                   edge_cases=[[np.array([0.0, 0.5, 1.0], F32), np.array([1.0, -2.0, 3.0], F32)]], max_dim=64))
+_add(PrimitiveInfo("tanh_bwd", lambda rng, d, kind: [rng.uniform(-1, 1, d[0]).astype(F32), values(rng, d[0], kind)], 1,
+                   edge_cases=[[np.array([-1.0, 0.0, 0.999, 1.0], F32), np.array([1.0, -2.0, 3.0, 4.0], F32)]],
+                   max_dim=64))
+for _n in _BINARY:
+    _add(PrimitiveInfo(
+        _n, lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[0], kind)], 1,
+        edge_cases=[[np.zeros(0, F32), np.zeros(0, F32)],
+                    [SPECIALS.copy(), SPECIALS[::-1].copy()],
+                    [np.array([1.0, 2.0, np.nan, 3.0], F32), np.array([1.0, np.nan, 5.0, -3.0], F32)]],
+        max_dim=64))
+for _n in ("max_bwd", "min_bwd"):
+    _add(PrimitiveInfo(
+        _n, lambda rng, d, kind: [values(rng, d[0], "int"), values(rng, d[0], "int"), values(rng, d[0], kind)], 1,
+        edge_cases=[[np.array([1.0, 2.0, 2.0, np.nan, 1.0, np.nan], F32),
+                     np.array([1.0, 1.0, 3.0, 1.0, np.nan, np.nan], F32), np.full(6, 3.0, F32)]],
+        max_dim=64))
+_add(PrimitiveInfo("scale", lambda rng, d, kind: [values(rng, d[0], kind), scalar(rng, kind)], 1,
+                   edge_cases=[[SPECIALS.copy(), 0.0], [SPECIALS.copy(), -3.0]], max_dim=64))
+_add(PrimitiveInfo("add_scalar", lambda rng, d, kind: [values(rng, d[0], kind), scalar(rng, kind)], 1,
+                   edge_cases=[[SPECIALS.copy(), 1.0], [np.zeros(0, F32), 1.0]], max_dim=64))
+_add(PrimitiveInfo("axpy", lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[0], kind), scalar(rng, kind)], 1,
+                   edge_cases=[[SPECIALS.copy(), SPECIALS[::-1].copy(), 0.5]], max_dim=64))
+
+
+def _clamp_args(rng, d, kind, bwd=False):
+    lo, hi = sorted([scalar(rng, "normal"), scalar(rng, "normal")])
+    x = values(rng, d[0], kind)
+    if d[0]:
+        x[rng.integers(0, d[0])] = lo  # make the boundaries appear: clamp' is 0 there
+    return [x, values(rng, d[0], "normal"), lo, hi] if bwd else [x, lo, hi]
+
+
+_add(PrimitiveInfo("clamp", _clamp_args, 1, edge_cases=[[SPECIALS.copy(), -1.0, 1.0], [np.array([5.0], F32), 2.0, 1.0]],
+                   max_dim=64))
+_add(PrimitiveInfo("clamp_bwd", lambda rng, d, kind: _clamp_args(rng, d, kind, True), 1,
+                   edge_cases=[[np.array([-1.0, 0.0, 1.0, np.nan], F32), np.ones(4, F32), -1.0, 1.0]], max_dim=64))
+
+# -- reductions --------------------------------------------------------------------------
+_add(PrimitiveInfo("reduce_sum", lambda rng, d, kind: [values(rng, d[0], kind)], 1,
+                   edge_cases=[[np.zeros(0, F32)], [np.array([np.nan, 1.0], F32)], [np.array([np.inf, 1.0], F32)],
+                               [np.full(1000, 0.1, F32)]],
+                   exact_on_int=True, max_dim=200))
+_add(PrimitiveInfo("reduce_mean", lambda rng, d, kind: [values(rng, d[0], kind)], 1,
+                   edge_cases=[[np.zeros(0, F32)], [np.array([3.0], F32)], [np.full(1000, 0.1, F32)]], max_dim=200))
+for _n in ("reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0", "reduce_max_axis1"):
+    _add(PrimitiveInfo(
+        _n, lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1]], 2,
+        edge_cases=[[np.zeros(0, F32), 0, 3], [np.zeros(0, F32), 3, 0],
+                    [np.array([np.nan, 1.0, np.nan, np.nan], F32), 2, 2],
+                    [np.array([2.0, 2.0, -1.0, 2.0], F32), 2, 2]],
+        exact_on_int=_n.startswith("reduce_sum")))
+
+
+def _nd_dims(rng, d, min_rank=0):
+    rank = min_rank + d[0] % (5 - min_rank)
+    return tuple(int(v) for v in rng.integers(0 if d[1] % 4 == 0 else 1, 5, rank))
+
+
+def _reduce_sum_axis(rng, d, kind):
+    dims = _nd_dims(rng, d, min_rank=1)
+    return [values(rng, int(np.prod(dims)), kind), dims, int(rng.integers(0, len(dims)))]
+
+
+_add(PrimitiveInfo("reduce_sum_axis", _reduce_sum_axis, 2,
+                   edge_cases=[[np.zeros(0, F32), (2, 0, 3), 1], [np.arange(24, dtype=F32), (2, 3, 4), 2]],
+                   exact_on_int=True))
+
+# -- layout ------------------------------------------------------------------------------
+_add(PrimitiveInfo("concat1d", lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[1], kind), d[0], d[1]], 2,
+                   edge_cases=[[np.zeros(0, F32), np.zeros(0, F32), 0, 0]], max_dim=20))
+
+
+def _slice1d(rng, d, kind):
+    n = d[0]
+    start = int(rng.integers(0, n + 1))
+    return [values(rng, n, kind), n, start, int(rng.integers(0, n - start + 1))]
+
+
+_add(PrimitiveInfo("slice1d", _slice1d, 1, edge_cases=[[np.arange(5, dtype=F32), 5, 5, 0]], max_dim=20))
+_add(PrimitiveInfo("broadcast_vec_to_rows", lambda rng, d, kind: [values(rng, d[1], kind), d[0], d[1]], 2))
+_add(PrimitiveInfo("broadcast_vec_to_cols", lambda rng, d, kind: [values(rng, d[0], kind), d[0], d[1]], 2))
+_add(PrimitiveInfo("transpose2d", lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1]], 2))
+
+
+def broadcast_dims(rng: np.random.Generator, d: tuple) -> tuple[tuple, tuple, tuple]:
+    """A random valid (in_dims, out_dims, axis_map): some output axes inserted, some size-1 input axes
+    stretched, sometimes a permuted mapping or an unmapped size-1 input axis."""
+    out_rank = d[0] % 5
+    out_dims = tuple(int(v) for v in rng.integers(1 if d[1] % 3 else 0, 4, out_rank))
+    mapped = sorted(rng.choice(out_rank, int(rng.integers(0, out_rank + 1)), replace=False).tolist()) if out_rank else []
+    in_axes = list(range(len(mapped)))
+    if len(in_axes) > 1 and rng.random() < 0.3:
+        rng.shuffle(in_axes)
+    in_dims = [0] * len(mapped)
+    axis_map = [0] * out_rank
+    for j, a in zip(mapped, in_axes):
+        axis_map[j] = a + 1
+        in_dims[a] = 1 if rng.random() < 0.3 else out_dims[j]
+    if rng.random() < 0.2:  # an unmapped size-1 input axis
+        in_dims.append(1)
+    return tuple(in_dims), out_dims, tuple(axis_map)
+
+
+def _broadcast_to(rng, d, kind):
+    ind, outd, amap = broadcast_dims(rng, d)
+    return [values(rng, int(np.prod(ind)), kind), ind, outd, amap]
+
+
+def _reduce_from_broadcast(rng, d, kind):
+    ind, outd, amap = broadcast_dims(rng, d)
+    return [values(rng, int(np.prod(outd)), kind), ind, outd, amap]
+
+
+_add(PrimitiveInfo("broadcast_to", _broadcast_to, 2,
+                   edge_cases=[[np.array([7.0], F32), (), (2, 3), (0, 0)],
+                               [np.arange(6, dtype=F32), (2, 3), (3, 2), (2, 1)]], max_dim=30))
+_add(PrimitiveInfo("reduce_from_broadcast", _reduce_from_broadcast, 2,
+                   edge_cases=[[np.arange(6, dtype=F32), (), (2, 3), (0, 0)],
+                               [np.arange(24, dtype=F32), (3, 1), (2, 3, 4), (0, 1, 2)]],
+                   exact_on_int=True, max_dim=30))
+
+
+def _swap(rng, d, kind):
+    dims = _nd_dims(rng, d)
+    return [values(rng, int(np.prod(dims)), kind), dims, int(rng.integers(0, len(dims) + 2))]
+
+
+_add(PrimitiveInfo("swap_adjacent_at_depth", _swap, 2,
+                   edge_cases=[[np.arange(24, dtype=F32), (2, 3, 4), 1], [np.arange(6, dtype=F32), (2, 3), 5]],
+                   max_dim=30))
+
+
+def _bmm(rng, d, kind):
+    batch, m, n, p = d
+    return [values(rng, batch * m * n, kind), values(rng, batch * n * p, kind), batch, m, n, p]
+
+
+_add(PrimitiveInfo("bmm", _bmm, 4,
+                   edge_cases=[[np.zeros(0, F32), np.zeros(0, F32), 2, 3, 0, 4],
+                               [np.ones(64 * 64, F32), np.ones(64 * 64, F32), 1, 64, 64, 64]],
+                   exact_on_int=True))
+
+
+# -- indexing ----------------------------------------------------------------------------
+def indices(rng: np.random.Generator, k: int, limit: int) -> np.ndarray:
+    """k indices in [0, limit + 3): some out of bounds, and now and then 2**32 - 1."""
+    idx = rng.integers(0, limit + 3, k).astype(np.int64)
+    if k and rng.random() < 0.3:
+        idx[rng.integers(0, k)] = 2**32 - 1
+    return idx
+
+
+_add(PrimitiveInfo("gather_vec", lambda rng, d, kind: [values(rng, d[0], kind), d[0], indices(rng, d[1], d[0]), d[1]], 2,
+                   edge_cases=[[np.zeros(0, F32), 0, np.array([0, 5], np.int64), 2]]))
+_add(PrimitiveInfo("gather_rows", lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1],
+                                                         indices(rng, d[2], d[0]), d[2]], 3))
+_add(PrimitiveInfo("scatter_add", lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[1], kind), d[0],
+                                                         indices(rng, d[1], d[0]), d[1]], 2,
+                   edge_cases=[[np.zeros(1, F32), np.full(4096, 0.1, F32), 1, np.zeros(4096, np.int64), 4096]],
+                   exact_on_int=True, max_dim=40))
+
+
+def _scatter_add_row(rng, d, kind):
+    rows, cols = d
+    return [values(rng, rows * cols, kind), values(rng, cols, kind), rows, cols, int(rng.integers(0, rows + 2))]
+
+
+_add(PrimitiveInfo("scatter_add_row", _scatter_add_row, 2))
+_add(PrimitiveInfo("scatter_add_rows", lambda rng, d, kind: [values(rng, d[0] * d[1], kind),
+                                                              values(rng, d[2] * d[1], kind), d[0], d[1],
+                                                              indices(rng, d[2], d[0]), d[2]], 3,
+                   exact_on_int=True))
+
+
+# -- fused rows --------------------------------------------------------------------------
+_ROW_EDGES = [[np.zeros(0, F32), 0, 4], [np.zeros(0, F32), 3, 0],
+              [np.array([1.0, 1.0, 1.0, 1000.0, -1000.0, 0.0, -np.inf, 0.0, np.nan, 1.0, 2.0, 3.0], F32), 4, 3]]
+_add(PrimitiveInfo("softmax_rows", lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1]], 2,
+                   edge_cases=_ROW_EDGES, max_dim=40))
+_add(PrimitiveInfo("log_softmax_rows", lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1]], 2,
+                   edge_cases=_ROW_EDGES, max_dim=40))
+
+
+def _softmax_bwd(rng, d, kind, log=False):
+    rows, cols = d
+    x = rng.standard_normal((rows, cols)) * 3
+    y = spec.log_softmax_rows(x.reshape(-1), rows, cols) if log else spec.softmax_rows(x.reshape(-1), rows, cols)
+    return [y.astype(F32), values(rng, rows * cols, kind), rows, cols]
+
+
+_add(PrimitiveInfo("softmax_rows_bwd", _softmax_bwd, 2, max_dim=40))
+_add(PrimitiveInfo("log_softmax_rows_bwd", lambda rng, d, kind: _softmax_bwd(rng, d, kind, True), 2, max_dim=40))
+
+# -- random numbers ----------------------------------------------------------------------
+_add(PrimitiveInfo("rand_uniform", lambda rng, d, kind: [d[0], int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2))], 1,
+                   edge_cases=[[0, 0], [64, 0x0123456789ABCDEF], [5, 2**64 - 1]], max_dim=500))
+_add(PrimitiveInfo("bernoulli_mask", lambda rng, d, kind: [d[0], float(F32(rng.random())), int(rng.integers(0, 2**63))], 1,
+                   edge_cases=[[64, 0.35, 0x0123456789ABCDEF], [10, 0.0, 1], [10, 1.0, 1], [10, 2.0, 1]], max_dim=500))
+_add(PrimitiveInfo("rand_normal", lambda rng, d, kind: [d[0], int(rng.integers(0, 2**63))], 1,
+                   edge_cases=[[0, 0], [1, 5], [7, 2**64 - 1]], max_dim=500))
+
+
+# -- running a case ----------------------------------------------------------------------
+def _is_buffer_arg(a: Any) -> bool:
+    return isinstance(a, np.ndarray) and a.dtype == F32
+
+
+def runtime_args(args: list, device: str) -> list:
+    return [Buffer.from_numpy(a, device) if _is_buffer_arg(a) else a for a in args]
+
+
+def spec_args(args: list) -> list:
+    return [a.astype(np.float64) if _is_buffer_arg(a) else a for a in args]
+
+
+def run_runtime(info: PrimitiveInfo, args: list, device: str) -> Any:
+    """The primitive's output(s) on ``device`` as host float32 arrays."""
+    rargs = runtime_args(args, device)
+    if info.name in ("rand_uniform", "bernoulli_mask", "rand_normal"):
+        rargs = rargs + [device]
+    out = info.runtime(*rargs)
+    if isinstance(out, tuple):
+        return tuple(o.to_numpy() for o in out)
+    return out.to_numpy()
+
+
+def run_case(info: PrimitiveInfo, args: list, device: str) -> tuple[contract.Verdict, Any, Any]:
+    """(verdict, output, spec output) for one argument list on one device."""
+    out = run_runtime(info, args, device)
+    sargs = spec_args(args)
+    ref = info.spec(*sargs)
+    tol = info.contract.bound(ref, *sargs)
+    return contract.compare(out, ref, tol), out, ref
