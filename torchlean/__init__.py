@@ -1,0 +1,31 @@
+"""torchlean: a float32 eager autograd runtime whose CPU and CUDA backends are checked against a
+float64 spec, with deterministic reductions, counter-based random numbers and allocator telemetry.
+
+Layers (each calls only the one below): tensor/autograd -> ops -> runtime (Buffer + primitives)
+-> backends (cpu, cuda); ``spec`` is the float64 reference and ``contract`` the error bounds.
+"""
+
+from . import errors
+from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .errors import (ArgumentError, AutogradError, AxisError, BufferReleasedError, ContractError, DeviceError,
+                     DTypeError, OutOfMemoryError, ShapeError, TorchLeanError)
+from .runtime import (Buffer, allocator_stats, collect_allocator, deterministic, deterministic_reductions,
+                      format_allocator_stats, set_deterministic_reductions)
+from .runtime.rng import Generator, default_generator, get_rng_state, manual_seed, set_rng_state
+from .tensor import (Tensor, arange, as_tensor, bernoulli, bool_, float32, full, int64, ones, ones_like, rand,
+                     randn, tensor, zeros, zeros_like)
+from . import _methods  # noqa: F401  (binds operators and methods onto Tensor)
+from . import nn, ops
+from .ops import (abs, bmm, cat, clamp, exp, flatten, index_select, log, matmul, maximum, mean, minimum, permute,
+                  reshape, sigmoid, softmax, log_softmax, sqrt, squeeze, sum, tanh, transpose, unsqueeze)
+
+__version__ = "0.1.0"
+float = float32  # noqa: A001  (torch.float is float32 too)
+long = int64
+bool = bool_  # noqa: A001
+
+
+def is_cuda_available() -> "builtins.bool":  # noqa: F821
+    from .runtime.device import cuda_unavailable_reason
+
+    return cuda_unavailable_reason() is None

@@ -1,0 +1,192 @@
+"""The tape: nodes that record parents, a VJP and workspace buffers; a reverse walk to run them.
+
+Like micrograd, every differentiable op builds its output and attaches a small backward closure.
+On top of that a node owns *workspace* buffers: scratch results the backward pass needs that are
+not the output of any tensor. ``backward()`` topologically sorts the graph, walks it in reverse,
+and retires each node as soon as its VJP has run: the workspace is released at once (the seed's
+explicit ownership, so a long training loop never waits for the garbage collector) and the
+closure is dropped. Gradients of shared inputs accumulate (``x + x`` has gradient 2).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from .errors import AutogradError, ShapeError
+from .runtime import primitives as P
+from .runtime.buffer import Buffer
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
+
+VJP = Callable[[Buffer], Sequence["Buffer | None"]]
+
+
+class _GradMode(threading.local):
+    enabled = True
+
+
+_mode = _GradMode()
+
+
+def is_grad_enabled() -> bool:
+    return _mode.enabled
+
+
+class set_grad_enabled:
+    """Context manager (and function) that turns recording on or off, restoring it on exit."""
+
+    def __init__(self, mode: bool) -> None:
+        self._prev = _mode.enabled
+        _mode.enabled = bool(mode)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        _mode.enabled = self._prev
+
+
+class no_grad:
+    """``with no_grad(): ...`` runs ops without recording them (also usable as a decorator)."""
+
+    def __enter__(self) -> None:
+        self._prev = _mode.enabled
+        _mode.enabled = False
+
+    def __exit__(self, *exc: object) -> None:
+        _mode.enabled = self._prev
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with no_grad():
+                return fn(*args, **kwargs)
+
+        wrapped.__name__ = getattr(fn, "__name__", "wrapped")
+        wrapped.__doc__ = fn.__doc__
+        return wrapped
+
+
+class enable_grad(no_grad):
+    """``with enable_grad(): ...`` records even inside ``no_grad``."""
+
+    def __enter__(self) -> None:
+        self._prev = _mode.enabled
+        _mode.enabled = True
+
+
+class Node:
+    """One recorded op: its name, the input tensors, the VJP and the workspace it keeps."""
+
+    __slots__ = ("name", "parents", "vjp", "workspace", "retired")
+
+    def __init__(self, name: str, parents: tuple["Tensor", ...], vjp: VJP, workspace: tuple[Buffer, ...]) -> None:
+        self.name = name
+        self.parents = parents
+        self.vjp = vjp
+        self.workspace = workspace
+        self.retired = False
+
+    def retire(self) -> None:
+        """Release the workspace and drop the closure; the node can no longer run backward."""
+        for w in self.workspace:
+            w.release()
+        self.workspace = ()
+        self.vjp = None  # type: ignore[assignment]
+        self.parents = ()
+        self.retired = True
+
+    def __repr__(self) -> str:
+        return f"<Node {self.name}{' retired' if self.retired else ''}>"
+
+
+def record(name: str, out: "Tensor", parents: Sequence["Tensor"], vjp: VJP,
+           workspace: Sequence[Buffer] = ()) -> "Tensor":
+    """Attach a node to ``out`` when recording is on and a parent needs a gradient.
+
+    When nothing will be recorded the workspace is released at once: no backward can need it.
+    """
+    if _mode.enabled and any(p.requires_grad for p in parents):
+        out.requires_grad = True
+        out._node = Node(name, tuple(parents), vjp, tuple(workspace))
+    else:
+        for w in workspace:
+            w.release()
+    return out
+
+
+def _topological(root: "Tensor") -> list["Tensor"]:
+    order: list[Tensor] = []
+    seen: set[int] = set()
+    stack: list[tuple[Tensor, bool]] = [(root, False)]
+    while stack:  # iterative DFS: deep graphs (long RNN unrolls) must not hit the recursion limit
+        t, expanded = stack.pop()
+        if expanded:
+            order.append(t)
+            continue
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        stack.append((t, True))
+        node = t._node
+        if node is not None:
+            if node.retired:
+                raise AutogradError(
+                    f"backward: the graph through {node.name!r} was already freed by an earlier backward(); "
+                    "pass retain_graph=True to the first call to backward twice")
+            for p in node.parents:
+                if p.requires_grad and id(p) not in seen:
+                    stack.append((p, False))
+    return order
+
+
+def backward(root: "Tensor", grad: "Tensor | None" = None, retain_graph: bool = False) -> None:
+    """Accumulate d(root)/d(leaf) into every leaf's ``.grad`` (``root.backward()``)."""
+    from .tensor import Tensor
+
+    if not root.requires_grad:
+        raise AutogradError("backward: the tensor does not require grad and has no recorded graph")
+    if grad is None:
+        if root.numel() != 1:
+            raise AutogradError(
+                f"backward: a gradient can be created implicitly only for a one-element output, got shape {root.shape}")
+        g = _ones_like(root)
+    else:
+        if not isinstance(grad, Tensor):
+            raise AutogradError(f"backward: gradient must be a Tensor, got {type(grad).__name__}")
+        if tuple(grad.shape) != tuple(root.shape):
+            raise ShapeError(f"backward: gradient shape {tuple(grad.shape)} does not match output shape {tuple(root.shape)}")
+        if grad.device != root.device:
+            from .errors import DeviceError
+            raise DeviceError(f"backward: gradient on {grad.device} but output on {root.device}")
+        g = grad._float_buffer("backward")
+    order = _topological(root)
+    grads: dict[int, Buffer] = {id(root): g}
+    with no_grad():
+        for t in reversed(order):
+            gt = grads.pop(id(t), None)
+            node = t._node
+            if node is None or t._retains_grad:
+                if gt is not None:
+                    t._accumulate_grad(gt)
+                if node is None:
+                    continue
+            if gt is None:
+                if not retain_graph:
+                    node.retire()
+                continue
+            parent_grads = node.vjp(gt)
+            for p, pg in zip(node.parents, parent_grads):
+                if pg is None or not p.requires_grad:
+                    continue
+                prev = grads.get(id(p))
+                grads[id(p)] = pg if prev is None else P.add(prev, pg)
+            if not retain_graph:
+                node.retire()
+
+
+def _ones_like(t: "Tensor") -> Buffer:
+    from .runtime.buffer import full
+
+    return full(t.numel(), 1.0, t.device)

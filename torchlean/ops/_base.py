@@ -1,0 +1,72 @@
+"""Shared helpers for the differentiable ops: shapes, broadcasting, operand conversion."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Sequence
+
+from ..errors import DeviceError, DTypeError, ShapeError
+from ..runtime.buffer import Buffer
+from ..tensor import Tensor, _axis, tensor
+
+__all__ = ["Tensor", "new", "fbuf", "operand", "broadcast_shapes", "axis_map_for", "_axis", "numel",
+           "is_scalar", "same_device"]
+
+
+def new(buf: Buffer, shape: Sequence[int]) -> Tensor:
+    return Tensor._wrap(buf, shape)
+
+
+def numel(shape: Sequence[int]) -> int:
+    return math.prod(shape)
+
+
+def fbuf(op: str, t: Tensor) -> Buffer:
+    """The float32 buffer of ``t``; integer and bool tensors are promoted (not differentiable)."""
+    if t._buf is not None:
+        return t._buf
+    return t.float()._buf
+
+
+def is_scalar(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) or isinstance(x, bool)
+
+
+def operand(op: str, x: Any, like: Tensor) -> Tensor:
+    """A tensor operand: Tensors pass (int/bool promoted to float), array-likes are copied to like's device."""
+    if isinstance(x, Tensor):
+        if x._buf is None:
+            x = x.float()
+        return x
+    try:
+        return tensor(x, dtype="float32", device=like.device)
+    except Exception as exc:  # noqa: BLE001 - reported as the op's own error
+        raise DTypeError(f"{op}: cannot use {type(x).__name__} as a tensor operand ({exc})") from None
+
+
+def same_device(op: str, *ts: Tensor) -> str:
+    dev = ts[0].device
+    for t in ts[1:]:
+        if t.device != dev:
+            raise DeviceError(f"{op}: expected tensors on one device, got {', '.join(t.device for t in ts)}")
+    return dev
+
+
+def broadcast_shapes(op: str, *shapes: Sequence[int]) -> tuple[int, ...]:
+    """NumPy/PyTorch broadcasting of shapes; ``ShapeError`` naming op and shapes otherwise."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for j in range(rank):
+        dims = {s[len(s) - rank + j] for s in shapes if len(s) - rank + j >= 0}
+        dims.discard(1)
+        if len(dims) > 1:
+            raise ShapeError(f"{op}: shapes {' and '.join(str(tuple(s)) for s in shapes)} are not broadcastable")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def axis_map_for(in_shape: Sequence[int], out_shape: Sequence[int]) -> tuple[int, ...]:
+    """The broadcast_to axis_map of right-aligned NumPy broadcasting from in_shape to out_shape."""
+    lead = len(out_shape) - len(in_shape)
+    return tuple(0 if j < lead else j - lead + 1 for j in range(len(out_shape)))

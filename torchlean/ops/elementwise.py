@@ -1,0 +1,169 @@
+"""Elementwise ops with NumPy broadcasting. Each forward is one primitive; each VJP is its _bwd
+primitive (or a product); broadcast operands are expanded first so their VJP sums back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import autograd
+from ..errors import DTypeError
+from ..runtime import primitives as P
+from ..runtime.buffer import Buffer
+from ._base import Tensor, broadcast_shapes, fbuf, new, operand, same_device
+from .shape import expand
+
+
+def _unary(name: str, x: Tensor, fwd, vjp_of):
+    """out = fwd(xb); vjp_of(xb, yb, g) -> dx."""
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"{name}: expected a Tensor, got {type(x).__name__}")
+    xb = fbuf(name, x)
+    yb = fwd(xb)
+    return autograd.record(name, new(yb, x.shape), (x,), lambda g: (vjp_of(xb, yb, g),))
+
+
+def abs(x: Tensor) -> Tensor:
+    return _unary("abs", x, P.abs, lambda xb, yb, g: P.abs_bwd(xb, g))
+
+
+def sqrt(x: Tensor) -> Tensor:
+    return _unary("sqrt", x, P.sqrt, lambda xb, yb, g: P.sqrt_bwd(xb, g))
+
+
+def exp(x: Tensor) -> Tensor:
+    return _unary("exp", x, P.exp, lambda xb, yb, g: P.mul(g, yb))
+
+
+def log(x: Tensor) -> Tensor:
+    return _unary("log", x, P.log, lambda xb, yb, g: P.div(g, xb))
+
+
+def reciprocal(x: Tensor) -> Tensor:
+    # d(1/x) = -dy / x^2 = -dy * y * y
+    return _unary("inv", x, P.inv, lambda xb, yb, g: P.scale(P.mul(P.mul(g, yb), yb), -1.0))
+
+
+def relu(x: Tensor) -> Tensor:
+    return _unary("relu", x, P.relu, lambda xb, yb, g: P.relu_bwd(xb, g))
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return _unary("sigmoid", x, P.sigmoid, lambda xb, yb, g: P.sigmoid_bwd(yb, g))
+
+
+def tanh(x: Tensor) -> Tensor:
+    return _unary("tanh", x, P.tanh, lambda xb, yb, g: P.tanh_bwd(yb, g))
+
+
+def softplus(x: Tensor) -> Tensor:
+    return _unary("softplus", x, P.softplus, lambda xb, yb, g: P.softplus_bwd(xb, g))
+
+
+def safe_log(x: Tensor) -> Tensor:
+    """log(softplus(x) + 1e-6): a log that is finite and smooth everywhere (the seed's safe_log)."""
+    return _unary("safe_log", x, P.safe_log, lambda xb, yb, g: P.safe_log_bwd(xb, g))
+
+
+def neg(x: Tensor) -> Tensor:
+    return _unary("neg", x, lambda xb: P.scale(xb, -1.0), lambda xb, yb, g: P.scale(g, -1.0))
+
+
+def clamp(x: Tensor, min: float | None = None, max: float | None = None) -> Tensor:
+    """min(max(x, min), max); the gradient passes strictly inside (min, max). NaN propagates."""
+    lo = float("-inf") if min is None else float(min)
+    hi = float("inf") if max is None else float(max)
+    return _unary("clamp", x, lambda xb: P.clamp(xb, lo, hi), lambda xb, yb, g: P.clamp_bwd(xb, g, lo, hi))
+
+
+def _pair(name: str, a: Any, b: Any) -> tuple[Tensor, Tensor]:
+    """Tensor operands of one shape and device: scalars/arrays converted, shapes broadcast."""
+    like = a if isinstance(a, Tensor) else b
+    a, b = operand(name, a, like), operand(name, b, like)
+    same_device(name, a, b)
+    if a.shape != b.shape:
+        shape = broadcast_shapes(name, a.shape, b.shape)
+        a, b = expand(a, shape), expand(b, shape)
+    return a, b
+
+
+def _binary(name: str, a: Any, b: Any, fwd, vjp):
+    a, b = _pair(name, a, b)
+    ab, bb = fbuf(name, a), fbuf(name, b)
+    yb = fwd(ab, bb)
+    return autograd.record(name, new(yb, a.shape), (a, b), lambda g: vjp(ab, bb, yb, g))
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def add(a: Any, b: Any) -> Tensor:
+    if isinstance(a, Tensor) and _is_number(b):
+        return _unary("add_scalar", a, lambda xb: P.add_scalar(xb, b), lambda xb, yb, g: g)
+    if isinstance(b, Tensor) and _is_number(a):
+        return add(b, a)
+    return _binary("add", a, b, P.add, lambda ab, bb, yb, g: (g, g))
+
+
+def sub(a: Any, b: Any) -> Tensor:
+    if isinstance(a, Tensor) and _is_number(b):
+        return add(a, -b)
+    if isinstance(b, Tensor) and _is_number(a):
+        return add(neg(b), a)
+    return _binary("sub", a, b, P.sub, lambda ab, bb, yb, g: (g, P.scale(g, -1.0)))
+
+
+def mul(a: Any, b: Any) -> Tensor:
+    if isinstance(a, Tensor) and _is_number(b):
+        c = float(b)
+        return _unary("scale", a, lambda xb: P.scale(xb, c), lambda xb, yb, g: P.scale(g, c))
+    if isinstance(b, Tensor) and _is_number(a):
+        return mul(b, a)
+    return _binary("mul", a, b, P.mul, lambda ab, bb, yb, g: (P.mul(g, bb), P.mul(g, ab)))
+
+
+def div(a: Any, b: Any) -> Tensor:
+    if isinstance(a, Tensor) and _is_number(b):
+        return mul(a, 1.0 / float(b)) if float(b) != 0.0 else _binary("div", a, float(b), P.div, _div_vjp)
+    if isinstance(b, Tensor) and _is_number(a):
+        return mul(reciprocal(b), a)
+    return _binary("div", a, b, P.div, _div_vjp)
+
+
+def _div_vjp(ab: Buffer, bb: Buffer, yb: Buffer, g: Buffer):
+    # d(a/b) = g / b, -g * (a/b) / b
+    gb = P.div(g, bb)
+    return gb, P.scale(P.mul(gb, yb), -1.0)
+
+
+def maximum(a: Any, b: Any) -> Tensor:
+    """Elementwise fmax (a NaN loses to a number, unlike torch.maximum); a tie splits the gradient."""
+    return _binary("max", a, b, P.max, lambda ab, bb, yb, g: P.max_bwd(ab, bb, g))
+
+
+def minimum(a: Any, b: Any) -> Tensor:
+    """Elementwise fmin (a NaN loses to a number, unlike torch.minimum); a tie splits the gradient."""
+    return _binary("min", a, b, P.min, lambda ab, bb, yb, g: P.min_bwd(ab, bb, g))
+
+
+def pow(x: Tensor, exponent: Any) -> Tensor:
+    """x ** p for p in {0, 0.5, 1, 2, -1} or any integer p >= 0 (repeated products)."""
+    if not _is_number(exponent):
+        raise DTypeError(f"pow: only a constant Python exponent is supported, got {type(exponent).__name__}")
+    p = float(exponent)
+    if p == 2.0:
+        return mul(x, x)
+    if p == 0.5:
+        return sqrt(x)
+    if p == 1.0:
+        return x
+    if p == -1.0:
+        return reciprocal(x)
+    if p == 0.0:
+        return add(mul(x, 0.0), 1.0)
+    if p.is_integer() and p > 0:
+        out = x
+        for _ in range(int(p) - 1):
+            out = mul(out, x)
+        return out
+    raise DTypeError(f"pow: exponent {exponent} is not supported (use exp(p * log(x)) for x > 0)")

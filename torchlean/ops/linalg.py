@@ -1,0 +1,75 @@
+"""matmul / bmm / linear on the bmm primitive (strided batched GEMM)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import autograd
+from ..errors import ShapeError
+from ..runtime import primitives as P
+from ..runtime.buffer import Buffer
+from ._base import Tensor, broadcast_shapes, fbuf, new, numel, operand, same_device
+from .shape import expand, reshape
+
+
+def _t_batched(b: Buffer, batch: int, r: int, c: int) -> Buffer:
+    """Transpose each (r, c) matrix of a (batch, r, c) buffer."""
+    if batch == 1:
+        return P.transpose2d(b, r, c)
+    return P.swap_adjacent_at_depth(b, (batch, r, c), 1)
+
+
+def bmm(a: Tensor, b: Tensor) -> Tensor:
+    """(batch, m, n) @ (batch, n, p) -> (batch, m, p). VJP: dA = g B^T, dB = A^T g."""
+    if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise ShapeError(f"bmm: expected (batch, m, n) and (batch, n, p), got {a.shape} and {b.shape}")
+    same_device("bmm", a, b)
+    batch, m, n = a.shape
+    p = b.shape[2]
+    ab, bb = fbuf("bmm", a), fbuf("bmm", b)
+    out = new(P.bmm(ab, bb, batch, m, n, p), (batch, m, p))
+
+    def vjp(g: Buffer):
+        da = P.bmm(g, _t_batched(bb, batch, n, p), batch, m, p, n) if a.requires_grad else None
+        db = P.bmm(_t_batched(ab, batch, m, n), g, batch, n, m, p) if b.requires_grad else None
+        return da, db
+
+    return autograd.record("bmm", out, (a, b), vjp)
+
+
+def matmul(a: Any, b: Any) -> Tensor:
+    """PyTorch matmul: 1-D operands are promoted and squeezed back, batch dims broadcast."""
+    like = a if isinstance(a, Tensor) else b
+    a, b = operand("matmul", a, like), operand("matmul", b, like)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"matmul: both operands need at least one dimension, got shapes {a.shape} and {b.shape}")
+    a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
+    b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
+    m, n = a2.shape[-2:]
+    n2, p = b2.shape[-2:]
+    if n != n2:
+        raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} cannot be multiplied ({n} != {n2})")
+    batch_shape = broadcast_shapes("matmul", a2.shape[:-2], b2.shape[:-2])
+    if a2.shape[:-2] != batch_shape:
+        a2 = expand(a2, batch_shape + (m, n))
+    if b2.shape[:-2] != batch_shape:
+        b2 = expand(b2, batch_shape + (n, p))
+    batch = numel(batch_shape)
+    out = bmm(reshape(a2, (batch, m, n)), reshape(b2, (batch, n, p)))
+    out_shape = batch_shape + ((m,) if a.ndim > 1 else ()) + ((p,) if b.ndim > 1 else ())
+    return reshape(out, out_shape)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """y = x W^T + b (PyTorch layout: weight (out, in)); x may have any leading dims."""
+    if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
+        raise ShapeError(f"linear: input {x.shape} does not fit weight {weight.shape} (expected (..., {weight.shape[-1] if weight.ndim else '?'}))")
+    from .shape import t
+    from .elementwise import add
+
+    y = matmul(x, t(weight))
+    if bias is not None:
+        if bias.shape != (weight.shape[0],):
+            raise ShapeError(f"linear: bias shape {bias.shape} does not match weight {weight.shape} (expected ({weight.shape[0]},))")
+        y = add(y, bias)
+    return y

@@ -1,0 +1,242 @@
+"""Shape ops: reshape (no copy), broadcast, transposes and permutes, concat/slice, to_device."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import autograd
+from ..errors import ShapeError
+from ..runtime import primitives as P
+from ..runtime.buffer import Buffer
+from ._base import Tensor, _axis, axis_map_for, fbuf, new, numel, same_device
+
+
+def _resolve_shape(op: str, shape: Sequence[Any], n: int) -> tuple[int, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    shape = tuple(int(s) for s in shape)
+    if shape.count(-1) > 1:
+        raise ShapeError(f"{op}: only one dimension can be -1, got {shape}")
+    if -1 in shape:
+        rest = numel([s for s in shape if s != -1])
+        if rest == 0 or n % rest:
+            raise ShapeError(f"{op}: cannot reshape {n} elements into {shape}")
+        shape = tuple(n // rest if s == -1 else s for s in shape)
+    if any(s < 0 for s in shape) or numel(shape) != n:
+        raise ShapeError(f"{op}: cannot reshape {n} elements into {shape}")
+    return shape
+
+
+def reshape(x: Tensor, *shape: Any) -> Tensor:
+    """Same buffer, new shape (tensors are always contiguous, so this never copies)."""
+    new_shape = _resolve_shape("reshape", shape, x.numel())
+    if x._buf is None:
+        return Tensor._wrap_host(x._host.reshape(new_shape), x.device)
+    old = x.shape
+    out = new(x._buf, new_shape)
+    return autograd.record("reshape", out, (x,), lambda g: (g,))
+
+
+def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    if x.ndim == 0:
+        return reshape(x, 1)
+    s, e = _axis("flatten", start_dim, x.ndim), _axis("flatten", end_dim, x.ndim)
+    if s > e:
+        raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+    shape = x.shape[:s] + (numel(x.shape[s:e + 1]),) + x.shape[e + 1:]
+    return reshape(x, shape)
+
+
+def unsqueeze(x: Tensor, dim: int) -> Tensor:
+    d = _axis("unsqueeze", dim, x.ndim + 1)
+    return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
+
+
+def squeeze(x: Tensor, dim: int | None = None) -> Tensor:
+    if dim is None:
+        return reshape(x, tuple(s for s in x.shape if s != 1))
+    d = _axis("squeeze", dim, x.ndim)
+    if x.shape[d] != 1:
+        return x
+    return reshape(x, x.shape[:d] + x.shape[d + 1:])
+
+
+def expand(x: Tensor, shape: Sequence[int]) -> Tensor:
+    """Broadcast x to ``shape`` (NumPy rules; -1 keeps a size); the VJP sums back (reduce_from_broadcast)."""
+    shape = tuple(shape)
+    if len(shape) < x.ndim:
+        raise ShapeError(f"expand: cannot broadcast shape {x.shape} to {shape}")
+    lead = len(shape) - x.ndim
+    shape = tuple(x.shape[j - lead] if (s == -1 and j >= lead) else s for j, s in enumerate(shape))
+    if shape == x.shape:
+        return x
+    amap = axis_map_for(x.shape, shape)
+    xb = fbuf("expand", x)
+    out = new(P.broadcast_to(xb, x.shape, shape, amap), shape)
+    in_shape = x.shape
+    return autograd.record("expand", out, (x,), lambda g: (P.reduce_from_broadcast(g, in_shape, shape, amap),))
+
+
+broadcast_to = expand
+
+
+def _swap(x: Tensor, depth: int) -> Tensor:
+    """Swap axes depth and depth+1 (one swap_adjacent_at_depth kernel; VJP: the same swap back)."""
+    shape = list(x.shape)
+    out_shape = shape.copy()
+    out_shape[depth], out_shape[depth + 1] = shape[depth + 1], shape[depth]
+    xb = fbuf("transpose", x)
+    out = new(P.swap_adjacent_at_depth(xb, tuple(shape), depth), out_shape)
+    return autograd.record("swap_adjacent", out, (x,),
+                           lambda g: (P.swap_adjacent_at_depth(g, tuple(out_shape), depth),))
+
+
+def swap_adjacent(x: Tensor, depth: int) -> Tensor:
+    if not 0 <= depth < x.ndim - 1:
+        raise ShapeError(f"swap_adjacent: depth {depth} needs axes {depth} and {depth + 1}, tensor has rank {x.ndim}")
+    return _swap(x, depth)
+
+
+def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
+    a, b = sorted((_axis("transpose", dim0, x.ndim), _axis("transpose", dim1, x.ndim)))
+    if a == b:
+        return x
+    if x.ndim == 2:
+        r, c = x.shape
+        out = new(P.transpose2d(fbuf("transpose", x), r, c), (c, r))
+        return autograd.record("transpose2d", out, (x,), lambda g: (P.transpose2d(g, c, r),))
+    if b == a + 1:
+        return _swap(x, a)
+    perm = list(range(x.ndim))
+    perm[a], perm[b] = perm[b], perm[a]
+    return permute(x, *perm)
+
+
+def t(x: Tensor) -> Tensor:
+    if x.ndim < 2:
+        return x
+    if x.ndim != 2:
+        raise ShapeError(f"t: expects a tensor of rank <= 2, got shape {x.shape}")
+    return transpose(x, 0, 1)
+
+
+def permute(x: Tensor, *dims: Any) -> Tensor:
+    """Reorder axes; done as adjacent swaps (bubble sort), each one kernel with its own VJP."""
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = tuple(dims[0])
+    perm = [_axis("permute", d, x.ndim) for d in dims]
+    if sorted(perm) != list(range(x.ndim)):
+        raise ShapeError(f"permute: {tuple(dims)} is not a permutation of the {x.ndim} axes of shape {x.shape}")
+    cur = list(range(x.ndim))  # cur[j] = original axis now at position j
+    out = x
+    for target in range(x.ndim):
+        j = cur.index(perm[target])
+        while j > target:
+            out = _swap(out, j - 1)
+            cur[j - 1], cur[j] = cur[j], cur[j - 1]
+            j -= 1
+    return out
+
+
+def permute_bca(x: Tensor) -> Tensor:
+    """(a, b, c) -> (b, c, a)."""
+    return permute(x, 1, 2, 0)
+
+
+def permute_cab(x: Tensor) -> Tensor:
+    """(a, b, c) -> (c, a, b)."""
+    return permute(x, 2, 0, 1)
+
+
+def swap_last2(x: Tensor) -> Tensor:
+    """(a, b, c) -> (a, c, b)."""
+    if x.ndim != 3:
+        raise ShapeError(f"swap_last2: expects a 3-D tensor, got shape {x.shape}")
+    return _swap(x, 1)
+
+
+def concat1d(a: Tensor, b: Tensor) -> Tensor:
+    if a.ndim != 1 or b.ndim != 1:
+        raise ShapeError(f"concat1d: expects two 1-D tensors, got shapes {a.shape} and {b.shape}")
+    same_device("concat1d", a, b)
+    n, m = a.shape[0], b.shape[0]
+    out = new(P.concat1d(fbuf("concat1d", a), fbuf("concat1d", b), n, m), (n + m,))
+    return autograd.record("concat1d", out, (a, b), lambda g: (P.slice1d(g, n + m, 0, n), P.slice1d(g, n + m, n, m)))
+
+
+def slice1d(x: Tensor, start: int, length: int) -> Tensor:
+    if x.ndim != 1:
+        raise ShapeError(f"slice1d: expects a 1-D tensor, got shape {x.shape}")
+    return slice0(x, start, length)
+
+
+def slice0(x: Tensor, start: int, length: int) -> Tensor:
+    """x[start:start+length] along dim 0: one contiguous run of the flat buffer."""
+    if x.ndim == 0:
+        raise ShapeError("slice: cannot slice a 0-d tensor")
+    n0 = x.shape[0]
+    if start < 0 or length < 0 or start + length > n0:
+        raise ShapeError(f"slice: rows [{start}, {start + length}) out of range for dim 0 of size {n0}")
+    inner = numel(x.shape[1:])
+    total = x.numel()
+    out_shape = (length,) + x.shape[1:]
+    xb = fbuf("slice", x)
+    out = new(P.slice1d(xb, total, start * inner, length * inner), out_shape)
+
+    def vjp(g: Buffer) -> tuple[Buffer]:
+        # zeros around g: concat [0]*before + g + [0]*after
+        before, after = start * inner, total - (start + length) * inner
+        dev = g.device
+        from ..runtime.buffer import zeros
+
+        full_g = P.concat1d(zeros(before, dev), g, before, g.size) if before else g
+        if after:
+            full_g = P.concat1d(full_g, zeros(after, dev), full_g.size, after)
+        return (full_g,)
+
+    return autograd.record("slice0", out, (x,), vjp)
+
+
+def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    """Concatenate along ``dim`` (dim 0: chained concat1d; other dims: move dim to the front first)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ShapeError("cat: expected a non-empty sequence of tensors")
+    tensors = [t.float() if t._buf is None else t for t in tensors]
+    ref = tensors[0]
+    d = _axis("cat", dim, ref.ndim)
+    same_device("cat", *tensors)
+    for t_ in tensors[1:]:
+        if t_.ndim != ref.ndim or t_.shape[:d] + t_.shape[d + 1:] != ref.shape[:d] + ref.shape[d + 1:]:
+            raise ShapeError(f"cat: shapes {[tuple(t.shape) for t in tensors]} differ outside dim {d}")
+    if d != 0:
+        moved = [permute(t_, [d] + [i for i in range(t_.ndim) if i != d]) for t_ in tensors]
+        out = cat(moved, 0)
+        inv = [0] * ref.ndim
+        order = [d] + [i for i in range(ref.ndim) if i != d]
+        for j, o in enumerate(order):
+            inv[o] = j
+        return permute(out, inv)
+    out = reshape(tensors[0], -1)
+    for t_ in tensors[1:]:
+        out = concat1d(out, reshape(t_, -1))
+    return reshape(out, (sum(t_.shape[0] for t_ in tensors),) + ref.shape[1:])
+
+
+def to_device(x: Tensor, device: Any) -> Tensor:
+    """A copy on another device; the VJP copies the gradient back."""
+    from ..runtime.buffer import Buffer as _B
+
+    if x._buf is None:
+        return Tensor._wrap_host(x._host.copy(), str(device))
+    src = x.device
+    out = new(_B.from_numpy(x._buf.to_numpy(), device), x.shape)
+    return autograd.record("to_device", out, (x,), lambda g: (_B.from_numpy(g.to_numpy(), src),))
+
+
+def clone(x: Tensor) -> Tensor:
+    if x._buf is None:
+        return Tensor._wrap_host(x._host.copy(), x.device)
+    return autograd.record("clone", new(P.copy(x._buf), x.shape), (x,), lambda g: (g,))

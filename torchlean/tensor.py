@@ -1,0 +1,437 @@
+"""Layer 3: a PyTorch-style ``Tensor`` over a Buffer and a shape, recorded on the tape.
+
+Float tensors are float32 Buffers on their device. Integer (int64) and boolean tensors are
+index and mask tensors: they hold a host NumPy array (the seed's kernels take host indices),
+never require grad, and are promoted to float32 when mixed with float tensors in arithmetic.
+
+Differences from PyTorch, on purpose: float32 is the only floating dtype; reshape/view never
+copy because every tensor is contiguous (so ``view`` is ``reshape``); ``x / c`` for a Python
+number multiplies by float32(1/c) (within the division's contract but not always bitwise equal
+to PyTorch's true division); comparisons (``x > 0``) return host boolean tensors.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from . import autograd
+from .errors import AutogradError, DTypeError, ShapeError
+from .runtime import primitives as P
+from .runtime.buffer import Buffer
+from .runtime.device import canonical_device, get_context
+from .runtime.rng import default_generator
+
+float32 = np.dtype(np.float32)
+int64 = np.dtype(np.int64)
+bool_ = np.dtype(np.bool_)
+_DTYPES = {"float32": float32, "float": float32, "int64": int64, "long": int64, "bool": bool_}
+
+
+def _dtype(op: str, dtype: Any) -> np.dtype | None:
+    if dtype is None:
+        return None
+    if isinstance(dtype, str) and dtype in _DTYPES:
+        return _DTYPES[dtype]
+    try:
+        d = np.dtype(dtype)
+    except TypeError:
+        raise DTypeError(f"{op}: unknown dtype {dtype!r}") from None
+    if d.kind == "f":
+        if d != float32:
+            raise DTypeError(f"{op}: torchlean computes in float32 only, got dtype {d}")
+        return float32
+    if d.kind in "iu":
+        return int64
+    if d.kind == "b":
+        return bool_
+    raise DTypeError(f"{op}: unsupported dtype {d}")
+
+
+class Tensor:
+    """A float32 (or index/mask) tensor. Create with ``torchlean.tensor``, ``zeros``, ``randn`` ..."""
+
+    __slots__ = ("_buf", "_host", "_shape", "_device", "requires_grad", "grad", "_node", "_retains_grad",
+                 "__weakref__")
+    __array_priority__ = 1000  # numpy scalars on the left defer to our operators
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("use torchlean.tensor(data, ...) or a factory such as torchlean.zeros(...)")
+
+    # -- construction (internal) ---------------------------------------------------------
+    @classmethod
+    def _wrap(cls, buf: Buffer, shape: Sequence[int], requires_grad: bool = False) -> "Tensor":
+        t = object.__new__(cls)
+        t._buf = buf
+        t._host = None
+        t._shape = tuple(shape)
+        t._device = buf.device
+        t.requires_grad = requires_grad
+        t.grad = None
+        t._node = None
+        t._retains_grad = False
+        return t
+
+    @classmethod
+    def _wrap_host(cls, arr: np.ndarray, device: str) -> "Tensor":
+        t = object.__new__(cls)
+        t._buf = None
+        t._host = arr
+        t._shape = tuple(arr.shape)
+        t._device = device
+        t.requires_grad = False
+        t.grad = None
+        t._node = None
+        t._retains_grad = False
+        return t
+
+    # -- properties ----------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    def size(self, dim: int | None = None) -> Any:
+        return self._shape if dim is None else self._shape[_axis("size", dim, self.ndim)]
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    def dim(self) -> int:
+        return len(self._shape)
+
+    def numel(self) -> int:
+        return math.prod(self._shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return float32 if self._buf is not None else self._host.dtype
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._node is None
+
+    @property
+    def is_floating_point(self) -> bool:
+        return self._buf is not None
+
+    @property
+    def buffer(self) -> Buffer:
+        """The underlying flat float32 Buffer (layer 1)."""
+        return self._float_buffer("buffer")
+
+    def _float_buffer(self, op: str) -> Buffer:
+        if self._buf is None:
+            raise DTypeError(f"{op}: expected a float32 tensor, got an {self.dtype} tensor (use .float())")
+        return self._buf
+
+    # -- conversion ----------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """A host copy of the values (float32, int64 or bool), shaped."""
+        if self._buf is None:
+            return self._host.copy()
+        return self._buf.to_numpy().reshape(self._shape)
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def item(self) -> Any:
+        if self.numel() != 1:
+            raise ShapeError(f"item: expected a one-element tensor, got shape {self._shape}")
+        return self.numpy().reshape(-1)[0].item()
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise ShapeError(f"bool: the truth value of a tensor with {self.numel()} elements is ambiguous")
+        return bool(self.item())
+
+    def __index__(self) -> int:
+        if self._buf is not None or self.numel() != 1:
+            raise DTypeError("__index__: only one-element integer tensors can be used as an index")
+        return int(self.item())
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise ShapeError("len: a 0-d tensor has no length")
+        return self._shape[0]
+
+    def __iter__(self) -> Iterable["Tensor"]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def float(self) -> "Tensor":
+        if self._buf is not None:
+            return self
+        return Tensor._wrap(Buffer.from_numpy(self._host.astype(np.float32), self._device), self._shape)
+
+    def long(self) -> "Tensor":
+        return Tensor._wrap_host(np.asarray(self.numpy()).astype(np.int64), self._device)
+
+    def bool(self) -> "Tensor":
+        return Tensor._wrap_host(np.asarray(self.numpy()).astype(np.bool_), self._device)
+
+    def to(self, device: Any = None, dtype: Any = None) -> "Tensor":
+        """A copy on ``device`` (differentiable), optionally converted to ``dtype``."""
+        from . import ops
+
+        out = self
+        if dtype is not None:
+            d = _dtype("to", dtype)
+            out = out.float() if d == float32 else (out.long() if d == int64 else out.bool())
+        if device is not None and canonical_device(device, "to") != out._device:
+            out = ops.to_device(out, device)
+        return out
+
+    def cpu(self) -> "Tensor":
+        return self.to("cpu")
+
+    def cuda(self, device: int | None = None) -> "Tensor":
+        return self.to("cuda" if device is None else f"cuda:{device}")
+
+    def detach(self) -> "Tensor":
+        """The same buffer, cut from the graph."""
+        if self._buf is None:
+            return self
+        return Tensor._wrap(self._buf, self._shape)
+
+    def clone(self) -> "Tensor":
+        from . import ops
+
+        return ops.clone(self)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        if requires_grad and self._buf is None:
+            raise DTypeError("requires_grad_: only float32 tensors can require gradients")
+        if not self.is_leaf and not requires_grad:
+            raise AutogradError("requires_grad_: cannot turn off requires_grad on a non-leaf tensor; use detach()")
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def retain_grad(self) -> "Tensor":
+        self._retains_grad = True
+        return self
+
+    def backward(self, gradient: "Tensor | None" = None, retain_graph: bool = False) -> None:
+        autograd.backward(self, gradient, retain_graph)
+
+    def _accumulate_grad(self, g: Buffer) -> None:
+        if self.grad is None:
+            self.grad = Tensor._wrap(g, self._shape)
+        else:
+            self.grad = Tensor._wrap(P.add(self.grad._float_buffer("grad"), g), self._shape)
+
+    # -- in-place updates (optimizers, under no_grad) --------------------------------------
+    def _assign(self, op: str, new: "Tensor") -> "Tensor":
+        if autograd.is_grad_enabled() and (self.requires_grad or new.requires_grad):
+            raise AutogradError(
+                f"{op}: in-place update of a tensor that requires grad; wrap it in torchlean.no_grad()")
+        if new.shape != self._shape:
+            raise ShapeError(f"{op}: the result has shape {new.shape}, the tensor has shape {self._shape}")
+        if new._device != self._device:
+            from .errors import DeviceError
+            raise DeviceError(f"{op}: the update is on {new._device}, the tensor on {self._device}")
+        self._buf = new._float_buffer(op)
+        return self
+
+    def add_(self, other: Any, alpha: float = 1.0) -> "Tensor":
+        from . import ops
+
+        return self._assign("add_", ops.add(self, other if alpha == 1.0 else ops.mul(other, alpha)))
+
+    def sub_(self, other: Any, alpha: float = 1.0) -> "Tensor":
+        return self.add_(other, -alpha)
+
+    def mul_(self, other: Any) -> "Tensor":
+        from . import ops
+
+        return self._assign("mul_", ops.mul(self, other))
+
+    def div_(self, other: Any) -> "Tensor":
+        from . import ops
+
+        return self._assign("div_", ops.div(self, other))
+
+    def zero_(self) -> "Tensor":
+        return self._assign("zero_", zeros(*self._shape, device=self._device))
+
+    def fill_(self, value: float) -> "Tensor":
+        return self._assign("fill_", full(self._shape, value, device=self._device))
+
+    def copy_(self, src: "Tensor") -> "Tensor":
+        from . import ops
+
+        if not isinstance(src, Tensor):
+            src = tensor(src, device=self._device)
+        src = src.float().to(self._device)
+        if src.shape != self._shape:
+            src = ops.expand(src, self._shape)
+        return self._assign("copy_", Tensor._wrap(P.copy(src._buf), self._shape))
+
+    __iadd__ = add_
+    __isub__ = sub_
+    __imul__ = mul_
+    __itruediv__ = div_
+
+    def __repr__(self) -> str:
+        vals = np.array2string(self.numpy(), precision=4, separator=", ", threshold=50)
+        extra = ""
+        if self._device != "cpu":
+            extra += f", device='{self._device}'"
+        if self._buf is None:
+            extra += f", dtype={self.dtype}"
+        if self._node is not None:
+            extra += f", grad_fn=<{self._node.name}>"
+        elif self.requires_grad:
+            extra += ", requires_grad=True"
+        return f"tensor({vals}{extra})"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __getstate__(self) -> Any:
+        raise TypeError("Tensor: cannot be pickled; use .numpy()")
+
+
+def _axis(op: str, dim: Any, rank: int) -> int:
+    from .errors import AxisError
+
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
+        raise AxisError(f"{op}: dim must be an integer, got {dim!r}")
+    d = int(dim)
+    lo, hi = (-1, 0) if rank == 0 else (-rank, rank - 1)
+    if not lo <= d <= hi:
+        raise AxisError(f"{op}: dim {d} out of range for a tensor of rank {rank} (expected [{lo}, {hi}])")
+    return d % rank if rank else 0
+
+
+# -- factories ----------------------------------------------------------------------------
+def _shape_arg(op: str, size: tuple) -> tuple[int, ...]:
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = tuple(size[0])
+    out = []
+    for s in size:
+        if isinstance(s, bool) or not isinstance(s, numbers.Integral) or int(s) < 0:
+            raise ShapeError(f"{op}: sizes must be non-negative integers, got {size!r}")
+        out.append(int(s))
+    return tuple(out)
+
+
+def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """A new tensor copied from ``data`` (nested lists, NumPy arrays, scalars or a Tensor).
+
+    Float data becomes float32; integer data int64 and booleans bool (index and mask tensors).
+    """
+    dev = canonical_device(device, "tensor")
+    d = _dtype("tensor", dtype)
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    try:
+        arr = np.asarray(data)
+    except (ValueError, TypeError) as exc:
+        raise ShapeError(f"tensor: data is not a rectangular array of numbers ({exc})") from None
+    if arr.dtype == object:
+        raise ShapeError("tensor: data is not a rectangular array of numbers (ragged or non-numeric)")
+    if d is None:
+        d = float32 if arr.dtype.kind in "fc" else (bool_ if arr.dtype.kind == "b" else int64)
+        if arr.dtype.kind not in "fbiu":
+            raise DTypeError(f"tensor: unsupported element type {arr.dtype}")
+    if d == float32:
+        if arr.dtype.kind == "c":
+            raise DTypeError("tensor: complex data is not supported")
+        get_context(dev, "tensor")
+        t = Tensor._wrap(Buffer.from_numpy(arr, dev), arr.shape)
+        if requires_grad:
+            t.requires_grad = True
+        return t
+    if requires_grad:
+        raise DTypeError(f"tensor: only float32 tensors can require gradients, got dtype {d}")
+    get_context(dev, "tensor")
+    return Tensor._wrap_host(np.array(arr, dtype=d), dev)
+
+
+def as_tensor(data: Any, device: Any = None) -> Tensor:
+    if isinstance(data, Tensor):
+        return data.to(device) if device is not None else data
+    return tensor(data, device=device)
+
+
+def full(size: Sequence[int], fill_value: float, device: Any = None, requires_grad: bool = False) -> Tensor:
+    shape = _shape_arg("full", (size,) if isinstance(size, numbers.Integral) else tuple(size))
+    buf = _filled(math.prod(shape), fill_value, device)
+    return Tensor._wrap(buf, shape, requires_grad)
+
+
+def _filled(n: int, value: float, device: Any) -> Buffer:
+    from .runtime.buffer import full as buffer_full
+
+    return buffer_full(n, value, canonical_device(device, "full"))
+
+
+def zeros(*size: Any, device: Any = None, requires_grad: bool = False) -> Tensor:
+    shape = _shape_arg("zeros", size)
+    return Tensor._wrap(_filled(math.prod(shape), 0.0, device), shape, requires_grad)
+
+
+def ones(*size: Any, device: Any = None, requires_grad: bool = False) -> Tensor:
+    shape = _shape_arg("ones", size)
+    return Tensor._wrap(_filled(math.prod(shape), 1.0, device), shape, requires_grad)
+
+
+def zeros_like(t: Tensor, requires_grad: bool = False) -> Tensor:
+    return zeros(*t.shape, device=t.device, requires_grad=requires_grad)
+
+
+def ones_like(t: Tensor, requires_grad: bool = False) -> Tensor:
+    return ones(*t.shape, device=t.device, requires_grad=requires_grad)
+
+
+def rand(*size: Any, device: Any = None, requires_grad: bool = False, generator: Any = None) -> Tensor:
+    """Uniform [0, 1) float32 (see ``rand_uniform``): the same bits on every device for the same seed."""
+    shape = _shape_arg("rand", size)
+    key = (generator or default_generator).next_key()
+    return Tensor._wrap(P.rand_uniform(math.prod(shape), key, canonical_device(device, "rand")), shape, requires_grad)
+
+
+def randn(*size: Any, device: Any = None, requires_grad: bool = False, generator: Any = None) -> Tensor:
+    """Standard normal float32 (see ``rand_normal``): the same bits on every device for the same seed."""
+    shape = _shape_arg("randn", size)
+    key = (generator or default_generator).next_key()
+    return Tensor._wrap(P.rand_normal(math.prod(shape), key, canonical_device(device, "randn")), shape, requires_grad)
+
+
+def bernoulli(p: Tensor, generator: Any = None) -> Tensor:
+    """1.0 where float32(p) > u for one uniform draw u per element, else 0.0 (not differentiable).
+
+    For a constant probability this equals ``bernoulli_mask`` bit for bit (same key, same u).
+    """
+    if not isinstance(p, Tensor):
+        raise DTypeError(f"bernoulli: expected a tensor of probabilities, got {type(p).__name__}")
+    pb = p._float_buffer("bernoulli")
+    u = P.rand_uniform(pb.size, (generator or default_generator).next_key(), p.device)
+    # sign(p - u) is 1 exactly where p > u (abs_bwd(x, 1) = sign(x)); relu keeps those 1s.
+    ones_ = _filled(pb.size, 1.0, p.device)
+    return Tensor._wrap(P.relu(P.abs_bwd(P.sub(pb, u), ones_)), p.shape)
+
+
+def arange(start: float, end: float | None = None, step: float = 1, device: Any = None) -> Tensor:
+    if end is None:
+        start, end = 0, start
+    arr = np.arange(start, end, step)
+    return tensor(arr, device=device)
