@@ -4,7 +4,7 @@ from .elementwise import (abs, add, clamp, div, exp, log, maximum, minimum, mul,
                           safe_log, sigmoid, softplus, sqrt, sub, tanh)
 from .index import gather_rows, gather_vec, getitem, index_select, scatter_add, scatter_add_rows
 from .linalg import bmm, linear, matmul
-from .nn import log_softmax, mse_loss, softmax
+from .nn import dropout, log_softmax, mse_loss, softmax
 from .reduce import mean, sum
 from .shape import (broadcast_to, cat, clone, concat1d, expand, flatten, permute, permute_bca, permute_cab,
                     reshape, slice0, slice1d, squeeze, swap_adjacent, swap_last2, t, to_device, transpose,

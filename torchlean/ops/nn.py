@@ -69,3 +69,28 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
         return d, (P.scale(d, -1.0) if target.requires_grad else None)
 
     return autograd.record("mse_loss", out, (input, target), vjp, workspace=(diff,))
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True, generator=None) -> Tensor:
+    """Zero each element with probability p and scale the rest by 1/(1-p) (identity when not training).
+
+    The mask is ``bernoulli_mask(n, 1 - p, key)`` with the generator's next key, so the same seed
+    drops the same elements on every device. The mask is the node's workspace.
+    """
+    from ..errors import ArgumentError
+    from ..runtime.rng import default_generator
+
+    if not (0.0 <= float(p) <= 1.0):
+        raise ArgumentError(f"dropout: p must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return x
+    xb = fbuf("dropout", x)
+    n = xb.size
+    if p == 1.0:
+        return autograd.record("dropout", new(P.scale(xb, 0.0), x.shape), (x,), lambda g: (P.scale(g, 0.0),))
+    keep = 1.0 - float(p)
+    mask = P.bernoulli_mask(n, keep, (generator or default_generator).next_key(), x.device)
+    scaled_mask = P.scale(mask, 1.0 / keep)
+    mask.release()
+    out = new(P.mul(xb, scaled_mask), x.shape)
+    return autograd.record("dropout", out, (x,), lambda g: (P.mul(g, scaled_mask),), workspace=(scaled_mask,))

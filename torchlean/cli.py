@@ -1,0 +1,121 @@
+"""The ``torchlean`` command: ``info``, ``check`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def _info(args: argparse.Namespace) -> int:
+    import numpy as np
+    import scipy
+
+    import torchlean as tl
+    from .runtime.device import cuda_unavailable_reason
+
+    reason = cuda_unavailable_reason()
+    print(f"torchlean {tl.__version__}  (numpy {np.__version__}, scipy {scipy.__version__}, python {sys.version.split()[0]})")
+    print("backends:")
+    print("  cpu   available (NumPy/SciPy)")
+    print(f"  cuda  {'available' if reason is None else 'unavailable: ' + reason}")
+    print(f"deterministic reductions: {'on' if tl.deterministic_reductions() else 'off'}"
+          f"  (env TORCHLEAN_CUDA_DETERMINISTIC_REDUCTIONS)")
+    print(tl.format_allocator_stats(tl.allocator_stats("cpu")))
+    if reason is None:
+        print(tl.format_allocator_stats(tl.allocator_stats("cuda")))
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .check import format_rows, run_check
+    from .runtime.device import canonical_device, cuda_unavailable_reason
+
+    if args.device == "all":
+        devices = ["cpu"] + (["cuda:0"] if cuda_unavailable_reason() is None else [])
+    else:
+        devices = [canonical_device(args.device, "check")]
+    if any(d.startswith("cuda") for d in devices) and cuda_unavailable_reason() is not None:
+        print(f"torchlean check: CUDA unavailable: {cuda_unavailable_reason()}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    rows = run_check(devices, args.samples, args.seed)
+    print(format_rows(rows))
+    print(f"({time.perf_counter() - t0:.1f} s on {', '.join(devices)}; seed {args.seed})")
+    return 0 if all(r.ok for r in rows) else 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """Fit y = sin(3x) + 0.5 x^2 with a 1-64-64-1 tanh MLP by SGD with momentum, from the front end."""
+    import math
+
+    import torchlean as tl
+    import torchlean.nn.functional as F
+
+    dev = args.device
+    tl.manual_seed(args.seed)
+    xs = tl.rand(512, 1, device=dev) * 4.0 - 2.0
+    x_np = xs.numpy()
+    ys = tl.tensor(__import__("numpy").sin(3 * x_np) + 0.5 * x_np**2, device=dev)
+
+    def init(fan_in: int, fan_out: int):
+        bound = 1.0 / math.sqrt(fan_in)
+        w = (tl.rand(fan_out, fan_in, device=dev) * (2 * bound) - bound).detach().requires_grad_()
+        b = (tl.rand(fan_out, device=dev) * (2 * bound) - bound).detach().requires_grad_()
+        return w, b
+
+    params = [*init(1, 64), *init(64, 64), *init(64, 1)]
+    vel = [tl.zeros(*p.shape, device=dev) for p in params]
+    t0 = time.perf_counter()
+    first = None
+    for step in range(args.steps + 1):
+        w1, b1, w2, b2, w3, b3 = params
+        h = F.linear(xs, w1, b1).tanh()
+        h = F.linear(h, w2, b2).tanh()
+        loss = F.mse_loss(F.linear(h, w3, b3), ys)
+        for p in params:
+            p.grad = None
+        loss.backward()
+        with tl.no_grad():
+            for p, v in zip(params, vel):
+                v.mul_(0.9).add_(p.grad)
+                p.sub_(v, alpha=args.lr)
+        value = loss.item()
+        first = value if first is None else first
+        if step % max(args.steps // 10, 1) == 0:
+            print(f"step {step:5d}  loss {value:.5f}  {tl.format_allocator_stats(tl.allocator_stats(dev))}")
+    dt = time.perf_counter() - t0
+    print(f"loss {first:.4f} -> {value:.5f} in {args.steps} steps, {args.steps / dt:.0f} steps/s on {dev}")
+    return 0 if value < 0.25 * first else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="torchlean", description=__import__("torchlean").__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_info = sub.add_parser("info", help="version, backends (and why one is unavailable), modes, allocator")
+    p_info.set_defaults(fn=_info)
+    p_check = sub.add_parser("check", help="run every primitive against its float64 spec and contract")
+    p_check.add_argument("--device", default="all", help="cpu, cuda, cuda:N or all (default: every available)")
+    p_check.add_argument("--samples", type=int, default=200, help="random cases per primitive (plus edge cases)")
+    p_check.add_argument("--seed", type=int, default=0)
+    p_check.set_defaults(fn=_check)
+    p_demo = sub.add_parser("demo", help="train a small MLP regression through the tape")
+    p_demo.add_argument("--device", default="cpu")
+    p_demo.add_argument("--steps", type=int, default=500)
+    p_demo.add_argument("--lr", type=float, default=0.01)
+    p_demo.add_argument("--seed", type=int, default=0)
+    p_demo.set_defaults(fn=_demo)
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except Exception as exc:  # noqa: BLE001 - a CLI prints the error, not a traceback
+        from .errors import TorchLeanError
+
+        if isinstance(exc, TorchLeanError):
+            print(f"torchlean {args.cmd}: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
