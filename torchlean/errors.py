@@ -19,7 +19,7 @@ class AxisError(ShapeError, IndexError):
 
 
 class ArgumentError(TorchLeanError, ValueError):
-    """A non-shape argument with a bad value (an index outside uint32, a NaN probability...)."""
+    """A non-shape argument with a bad value (an index outside uint32, a key outside uint64...)."""
 
 
 class DTypeError(TorchLeanError, TypeError):

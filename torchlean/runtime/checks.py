@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import ArgumentError, DeviceError, DTypeError, ShapeError
+from ..errors import ArgumentError, BufferReleasedError, DeviceError, DTypeError, ShapeError
 from .buffer import Buffer
 from .device import DeviceContext
 
@@ -30,11 +30,16 @@ def check_u32(op: str, name: str, value: Any) -> int:
     return v
 
 
+def check_u32_tuple(op: str, name: str, values: Any) -> tuple[int, ...]:
+    """A sequence of uint32 values (dims, axis numbers) as a tuple."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
+        raise ShapeError(f"{op}: argument {name} must be a sequence of integers, got {values!r}")
+    return tuple(check_u32(op, f"{name}[{i}]", d) for i, d in enumerate(values))
+
+
 def check_dims(op: str, name: str, dims: Any) -> tuple[int, ...]:
     """A sequence of uint32 dims as a tuple; the product must fit in uint32 as well."""
-    if isinstance(dims, (str, bytes)) or not isinstance(dims, (Sequence, np.ndarray)):
-        raise ShapeError(f"{op}: argument {name} must be a sequence of dims, got {dims!r}")
-    out = tuple(check_u32(op, f"{name}[{i}]", d) for i, d in enumerate(dims))
+    out = check_u32_tuple(op, name, dims)
     if math.prod(out) >= U32_LIMIT:
         raise ShapeError(f"{op}: argument {name}={list(out)} has {math.prod(out)} elements, more than 2**32 - 1")
     return out
@@ -52,15 +57,20 @@ def check_scalar(op: str, name: str, value: Any) -> float:
     """A host scalar rounded to float32, returned as a Python float (the seed casts host Floats)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ArgumentError(f"{op}: argument {name} must be a real number, got {value!r} ({type(value).__name__})")
-    with np.errstate(over="ignore"):
-        return float(np.float32(value))
+    try:
+        with np.errstate(over="ignore"):
+            return float(np.float32(value))
+    except OverflowError:
+        raise ArgumentError(f"{op}: argument {name} = {value!r} is beyond the float range") from None
 
 
 def check_buffer(op: str, name: str, buf: Any, size: int | None = None) -> Buffer:
     """``buf`` must be a live Buffer (of ``size`` elements when given)."""
     if not isinstance(buf, Buffer):
         raise DTypeError(f"{op}: argument {name} must be a Buffer, got {type(buf).__name__}")
-    buf.data  # raises BufferReleasedError with the buffer's description
+    if buf._data is None:
+        raise BufferReleasedError(
+            f"{op}: argument {name} was used after release() (a {buf.nbytes}-byte buffer on {buf.device})")
     if size is not None and buf.size != size:
         raise ShapeError(f"{op}: argument {name} must hold {size} elements for the given dims, got {buf.size}")
     return buf

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
+from ..errors import ArgumentError
+
 ENV_VAR = "TORCHLEAN_CUDA_DETERMINISTIC_REDUCTIONS"
 
 
@@ -25,6 +29,8 @@ _state = {"on": _from_env()}
 
 def set_deterministic_reductions(on: bool) -> bool:
     """Turn the mode on or off and return the value now in force (the seed's checked setter)."""
+    if not isinstance(on, (bool, int, np.bool_)):
+        raise ArgumentError(f"set_deterministic_reductions: expected a bool, got {on!r}")
     _state["on"] = bool(on)
     return _state["on"]
 

@@ -19,6 +19,7 @@ from .checks import (
     check_product,
     check_scalar,
     check_u32,
+    check_u32_tuple,
     same_device,
 )
 from .device import DeviceContext, get_context
@@ -282,7 +283,7 @@ def check_axis_map(op: str, in_dims: Any, out_dims: Any, axis_map: Any) -> tuple
     """Validate a (in_dims, out_dims, axis_map) broadcast description; return the checked tuples."""
     ind = check_dims(op, "in_dims", in_dims)
     outd = check_dims(op, "out_dims", out_dims)
-    amap = check_dims(op, "axis_map", axis_map)
+    amap = check_u32_tuple(op, "axis_map", axis_map)
     if len(amap) != len(outd):
         raise ShapeError(f"{op}: axis_map must have one entry per output axis ({len(outd)}), got {len(amap)}")
     seen = set()

@@ -47,9 +47,13 @@ class Generator:
         return self.seed, self.counter
 
     def set_state(self, state: tuple[int, int]) -> None:
-        seed, counter = state
-        self.seed = _u64("set_state", "seed", seed)
-        self.counter = _u64("set_state", "counter", counter)
+        try:
+            seed, counter = state
+        except (TypeError, ValueError):
+            raise ArgumentError(f"set_state: expected a (seed, counter) pair, got {state!r}") from None
+        # check both before assigning: a bad state must leave the generator as it was
+        seed, counter = _u64("set_state", "seed", seed), _u64("set_state", "counter", counter)
+        self.seed, self.counter = seed, counter
 
     def __repr__(self) -> str:
         return f"Generator(seed={self.seed}, counter={self.counter})"

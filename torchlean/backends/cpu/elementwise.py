@@ -21,7 +21,8 @@ def abs(x):
 
 
 def abs_bwd(x, dy):
-    return np.sign(x) * dy
+    with np.errstate(**_IGNORE):
+        return np.sign(x) * dy
 
 
 def sqrt(x):
@@ -102,11 +103,13 @@ def relu_bwd(x, dy):
 
 
 def add(a, b):
-    return np.add(a, b)
+    with np.errstate(**_IGNORE):
+        return np.add(a, b)
 
 
 def sub(a, b):
-    return np.subtract(a, b)
+    with np.errstate(**_IGNORE):
+        return np.subtract(a, b)
 
 
 def mul(a, b):
@@ -130,7 +133,8 @@ def axpy(a, b, c):
 
 
 def add_scalar(x, c):
-    return np.add(x, F32(c))
+    with np.errstate(**_IGNORE):
+        return np.add(x, F32(c))
 
 
 def sigmoid(x):
@@ -141,7 +145,8 @@ def sigmoid(x):
 
 
 def sigmoid_bwd(y, dy):
-    return dy * (y * (F32(1) - y))
+    with np.errstate(**_IGNORE):
+        return dy * (y * (F32(1) - y))
 
 
 def tanh(x):
@@ -149,7 +154,8 @@ def tanh(x):
 
 
 def tanh_bwd(y, dy):
-    return dy * (F32(1) - y * y)
+    with np.errstate(**_IGNORE):
+        return dy * (F32(1) - y * y)
 
 
 def softplus(x):
@@ -158,7 +164,8 @@ def softplus(x):
 
 
 def softplus_bwd(x, dy):
-    return dy * sigmoid(x)
+    with np.errstate(**_IGNORE):
+        return dy * sigmoid(x)
 
 
 def safe_log(x):

@@ -30,19 +30,22 @@ def gather_rows(mat, rows, cols, indices, k):
 def scatter_add(x, values, n, indices, k):
     out = x.copy()
     ok = indices < n
-    np.add.at(out, indices[ok], values[ok])
+    with np.errstate(all="ignore"):
+        np.add.at(out, indices[ok], values[ok])
     return out
 
 
 def scatter_add_row(mat, row_vec, rows, cols, i):
     out = mat.copy()
     if i < rows:
-        out[i * cols:(i + 1) * cols] += row_vec
+        with np.errstate(all="ignore"):
+            out[i * cols:(i + 1) * cols] += row_vec
     return out
 
 
 def scatter_add_rows(mat, values, rows, cols, indices, k):
     out = mat.reshape(rows, cols).copy()
     ok = indices < rows
-    np.add.at(out, indices[ok], values.reshape(k, cols)[ok])
+    with np.errstate(all="ignore"):
+        np.add.at(out, indices[ok], values.reshape(k, cols)[ok])
     return out.reshape(-1)

@@ -50,7 +50,8 @@ def reduce_from_broadcast(dout, in_dims, out_dims, axis_map):
     shape = [1 if a == 0 else in_dims[a - 1] for a in axis_map]
     axes = tuple(j for j, (s, o) in enumerate(zip(shape, out_dims)) if s == 1 and o != 1)
     if axes:
-        d = np.add.reduce(d, axis=axes, keepdims=True)
+        with np.errstate(all="ignore"):
+            d = np.add.reduce(d, axis=axes, keepdims=True)
     # d now has the aligned-view shape; undo the axis permutation to reach in_dims' order
     used = [a - 1 for a in axis_map if a != 0]
     kept = [j for j, a in enumerate(axis_map) if a != 0]
@@ -73,4 +74,5 @@ def transpose2d(b, rows, cols):
 def bmm(a, b, batch, m, n, p):
     if n == 0:
         return np.zeros(batch * m * p, dtype=F32)
-    return np.matmul(a.reshape(batch, m, n), b.reshape(batch, n, p)).reshape(-1)
+    with np.errstate(all="ignore"):
+        return np.matmul(a.reshape(batch, m, n), b.reshape(batch, n, p)).reshape(-1)

@@ -19,21 +19,25 @@ __all__ = [
 
 
 def reduce_sum(x):
-    return np.array([np.add.reduce(x)], dtype=F32)
+    with np.errstate(**_IGNORE):
+        return np.array([np.add.reduce(x)], dtype=F32)
 
 
 def reduce_mean(x):
     if x.size == 0:
         return np.array([np.nan], dtype=F32)
-    return np.array([np.add.reduce(x) / F32(x.size)], dtype=F32)
+    with np.errstate(**_IGNORE):
+        return np.array([np.add.reduce(x) / F32(x.size)], dtype=F32)
 
 
 def reduce_sum_axis0(b, rows, cols):
-    return np.add.reduce(b.reshape(rows, cols), axis=0)
+    with np.errstate(**_IGNORE):
+        return np.add.reduce(b.reshape(rows, cols), axis=0)
 
 
 def reduce_sum_axis1(b, rows, cols):
-    return np.add.reduce(b.reshape(rows, cols), axis=1)
+    with np.errstate(**_IGNORE):
+        return np.add.reduce(b.reshape(rows, cols), axis=1)
 
 
 def _fmax(m, axis, other):
@@ -51,7 +55,8 @@ def reduce_max_axis1(b, rows, cols):
 
 
 def reduce_sum_axis(b, dims, axis):
-    return np.add.reduce(b.reshape(dims), axis=axis).reshape(-1)
+    with np.errstate(**_IGNORE):
+        return np.add.reduce(b.reshape(dims), axis=axis).reshape(-1)
 
 
 def softmax_rows(x, rows, cols):

@@ -1,0 +1,45 @@
+"""Shared test configuration: the per-backend ``device`` fixture and the Hypothesis profiles.
+
+A test that takes ``device`` is written once and runs on every backend (CuPy's style). The
+"cuda" run carries the ``cuda`` marker, so ``pytest -m "not cuda"`` leaves it out, and where no
+usable GPU is present it is skipped with the reason torchlean gives, never silently.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from torchlean.runtime import cuda_unavailable_reason
+
+settings.register_profile(
+    "ci", max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "thorough", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def skip_unless_cuda() -> None:
+    """Skip the calling test, with torchlean's reason, where CUDA cannot be used."""
+    reason = cuda_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"CUDA unavailable: {reason}")
+
+
+# Session scope: a device is just a name, and a function-scoped fixture would trip Hypothesis's
+# function_scoped_fixture health check in the @given tests that take it. A skip raised here is
+# cached by pytest and reported, with its reason, for every cuda test.
+@pytest.fixture(scope="session", params=["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def device(request) -> str:
+    if request.param == "cuda":
+        skip_unless_cuda()
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def cuda_device() -> str:
+    """For tests that only make sense on a GPU (they also carry ``pytest.mark.cuda``)."""
+    skip_unless_cuda()
+    return "cuda"
