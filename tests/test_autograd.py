@@ -248,6 +248,10 @@ def test_no_grad_releases_workspace_at_once():
     assert live_bytes() - base == 4
     del loss
     assert live_bytes() == base
+    with tl.no_grad():
+        dropped = ops.dropout(a, 0.5, generator=tl.Generator(0))
+    assert live_bytes() - base == 4 * n  # the output only; the mask workspace went at once
+    del dropped
     loss = ops.mse_loss(a, b)  # recorded: the node keeps the n-element difference
     assert live_bytes() - base == 4 + 4 * n
     (ws,) = loss._node.workspace
@@ -405,11 +409,12 @@ def test_sgd_step_after_backward_keeps_graph_values():
 def test_backward_retires_every_node_and_releases_workspaces():
     x, t = T(np.arange(6).reshape(2, 3)), T(np.ones((2, 3)), grad=False)
     h = ops.tanh(ops.linear(x, T(np.eye(3)), T(np.zeros(3))))
-    loss = ops.mse_loss(ops.softmax(h, 0), t) + ops.mse_loss(h, t, "sum")
+    d = ops.dropout(h, 0.5, generator=tl.Generator(3))
+    loss = ops.mse_loss(ops.softmax(h, 0), t) + ops.mse_loss(d, t, "sum")
     nodes = graph_nodes(loss)
-    assert len(nodes) >= 6 and not any(n.retired for n in nodes)
+    assert len(nodes) >= 7 and not any(n.retired for n in nodes)
     workspaces = [w for n in nodes for w in n.workspace]
-    assert len(workspaces) == 2  # one difference per mse_loss
+    assert len(workspaces) == 3  # one difference per mse_loss, dropout's scaled mask
     loss.backward()
     assert all(n.retired for n in nodes)
     assert all(n.vjp is None and n.parents == () and n.workspace == () for n in nodes)

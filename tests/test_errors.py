@@ -220,6 +220,7 @@ HIERARCHY = {
     errors.ShapeError: (ValueError,),
     errors.AxisError: (errors.ShapeError, ValueError, IndexError),
     errors.ArgumentError: (ValueError,),
+    errors.IndexOutOfRangeError: (errors.ArgumentError, ValueError, IndexError),
     errors.DTypeError: (TypeError,),
     errors.DeviceError: (RuntimeError,),
     errors.BufferReleasedError: (RuntimeError,),

@@ -451,11 +451,14 @@ def test_transpose_accepts_dim0_dim1_keywords():
 
 
 # -- nn.functional against torch's signatures -----------------------------------------------------------------------
-FUNCTIONAL = ["relu", "sigmoid", "tanh", "softplus", "softmax", "log_softmax", "linear", "mse_loss"]
+FUNCTIONAL = ["relu", "sigmoid", "tanh", "softplus", "softmax", "log_softmax", "linear", "mse_loss", "dropout"]
 # Differences we accept on purpose: torch's softmax/log_softmax default dim=None is a deprecated
 # implicit choice (it warns and picks a dim from the rank); torchlean's documented convention is the
 # last axis.
 ACCEPTED_DEFAULT_DIFFS = {("softmax", "dim"), ("log_softmax", "dim")}
+# Extensions: optional parameters torch lacks, which a torch call never passes (dropout's
+# generator=, as torch.rand(..., generator=) has).
+ACCEPTED_EXTRA = {("dropout", "generator")}
 
 
 def _torch_params(fn) -> list[tuple[str, object]]:
@@ -492,7 +495,7 @@ def test_functional_matches_torch_signature(name):
     assert ours_required == theirs_required, f"{name}: required parameters {ours_required} vs torch {theirs_required}"
     # every optional parameter exists in torch, with the same default
     for p in ours.values():
-        if p.default is inspect.Parameter.empty:
+        if p.default is inspect.Parameter.empty or (name, p.name) in ACCEPTED_EXTRA:
             continue
         assert p.name in tnames, f"{name}: parameter {p.name!r} is not in torch's signature {tnames}"
         if (name, p.name) not in ACCEPTED_DEFAULT_DIFFS:

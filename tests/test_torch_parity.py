@@ -56,10 +56,6 @@ def tt(a: np.ndarray, grad: bool = True) -> "torch.Tensor":
     return torch.tensor(np.asarray(a, F32), dtype=torch.float32, requires_grad=grad)
 
 
-def t64(a: np.ndarray, grad: bool = True) -> "torch.Tensor":
-    return torch.tensor(np.asarray(a, np.float64), dtype=torch.float64, requires_grad=grad)
-
-
 def ours_and_grads(fn, xs, w):
     ts = [tl.tensor(x, requires_grad=True) for x in xs]
     y = fn(*ts)
@@ -259,7 +255,7 @@ def matmul_shapes(draw):
     return sa, sb
 
 
-def _linear_tol(fn, xs, w, y_t, grads_t, k):
+def _linear_tol(fn, xs, w, k):
     """2 gamma(k) * sum|terms| for a multilinear op: forward and every gradient."""
     mag_y, mag_g = torch_and_grads(lambda *ts: fn(*[t.abs() for t in ts]), [np.abs(x) for x in xs],
                                    np.abs(w), torch.float64)
@@ -276,7 +272,7 @@ def test_matmul_matches_torch(sab, seed):
     y, grads = ours_and_grads(ops.matmul, [a, b], w)
     ty, tgrads = torch_and_grads(torch.matmul, [a, b], w)
     k = a.size + b.size  # an upper bound on the number of terms summed into any output or gradient
-    tol_y, tol_g = _linear_tol(torch.matmul, [a, b], w, ty, tgrads, k)
+    tol_y, tol_g = _linear_tol(torch.matmul, [a, b], w, k)
     assert_within(y, ty, tol_y, "matmul forward")
     for g, tg, tol, label in zip(grads, tgrads, tol_g, "ab"):
         assert_within(g, tg, tol, f"matmul d{label}")
@@ -289,7 +285,7 @@ def test_bmm_matches_torch(dims, seed):
     w = values(seed + 2, (batch, m, p))
     y, grads = ours_and_grads(ops.bmm, [a, b], w)
     ty, tgrads = torch_and_grads(torch.bmm, [a, b], w)
-    tol_y, tol_g = _linear_tol(torch.bmm, [a, b], w, ty, tgrads, max(n, m, p))
+    tol_y, tol_g = _linear_tol(torch.bmm, [a, b], w, max(n, m, p))
     assert_within(y, ty, tol_y, "bmm forward")
     for g, tg, tol, label in zip(grads, tgrads, tol_g, "ab"):
         assert_within(g, tg, tol, f"bmm d{label}")
@@ -305,7 +301,7 @@ def test_linear_matches_torch(bias, dims, lead3, seed):
     y, grads = ours_and_grads(TF.linear, xs, w)
     ty, tgrads = torch_and_grads(F.linear, xs, w)
     k = sum(x.size for x in xs) + 1  # bias adds one more term
-    tol_y, tol_g = _linear_tol(F.linear, xs, w, ty, tgrads, k)
+    tol_y, tol_g = _linear_tol(F.linear, xs, w, k)
     assert_within(y, ty, tol_y, "linear forward")
     for i, (g, tg, tol) in enumerate(zip(grads, tgrads, tol_g)):
         assert_within(g, tg, tol, f"linear grad {i}")

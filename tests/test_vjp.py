@@ -37,6 +37,8 @@ import pytest
 
 import torchlean as tl
 from torchlean import ops
+from torchlean.runtime import derive_key
+from torchlean.spec import rng as spec_rng
 
 F32 = np.float32
 H = 1e-6
@@ -132,7 +134,7 @@ def np_sigmoid(x):
 
 
 def np_softplus(x):
-    return np.log1p(np.exp(x)) if np.all(x < 30) else np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
+    return np.logaddexp(0.0, x)
 
 
 def np_softmax(x, axis):
@@ -324,6 +326,11 @@ CASES = [
     C("scatter_add_rows", many(normal(4, 3), normal(4, 3)),
       lambda x, v: ops.scatter_add_rows(x, tl.tensor([2, 0, 2, 9]), v),
       lambda x, v: np_scatter_add(x, [2, 0, 2, 9], v)),
+    # dropout: for a fixed generator a linear map x -> x * mask / keep, the mask from the spec's
+    # exact-integer bernoulli_mask with the generator's first key
+    C("dropout", normal(4, 5), lambda x: ops.dropout(x, 0.3, generator=tl.Generator(11)),
+      lambda x: x * spec_rng.bernoulli_mask(20, 0.7, derive_key(11, 0)).reshape(4, 5) / 0.7),
+    C("dropout_eval", normal(3, 2), lambda x: ops.dropout(x, 0.3, training=False) * 1.0, lambda x: x * 1.0),
     # copies
     C("clone", normal(3, 4), ops.clone, lambda x: x.copy()),
     C("clone_method", normal(3, 4), lambda x: x.clone() * x, lambda x: x * x),

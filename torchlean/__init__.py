@@ -8,7 +8,7 @@ Layers (each calls only the one below): tensor/autograd -> ops -> runtime (Buffe
 from . import errors
 from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .errors import (ArgumentError, AutogradError, AxisError, BufferReleasedError, ContractError, DeviceError,
-                     DTypeError, OutOfMemoryError, ShapeError, TorchLeanError)
+                     DTypeError, IndexOutOfRangeError, OutOfMemoryError, ShapeError, TorchLeanError)
 from .runtime import (Buffer, allocator_stats, collect_allocator, deterministic, deterministic_reductions,
                       format_allocator_stats, set_deterministic_reductions)
 from .runtime.rng import Generator, default_generator, get_rng_state, manual_seed, set_rng_state

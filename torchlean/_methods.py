@@ -35,7 +35,7 @@ def _install() -> None:
         setattr(T, name, getattr(ops, name))
     T.reshape = lambda s, *shape: ops.reshape(s, *shape)
     T.view = T.reshape
-    T.transpose = lambda s, d0, d1: ops.transpose(s, d0, d1)
+    T.transpose = lambda s, dim0, dim1: ops.transpose(s, dim0, dim1)
     T.sum = lambda s, dim=None, keepdim=False: ops.sum(s, dim, keepdim)
     T.mean = lambda s, dim=None, keepdim=False: ops.mean(s, dim, keepdim)
     T.softmax = lambda s, dim=-1: ops.softmax(s, dim)
@@ -53,6 +53,9 @@ def _install() -> None:
     T.__le__ = lambda s, o: _compare(s, o, "le")
     T.__gt__ = lambda s, o: _compare(s, o, "gt")
     T.__ge__ = lambda s, o: _compare(s, o, "ge")
+    T.__eq__ = lambda s, o: _compare(s, o, "eq")
+    T.__ne__ = lambda s, o: _compare(s, o, "ne")
+    T.__hash__ = lambda s: id(s)  # defining __eq__ would otherwise drop hashing (tensors hash by identity)
 
 
 def _compare(a: Tensor, b: Any, how: str) -> Tensor:
@@ -61,7 +64,8 @@ def _compare(a: Tensor, b: Any, how: str) -> Tensor:
 
     av = a.numpy()
     bv = b.numpy() if isinstance(b, Tensor) else np.asarray(b)
-    res = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}[how](av, bv)
+    res = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+           "ne": np.not_equal}[how](av, bv)
     return Tensor._wrap_host(np.asarray(res), a.device)
 
 

@@ -22,6 +22,10 @@ class ArgumentError(TorchLeanError, ValueError):
     """A non-shape argument with a bad value (an index outside uint32, a key outside uint64...)."""
 
 
+class IndexOutOfRangeError(ArgumentError, IndexError):
+    """An index outside a tensor's extent in front-end indexing (``x[10]`` on a length-3 tensor)."""
+
+
 class DTypeError(TorchLeanError, TypeError):
     """An input of the wrong element type (e.g. an integer tensor where a float one is needed)."""
 

@@ -253,7 +253,9 @@ class Tensor:
     def add_(self, other: Any, alpha: float = 1.0) -> "Tensor":
         from . import ops
 
-        return self._assign("add_", ops.add(self, other if alpha == 1.0 else ops.mul(other, alpha)))
+        if alpha != 1.0:
+            other = other * alpha if isinstance(other, numbers.Real) else ops.mul(other, alpha)
+        return self._assign("add_", ops.add(self, other))
 
     def sub_(self, other: Any, alpha: float = 1.0) -> "Tensor":
         return self.add_(other, -alpha)

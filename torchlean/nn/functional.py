@@ -2,6 +2,52 @@
 
 from __future__ import annotations
 
-from ..ops import dropout, linear, log_softmax, mse_loss, relu, sigmoid, softmax, softplus, tanh
+from typing import Any
+
+from .. import ops
+from ..tensor import Tensor
 
 __all__ = ["relu", "sigmoid", "tanh", "softplus", "softmax", "log_softmax", "linear", "mse_loss", "dropout"]
+
+
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    """max(x, 0); ``inplace`` is accepted for compatibility and ignored (buffers are values)."""
+    return ops.relu(input)
+
+
+def sigmoid(input: Tensor) -> Tensor:
+    return ops.sigmoid(input)
+
+
+def tanh(input: Tensor) -> Tensor:
+    return ops.tanh(input)
+
+
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """log(1 + exp(beta x)) / beta, evaluated stably (``threshold`` is not needed and ignored)."""
+    if beta == 1.0:
+        return ops.softplus(input)
+    return ops.mul(ops.softplus(ops.mul(input, beta)), 1.0 / beta)
+
+
+def softmax(input: Tensor, dim: int = -1, dtype: Any = None) -> Tensor:
+    """Softmax along ``dim`` (default: the last axis; PyTorch's implicit dim is deprecated)."""
+    return ops.softmax(input, dim)
+
+
+def log_softmax(input: Tensor, dim: int = -1, dtype: Any = None) -> Tensor:
+    return ops.log_softmax(input, dim)
+
+
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """input @ weight.T + bias."""
+    return ops.linear(input, weight, bias)
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    return ops.mse_loss(input, target, reduction)
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False, generator: Any = None) -> Tensor:
+    """Counter-based dropout: the same mask on every device for the same seed."""
+    return ops.dropout(input, p, training, generator)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import autograd
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer, zeros
 from ._base import Tensor, _axis, fbuf, new, numel, same_device
@@ -81,7 +81,7 @@ def scatter_add_rows(x: Tensor, index: Any, values: Tensor) -> Tensor:
 def _check_in_bounds(op: str, idx: np.ndarray, size: int) -> np.ndarray:
     if idx.size and (idx.min() < -size or idx.max() >= size):
         bad = idx[(idx < -size) | (idx >= size)][0]
-        raise ArgumentError(f"{op}: index {int(bad)} is out of bounds for size {size}")
+        raise IndexOutOfRangeError(f"{op}: index {int(bad)} is out of bounds for size {size}")
     return np.where(idx < 0, idx + size, idx)
 
 
@@ -111,7 +111,7 @@ def getitem(x: Tensor, key: Any) -> Tensor:
     if x.ndim >= 1 and isinstance(key, (int, np.integer)) and not isinstance(key, bool):
         i = int(key)
         if not -x.shape[0] <= i < x.shape[0]:
-            raise ArgumentError(f"getitem: index {i} is out of bounds for dim 0 of size {x.shape[0]}")
+            raise IndexOutOfRangeError(f"getitem: index {i} is out of bounds for dim 0 of size {x.shape[0]}")
         i %= x.shape[0]
         return reshape(slice0(x, i, 1), x.shape[1:])
     if x.ndim >= 1 and isinstance(key, slice) and (key.step is None or key.step == 1):
@@ -121,7 +121,7 @@ def getitem(x: Tensor, key: Any) -> Tensor:
     try:
         picked = flat[_host_key(key)]
     except IndexError as exc:
-        raise ArgumentError(f"getitem: {exc} (tensor shape {x.shape})") from None
+        raise IndexOutOfRangeError(f"getitem: {exc} (tensor shape {x.shape})") from None
     return _gather_flat(x, np.asarray(picked))
 
 

@@ -63,9 +63,9 @@ def squeeze(x: Tensor, dim: int | None = None) -> Tensor:
     return reshape(x, x.shape[:d] + x.shape[d + 1:])
 
 
-def expand(x: Tensor, shape: Sequence[int]) -> Tensor:
+def expand(x: Tensor, *shape: Any) -> Tensor:
     """Broadcast x to ``shape`` (NumPy rules; -1 keeps a size); the VJP sums back (reduce_from_broadcast)."""
-    shape = tuple(shape)
+    shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
     if len(shape) < x.ndim:
         raise ShapeError(f"expand: cannot broadcast shape {x.shape} to {shape}")
     lead = len(shape) - x.ndim
@@ -230,7 +230,9 @@ def to_device(x: Tensor, device: Any) -> Tensor:
     from ..runtime.buffer import Buffer as _B
 
     if x._buf is None:
-        return Tensor._wrap_host(x._host.copy(), str(device))
+        from ..runtime.device import get_context
+
+        return Tensor._wrap_host(x._host.copy(), get_context(device, "to").name)
     src = x.device
     out = new(_B.from_numpy(x._buf.to_numpy(), device), x.shape)
     return autograd.record("to_device", out, (x,), lambda g: (_B.from_numpy(g.to_numpy(), src),))
