@@ -72,7 +72,8 @@ def _wrap(ctx: DeviceContext, arr: Any) -> Buffer:
 # -- elementwise -------------------------------------------------------------------------
 def _unary(name: str, doc: str):
     def prim(x: Buffer) -> Buffer:
-        check_buffer(name, "x", x)
+        if type(x) is not Buffer or x._data is None:
+            check_buffer(name, "x", x)
         ctx = x._ctx
         return _wrap(ctx, _run(name, ctx, x.size, getattr(ctx.backend, name), x._data))
 
@@ -83,10 +84,14 @@ def _unary(name: str, doc: str):
 
 def _binary(name: str, a_name: str, b_name: str, doc: str):
     def prim(a: Buffer, b: Buffer) -> Buffer:
-        check_buffer(name, a_name, a)
-        check_buffer(name, b_name, b)
-        ctx = same_device(name, **{a_name: a, b_name: b})
-        if a.size != b.size:
+        # The hot path of every tape op: the full checks run only when a cheap test fails.
+        if type(a) is not Buffer or type(b) is not Buffer or a._data is None or b._data is None:
+            check_buffer(name, a_name, a)
+            check_buffer(name, b_name, b)
+        ctx = a._ctx
+        if b._ctx is not ctx:
+            same_device(name, **{a_name: a, b_name: b})
+        if a._nbytes != b._nbytes:
             raise ShapeError(f"{name}: expected {a_name} and {b_name} of equal size, got {a.size} and {b.size}")
         return _wrap(ctx, _run(name, ctx, a.size, getattr(ctx.backend, name), a._data, b._data))
 
