@@ -1,10 +1,13 @@
 """Small reusable pieces of the benchmark harness: cases, timing, devices, tables, output.
 
 Nothing here knows about particular ops; ``benchmarks.run`` builds the cases. Timing follows one
-rule everywhere: a few warm-up calls, then repeat until at least ``min_time`` seconds (and at
-least ``min_reps`` calls, at most ``max_reps``) have run, and report the median of the per-call
-``time.perf_counter`` times. On CUDA the device is synchronized before the clock stops (CuPy's
-``Device().synchronize()`` for torchlean buffers, ``torch.cuda.synchronize()`` for torch).
+rule everywhere: warm-up calls (a few, and for a minimum time), then repeat until at least
+``min_time`` seconds (and at least ``min_reps`` samples, at most ``max_reps``) have run, and
+report the median of the per-call ``time.perf_counter`` times. On CUDA the device is
+synchronized before the clock stops (CuPy's ``Device().synchronize()`` for torchlean buffers,
+``torch.cuda.synchronize()`` for torch), and each sample is ~1 ms of back-to-back calls.
+``CpuMonitor`` tells how much CPU other processes took meanwhile, so a shared machine's noise is
+detected (and the case re-timed by the driver) instead of silently reported.
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ class Result:
     per: tuple[str, int] | None = None
     check: str = ""
     note: str = ""
+    other_cores: float | None = None  # average cores other processes used while this case was timed
+    attempts: int = 1
 
     @property
     def ratio(self) -> float:
@@ -98,30 +103,45 @@ def no_sync() -> None:
 
 
 def time_samples(fn: Callable[[], Any], sync: Callable[[], None] = no_sync, *, warmup: int = 2,
-                 min_time: float = 0.2, min_reps: int = 3, max_reps: int = 1000) -> list[float]:
-    """Per-call seconds of ``fn``: ``warmup`` untimed calls, then timed calls until at least
-    ``min_reps`` calls and ``min_time`` seconds (or ``max_reps`` calls).
+                 min_time: float = 0.2, min_reps: int = 3, max_reps: int = 1000, inner: int = 1,
+                 warm_time: float = 0.0) -> list[float]:
+    """Per-call seconds of ``fn``: at least ``warmup`` untimed calls (and, when ``warm_time`` is
+    set, untimed calls for at least that many seconds, so that thread pools are in their steady
+    state and threads another library left spinning have gone to sleep), then timed samples
+    until at least ``min_reps`` samples and ``min_time`` seconds (or ``max_reps`` samples).
 
-    ``sync`` is called after each call, inside the timed region (the device must be done before
-    the clock stops), and once before the first timed call. The result of ``fn`` is dropped only
-    after the clock stops, so freeing it is not timed (torchlean and torch alike).
+    A sample is ``inner`` back-to-back calls followed by ``sync()``, inside the timed region (the
+    device must be done before the clock stops), divided by ``inner``; ``sync`` also runs once
+    before the first sample. Results are dropped only after the clock stops (except the
+    ``inner - 1`` earlier results of a sample), so freeing them is not timed.
     """
-    for _ in range(warmup):
+    t_warm = time.perf_counter()
+    n_warm = 0
+    while n_warm < warmup or (warm_time > 0 and time.perf_counter() - t_warm < warm_time and n_warm < max_reps):
         out = fn()
         sync()
         del out
+        n_warm += 1
     times: list[float] = []
     total = 0.0
     sync()
     while len(times) < max_reps and (len(times) < min_reps or total < min_time):
         t0 = time.perf_counter()
-        out = fn()
+        for _ in range(inner):
+            out = fn()
         sync()
         dt = time.perf_counter() - t0
         del out
-        times.append(dt)
+        times.append(dt / inner)
         total += dt
     return times
+
+
+def calibrate_inner(fn: Callable[[], Any], sync: Callable[[], None], target: float, limit: int = 1000) -> int:
+    """How many back-to-back calls of ``fn`` take about ``target`` seconds (1 when one call does):
+    on an asynchronous device this keeps the launch + synchronize latency out of small cases."""
+    one = statistics.median(time_samples(fn, sync, warmup=1, min_time=0.0, min_reps=3))
+    return max(1, min(limit, int(target / max(one, 1e-9))))
 
 
 def time_fn(fn: Callable[[], Any], sync: Callable[[], None] = no_sync, *, warmup: int = 2,
@@ -132,23 +152,78 @@ def time_fn(fn: Callable[[], Any], sync: Callable[[], None] = no_sync, *, warmup
 
 
 def time_pair(a: Callable[[], Any], sync_a: Callable[[], None], b: Callable[[], Any], sync_b: Callable[[], None],
-              *, rounds: int = 3, warmup: int = 2, min_time: float = 0.2, min_reps: int = 3,
-              max_reps: int = 1000) -> tuple[list[float], list[float]]:
-    """Per-call seconds of ``a`` and ``b``, timed in alternating rounds (a, b, a, b, ...).
+              *, rounds: int = 1, warmup: int = 2, min_time: float = 0.2, min_reps: int = 3,
+              max_reps: int = 1000, batch_target: float | None = None,
+              warm_time: float = 0.0) -> tuple[list[float], list[float], int, int]:
+    """Per-call seconds of ``a`` and ``b``, timed in alternating rounds (a, b, a, b, ...), and the
+    number of calls per timed sample of each.
 
-    Each framework gets ``min_time`` seconds (and at least ``min_reps`` calls) in total, split
+    Each framework gets ``min_time`` seconds (and at least ``min_reps`` samples) in total, split
     over ``rounds`` rounds, so that background load on a shared machine hits both alike.
-    Warm-up calls run in the first round only.
+    Warm-up runs before every round (``warm_time`` seconds at least, ``warmup`` calls only in the
+    first round): switching framework means switching thread pools (NumPy's OpenBLAS threads keep
+    spinning for ~0.1 s after a call and slow torch's OpenMP threads down meanwhile). With ``batch_target`` (seconds; for CUDA) each
+    sample runs as many back-to-back calls as take about that long before synchronizing.
     """
     ta: list[float] = []
     tb: list[float] = []
     per_min = -(-min_reps // rounds)
     per_max = max(1, max_reps // rounds)
+    ia = ib = 1
     for r in range(rounds):
         w = warmup if r == 0 else 0
-        ta += time_samples(a, sync_a, warmup=w, min_time=min_time / rounds, min_reps=per_min, max_reps=per_max)
-        tb += time_samples(b, sync_b, warmup=w, min_time=min_time / rounds, min_reps=per_min, max_reps=per_max)
-    return ta, tb
+        if r == 0 and batch_target:
+            ia = calibrate_inner(a, sync_a, batch_target)
+        ta += time_samples(a, sync_a, warmup=w, min_time=min_time / rounds, min_reps=per_min, max_reps=per_max,
+                           inner=ia, warm_time=warm_time)
+        if r == 0 and batch_target:
+            ib = calibrate_inner(b, sync_b, batch_target)
+        tb += time_samples(b, sync_b, warmup=w, min_time=min_time / rounds, min_reps=per_min, max_reps=per_max,
+                           inner=ib, warm_time=warm_time)
+    return ta, tb, ia, ib
+
+
+class CpuMonitor:
+    """How busy the CPU was with *other* processes between ``start()`` and ``stop()``.
+
+    Reads /proc/stat (all CPU time but idle and iowait) and this process's own CPU time; the
+    difference, divided by the wall time, is the average number of cores that other processes
+    (or the hypervisor: steal time) took. On a shared machine a busy neighbour ruins multi-threaded
+    timings (an OpenMP or OpenBLAS barrier waits for a thread that has no core), so the driver
+    re-times cases that ran while others were busy. Returns None where /proc is missing.
+    """
+
+    def __init__(self) -> None:
+        self._t0: tuple[float, float, float] | None = None
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float] | None:
+        try:
+            with open("/proc/stat") as f:
+                v = [int(x) for x in f.readline().split()[1:]]
+            busy = sum(v) - v[3] - (v[4] if len(v) > 4 else 0)  # minus idle and iowait
+            with open("/proc/self/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            own = int(fields[11]) + int(fields[12])  # utime + stime, all threads
+        except (OSError, ValueError, IndexError):
+            return None
+        return time.perf_counter(), busy / _HZ, own / _HZ
+
+    def start(self) -> None:
+        self._t0 = self._sample()
+
+    def stop(self) -> float | None:
+        t1 = self._sample()
+        if self._t0 is None or t1 is None or t1[0] - self._t0[0] <= 0:
+            return None
+        other = (t1[1] - self._t0[1]) - (t1[2] - self._t0[2])
+        return max(0.0, other / (t1[0] - self._t0[0]))
+
+
+try:
+    _HZ = float(os.sysconf("SC_CLK_TCK"))
+except (ValueError, OSError, AttributeError):
+    _HZ = 100.0
 
 
 # -- threads and devices ---------------------------------------------------------------------
@@ -321,8 +396,15 @@ def throughput(r: Result, seconds: float, copy_gbps: float | None) -> str:
 TABLE_HEADERS = ("case", "size", "torchlean", "torch", "ratio", "torchlean throughput", "torch throughput")
 
 
+BUSY_CORES = 0.25  # other processes used more than this many cores on average: the case was disturbed
+
+
+def disturbed(r: Result) -> bool:
+    return r.other_cores is not None and r.other_cores > BUSY_CORES
+
+
 def table_rows(results: Sequence[Result], copy_gbps: float | None) -> list[tuple[str, ...]]:
-    return [(r.name, r.size, fmt_time(r.tl_s), fmt_time(r.torch_s), fmt_ratio(r.ratio),
+    return [(r.name, r.size, fmt_time(r.tl_s), fmt_time(r.torch_s), fmt_ratio(r.ratio) + (" *" if disturbed(r) else ""),
              throughput(r, r.tl_s, copy_gbps), throughput(r, r.torch_s, copy_gbps)) for r in results]
 
 
@@ -359,12 +441,13 @@ def header_lines(meta: dict[str, Any]) -> list[str]:
         f"device: {meta['device']} ({meta['device_name']}); date {meta['date']}; commit {meta['commit']}",
         f"threads: numpy/BLAS {meta['blas_threads']} (from {meta['blas_threads_source']}), "
         f"torch.set_num_threads({meta['torch_threads']}); NumPy ufuncs (torchlean's elementwise kernels) "
-        f"run on one thread",
+        f"run on one thread" + ("; torch THP_MEM_ALLOC_ENABLE=1" if meta.get("torch_thp") else ""),
         f"versions: python {meta['python']}, numpy {meta['numpy']}, torch {meta['torch']}, torchlean {meta['torchlean']}",
     ]
-    if meta.get("loadavg"):
-        lines.append(f"1-minute load average before / after the run: {meta['loadavg']} "
-                     f"(on {meta['cpu_cores']} cores; more than ~1 means other processes shared the CPU)")
+    if "other_cores_mean" in meta:
+        lines.append(f"other processes used {meta['other_cores_mean']:.2f} cores on average while cases were timed "
+                     f"(at most {meta['other_cores_max']:.2f}); {meta['retimed_cases']} case(s) re-timed because "
+                     f"others used more than {BUSY_CORES} cores (up to {meta['retries']} retries)")
     bw = meta.get("bandwidth", {})
     if bw:
         s = f"measured copy bandwidth: {bw['copy_gbps']:.1f} GB/s (read+write, {int(bw['copy_elems'])} float32"
@@ -372,9 +455,12 @@ def header_lines(meta: dict[str, Any]) -> list[str]:
         if "alloc_copy_gbps" in bw:
             s += f"; into a new array (page faults included): {bw['alloc_copy_gbps']:.1f} GB/s"
         lines.append(s)
-    lines.append("time = median per call after warm-up; ratio = torchlean / torch (< 1: torchlean faster); "
-                 "throughput = GB/s of bytes read+written (% of copy bandwidth), GFLOP/s for bmm, "
-                 "time per op for dispatch cases; % of copy bandwidth above 100 means the data fit in cache")
+    how = "time = median per call after warm-up"
+    if meta.get("device") == "cuda":
+        how += " (each sample: ~1 ms of back-to-back calls, then synchronize)"
+    lines.append(how + "; ratio = torchlean / torch (< 1: torchlean faster); throughput = GB/s of bytes "
+                 "read+written (% of copy bandwidth; above 100% the data fit in cache), GFLOP/s for bmm, "
+                 "time per op for dispatch cases")
     if meta.get("quick"):
         lines.append("QUICK run (--quick): smaller sizes and shorter timing; not for BENCHMARKS.md")
     return lines
@@ -382,6 +468,10 @@ def header_lines(meta: dict[str, Any]) -> list[str]:
 
 def notes_lines(results: Sequence[Result]) -> list[str]:
     out = []
+    busy = [r for r in results if disturbed(r)]
+    if busy:
+        out.append(f"* {len(busy)} case(s) ran while other processes used more than {BUSY_CORES} of a core on "
+                   "average (even after re-timing); their multi-threaded timings are unreliable")
     for r in results:
         bits = [b for b in (r.note, r.check) if b]
         if bits:

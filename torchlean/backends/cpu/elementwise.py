@@ -59,7 +59,7 @@ def clamp(x, lo, hi):
 
 
 def clamp_bwd(x, dy, lo, hi):
-    return np.where((x > F32(lo)) & (x < F32(hi)), dy, F32(0))
+    return _keep_where((x > F32(lo)) & (x < F32(hi)), dy)
 
 
 def max(a, b):
@@ -98,8 +98,13 @@ def relu(x):
     return np.maximum(x, F32(0))
 
 
+def _keep_where(cond, v):
+    """v where cond else +0.0, as a bitwise AND with an all-ones/zero mask: far cheaper than np.where."""
+    return (v.view(np.int32) & -cond.view(np.int8).astype(np.int32)).view(np.float32)
+
+
 def relu_bwd(x, dy):
-    return np.where(x > 0, dy, F32(0))
+    return _keep_where(x > 0, dy)
 
 
 def add(a, b):
@@ -139,9 +144,14 @@ def add_scalar(x, c):
 
 def sigmoid(x):
     with np.errstate(**_IGNORE):
-        e = np.exp(-np.abs(x))  # in (0, 1]: never overflows
-        d = F32(1) + e
-        return np.where(x >= 0, F32(1) / d, e / d)
+        e = np.abs(x)
+        np.negative(e, out=e)
+        np.exp(e, out=e)  # exp(-|x|) in (0, 1]: never overflows
+        # numerator: 1 for x >= 0, e for x < 0 (max(e, 1) = 1 as e <= 1; NaN stays NaN)
+        num = np.maximum(e, (x >= 0).astype(F32))
+        e += F32(1)
+        num /= e
+        return num
 
 
 def sigmoid_bwd(y, dy):
