@@ -63,30 +63,29 @@ class Tensor:
 
     # -- construction (internal) ---------------------------------------------------------
     @classmethod
-    def _wrap(cls, buf: Buffer, shape: Sequence[int], requires_grad: bool = False) -> "Tensor":
+    def _blank(cls, buf: Buffer | None, host: np.ndarray | None, shape: Sequence[int], device: str) -> "Tensor":
         t = object.__new__(cls)
         t._buf = buf
-        t._host = None
+        t._host = host
         t._shape = tuple(shape)
-        t._device = buf.device
-        t.requires_grad = requires_grad
-        t.grad = None
-        t._node = None
-        t._retains_grad = False
-        return t
-
-    @classmethod
-    def _wrap_host(cls, arr: np.ndarray, device: str) -> "Tensor":
-        t = object.__new__(cls)
-        t._buf = None
-        t._host = arr
-        t._shape = tuple(arr.shape)
         t._device = device
         t.requires_grad = False
         t.grad = None
         t._node = None
         t._retains_grad = False
         return t
+
+    @classmethod
+    def _wrap(cls, buf: Buffer, shape: Sequence[int], requires_grad: bool = False) -> "Tensor":
+        """A float tensor over ``buf`` (no copy)."""
+        t = cls._blank(buf, None, shape, buf.device)
+        t.requires_grad = requires_grad
+        return t
+
+    @classmethod
+    def _wrap_host(cls, arr: np.ndarray, device: str) -> "Tensor":
+        """An index or mask tensor over a host array (no copy)."""
+        return cls._blank(None, arr, arr.shape, device)
 
     # -- properties ----------------------------------------------------------------------
     @property
