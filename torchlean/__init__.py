@@ -25,7 +25,7 @@ long = int64
 bool = bool_  # noqa: A001
 
 
-def is_cuda_available() -> "builtins.bool":  # noqa: F821
+def is_cuda_available():
     from .runtime.device import cuda_unavailable_reason
 
     return cuda_unavailable_reason() is None

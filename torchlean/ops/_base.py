@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, Sequence
 
 from ..errors import DeviceError, DTypeError, ShapeError
@@ -11,7 +10,7 @@ from ..runtime.buffer import Buffer
 from ..tensor import Tensor, _axis, tensor
 
 __all__ = ["Tensor", "new", "fbuf", "operand", "broadcast_shapes", "axis_map_for", "_axis", "numel",
-           "is_scalar", "same_device"]
+           "same_device"]
 
 
 def new(buf: Buffer, shape: Sequence[int]) -> Tensor:
@@ -27,10 +26,6 @@ def fbuf(op: str, t: Tensor) -> Buffer:
     if t._buf is not None:
         return t._buf
     return t.float()._buf
-
-
-def is_scalar(x: Any) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool) or isinstance(x, bool)
 
 
 def operand(op: str, x: Any, like: Tensor) -> Tensor:

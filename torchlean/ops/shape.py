@@ -34,7 +34,6 @@ def reshape(x: Tensor, *shape: Any) -> Tensor:
     new_shape = _resolve_shape("reshape", shape, x.numel())
     if x._buf is None:
         return Tensor._wrap_host(x._host.reshape(new_shape), x.device)
-    old = x.shape
     out = new(x._buf, new_shape)
     return autograd.record("reshape", out, (x,), lambda g: (g,))
 
