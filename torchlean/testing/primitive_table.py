@@ -308,6 +308,39 @@ _add(PrimitiveInfo("rand_normal", lambda rng, d, kind: [d[0], int(rng.integers(0
                    edge_cases=[[0, 0], [1, 5], [7, 2**64 - 1]], max_dim=500))
 
 
+# -- edge cases for entries whose samplers above have none (empty, size 1, extremes, NaN, out of range)
+U32_MAX = 2**32 - 1
+
+
+def f32(*v) -> np.ndarray:
+    return np.array(v, dtype=F32)
+
+
+_SPECIALS = f32(np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, 3.4e38, -3.4e38)
+_MORE_EDGE_CASES = {
+    "broadcast_vec_to_rows": [[np.zeros(0, F32), 3, 0], [np.zeros(4, F32) + 1, 0, 4], [_SPECIALS.copy(), 2, 8]],
+    "broadcast_vec_to_cols": [[np.zeros(0, F32), 0, 3], [np.zeros(4, F32) + 1, 4, 0], [_SPECIALS.copy(), 8, 2]],
+    "transpose2d": [[np.zeros(0, F32), 0, 5], [np.zeros(0, F32), 5, 0], [_SPECIALS.copy(), 1, 8], [_SPECIALS.copy(), 2, 4]],
+    "gather_rows": [[np.zeros(0, F32), 0, 3, np.array([0, 1, U32_MAX], np.int64), 3],
+                    [_SPECIALS.copy(), 4, 2, np.array([3, 4, U32_MAX, 0, 3], np.int64), 5],
+                    [np.zeros(0, F32), 4, 0, np.array([1, 9], np.int64), 2]],
+    "scatter_add_row": [[_SPECIALS.copy(), f32(1.0, -1.0, np.inf, 0.5), 2, 4, 2],
+                        [_SPECIALS.copy(), f32(1.0, -1.0, np.inf, 0.5), 2, 4, U32_MAX],
+                        [np.ones(8, F32), f32(np.inf, -np.inf, np.nan, 1e-45), 2, 4, 1],
+                        [np.zeros(0, F32), np.zeros(0, F32), 3, 0, 1]],
+    "scatter_add_rows": [[np.zeros(4, F32), f32(1, np.inf, 2, np.nan, 3, -np.inf), 2, 2, np.array([1, 2, U32_MAX], np.int64), 3],
+                         [np.zeros(0, F32), np.zeros(0, F32), 0, 3, np.zeros(0, np.int64), 0],
+                         [np.zeros(2, F32), np.full(2 * 4096, 0.1, F32), 1, 2, np.zeros(4096, np.int64), 4096]],
+    "softmax_rows_bwd": [[np.zeros(0, F32), np.zeros(0, F32), 0, 3], [np.zeros(0, F32), np.zeros(0, F32), 3, 0],
+                         [np.ones(3, F32), f32(2.0, -1.0, 5.0), 3, 1], [f32(0.25, 0.75), f32(np.nan, 1.0), 1, 2]],
+    "log_softmax_rows_bwd": [[np.zeros(0, F32), np.zeros(0, F32), 0, 3], [np.zeros(0, F32), np.zeros(0, F32), 3, 0],
+                             [np.zeros(3, F32), f32(2.0, -1.0, 5.0), 3, 1],
+                             [f32(-np.inf, 0.0), f32(1.0, 1.0), 1, 2]],
+}
+for _n, _cases in _MORE_EDGE_CASES.items():
+    TABLE[_n].edge_cases.extend(_cases)
+
+
 # -- running a case ----------------------------------------------------------------------
 def _is_buffer_arg(a: Any) -> bool:
     return isinstance(a, np.ndarray) and a.dtype == F32
