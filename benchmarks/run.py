@@ -181,6 +181,19 @@ def reduction_specs(env: Env, sizes: list[int], mats: list[tuple[int, int]]) -> 
             f, g = (lambda: rt.reduce_sum(xb)), (lambda: torch.sum(xt))
             return Case("reduce", "reduce_sum", p2(n), f, g, nbytes=4 * n + 4, check=env.compare(f, g, rtol=1e-4))
         yield Spec("reduce", "reduce_sum", p2(n), build)
+        if env.device == "cuda":  # the fast path adds block sums atomically; deterministic mode does not
+            def build_det(n: int = n) -> Case:
+                x = normal(3, n)
+                xb, xt = env.buf(x), env.tt(x)
+
+                def f():
+                    with rt.deterministic(True):
+                        return rt.reduce_sum(xb)
+
+                g = lambda: torch.sum(xt)  # noqa: E731
+                return Case("reduce", "reduce_sum deterministic", p2(n), f, g, nbytes=4 * n + 4,
+                            check=env.compare(f, g, rtol=1e-4), note="fixed-order two-pass sum vs torch.sum")
+            yield Spec("reduce", "reduce_sum deterministic", p2(n), build_det)
     for axis in (0, 1):
         for r, c in mats:
             def build(r: int = r, c: int = c, axis: int = axis) -> Case:

@@ -18,7 +18,18 @@ def _info(args: argparse.Namespace) -> int:
     print(f"torchlean {tl.__version__}  (numpy {np.__version__}, scipy {scipy.__version__}, python {sys.version.split()[0]})")
     print("backends:")
     print("  cpu   available (NumPy/SciPy)")
-    print(f"  cuda  {'available' if reason is None else 'unavailable: ' + reason}")
+    if reason is None:
+        import cupy
+
+        for i in range(cupy.cuda.runtime.getDeviceCount()):
+            props = cupy.cuda.runtime.getDeviceProperties(i)
+            name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+            print(f"  cuda:{i} available: {name}, {props['totalGlobalMem'] / 2**30:.0f} GiB, "
+                  f"{props['multiProcessorCount']} SMs (CuPy {cupy.__version__}, "
+                  f"CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()})")
+    else:
+        print(f"  cuda  unavailable: {reason}")
+    print(f"TF32 in CUDA matmuls: {'allowed' if tl.runtime.allow_tf32() else 'off'}  (env TORCHLEAN_ALLOW_TF32)")
     print(f"deterministic reductions: {'on' if tl.deterministic_reductions() else 'off'}"
           f"  (env TORCHLEAN_CUDA_DETERMINISTIC_REDUCTIONS)")
     print(tl.format_allocator_stats(tl.allocator_stats("cpu")))

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import ArgumentError, BufferReleasedError, ShapeError
 from .device import DeviceContext, get_context
+from .oom import run_allocating
 
 _F32 = np.dtype(np.float32)
 
@@ -40,7 +41,8 @@ class Buffer:
             raise ArgumentError(f"Buffer.from_numpy: expected array-like numbers, got {type(a).__name__}: {exc}") from None
         if host.dtype.kind not in "biuf":
             raise ArgumentError(f"Buffer.from_numpy: expected real numbers, got dtype {host.dtype}")
-        return cls(ctx.backend.from_host(np.ascontiguousarray(host, dtype=_F32).reshape(-1)), ctx)
+        flat = np.ascontiguousarray(host, dtype=_F32).reshape(-1)
+        return cls(run_allocating("Buffer.from_numpy", ctx, flat.size, ctx.backend.from_host, flat), ctx)
 
     # -- properties ---------------------------------------------------------------------
     @property
@@ -111,7 +113,7 @@ def zeros(n: int, device: Any = "cpu") -> Buffer:
 
     check_u32("zeros", "n", n)
     ctx = get_context(device, "zeros")
-    return Buffer(ctx.backend.full(n, 0.0), ctx)
+    return Buffer(run_allocating("zeros", ctx, n, ctx.backend.full, n, 0.0), ctx)
 
 
 def full(n: int, value: float, device: Any = "cpu") -> Buffer:
@@ -121,7 +123,7 @@ def full(n: int, value: float, device: Any = "cpu") -> Buffer:
     check_u32("full", "n", n)
     v = check_scalar("full", "value", value)
     ctx = get_context(device, "full")
-    return Buffer(ctx.backend.full(n, v), ctx)
+    return Buffer(run_allocating("full", ctx, n, ctx.backend.full, n, v), ctx)
 
 
 def release_then(workspace: Buffer, keep: Any) -> Any:

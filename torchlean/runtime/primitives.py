@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..errors import ArgumentError, AxisError, OutOfMemoryError, ShapeError
-from .allocator import format_allocator_stats
+from ..errors import ArgumentError, AxisError, ShapeError
 from .buffer import Buffer
 from .checks import (
     check_buffer,
@@ -23,6 +22,7 @@ from .checks import (
     same_device,
 )
 from .device import DeviceContext, get_context
+from .oom import retry_after_flush
 
 __all__ = [
     # elementwise (seed: Buffer page)
@@ -47,22 +47,12 @@ __all__ = [
 ]
 
 
-def _oom(op: str, ctx: DeviceContext, requested: int) -> OutOfMemoryError:
-    from .telemetry import allocator_stats
-
-    stats = allocator_stats(ctx.name)
-    return OutOfMemoryError(
-        f"{op}: out of memory on {ctx.name} allocating about {requested} bytes; "
-        + format_allocator_stats(stats)
-    )
-
-
 def _run(op: str, ctx: DeviceContext, out_elems: int, fn: Any, *args: Any) -> Any:
-    """Call a backend kernel; turn an allocation failure into OutOfMemoryError."""
+    """Call a backend kernel; an allocation failure flushes the cache, retries, then raises OutOfMemoryError."""
     try:
         return fn(*args)
     except MemoryError:
-        raise _oom(op, ctx, 4 * out_elems) from None
+        return retry_after_flush(op, ctx, out_elems, fn, *args)
 
 
 def _wrap(ctx: DeviceContext, arr: Any) -> Buffer:

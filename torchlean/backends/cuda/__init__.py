@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-IMPLEMENTED = False  # the kernels arrive with the CUDA backend issue; until then "cuda" is refused
+from ...errors import DeviceError
 
 
 @lru_cache(maxsize=None)
@@ -23,8 +23,6 @@ def _probe() -> str | None:
         return f"the CUDA driver reports no usable device ({type(exc).__name__}: {exc})"
     if count == 0:
         return "the CUDA driver reports 0 devices"
-    if not IMPLEMENTED:
-        return "this torchlean build has no CUDA kernels yet (CPU backend only)"
     return None
 
 
@@ -32,5 +30,18 @@ def unavailable_reason() -> str | None:
     return _probe()
 
 
+@lru_cache(maxsize=None)
+def _backend(index: int):
+    from .backend import make_backend
+
+    return make_backend(index)
+
+
 def backend_for(index: int, op: str):
-    raise NotImplementedError  # unreachable while IMPLEMENTED is False
+    """The backend of device ``index``; DeviceError when the process has no such GPU."""
+    import cupy
+
+    count = cupy.cuda.runtime.getDeviceCount()
+    if index >= count:
+        raise DeviceError(f"{op}: device 'cuda:{index}' is not available: the CUDA driver reports {count} device(s)")
+    return _backend(index)

@@ -1,0 +1,167 @@
+"""What only a GPU can show: CPU/CUDA training parity, a 10,000-step leak test, out-of-memory
+recovery, fast-mode atomics, kernel caching and device selection. Every test here but the TF32
+switch carries the ``cuda`` marker and is skipped, with the reason, where CUDA is unavailable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import torchlean as tl
+from torchlean.errors import ArgumentError, BufferReleasedError, DeviceError, OutOfMemoryError
+from torchlean.runtime import (Buffer, allocator_stats, collect_allocator, deterministic, set_allow_tf32,
+                               allow_tf32, zeros)
+from torchlean.runtime import primitives as P
+
+F32 = np.float32
+cuda = pytest.mark.cuda
+
+
+def _mlp_losses(device: str, steps: int, seed: int = 3) -> list[float]:
+    """Full-batch SGD on a 2-layer tanh MLP through the front end; identical inputs on every device."""
+    rng = np.random.default_rng(seed)
+    x_np = rng.uniform(-2, 2, (256, 8)).astype(F32)
+    y_np = np.sin(x_np.sum(axis=1, keepdims=True)).astype(F32)
+    init = [rng.normal(0, 0.4, s).astype(F32) for s in ((32, 8), (32,), (1, 32), (1,))]
+    x, y = tl.tensor(x_np, device=device), tl.tensor(y_np, device=device)
+    params = [tl.tensor(p, device=device, requires_grad=True) for p in init]
+    losses = []
+    for _ in range(steps):
+        w1, b1, w2, b2 = params
+        h = tl.nn.functional.linear(x, w1, b1).tanh()
+        loss = tl.nn.functional.mse_loss(tl.nn.functional.linear(h, w2, b2), y)
+        loss.backward()
+        with tl.no_grad():
+            for p in params:
+                p.sub_(p.grad, alpha=0.1)
+                p.grad = None
+        losses.append(loss.item())
+    return losses
+
+
+@cuda
+def test_mlp_loss_curve_matches_cpu(cuda_device):
+    cpu, gpu = _mlp_losses("cpu", 60), _mlp_losses(cuda_device, 60)
+    assert cpu[-1] < 0.5 * cpu[0], "the MLP did not train"
+    # Each step's ops meet their contracts on both devices; the curves then agree to float32
+    # accumulation noise that 60 steps of SGD amplify only mildly.
+    np.testing.assert_allclose(gpu, cpu, rtol=2e-5, atol=1e-7)
+
+
+@cuda
+def test_10000_steps_keep_live_bytes_flat(cuda_device):
+    collect_allocator()
+    start = allocator_stats(cuda_device)
+    rng = np.random.default_rng(0)
+    x = tl.tensor(rng.normal(size=(32, 16)).astype(F32), device=cuda_device)
+    y = tl.tensor(rng.normal(size=(32, 1)).astype(F32), device=cuda_device)
+    w1 = tl.tensor(rng.normal(0, 0.3, (16, 16)).astype(F32), device=cuda_device, requires_grad=True)
+    w2 = tl.tensor(rng.normal(0, 0.3, (1, 16)).astype(F32), device=cuda_device, requires_grad=True)
+    live = []
+    for step in range(10_000):
+        loss = tl.nn.functional.mse_loss(tl.nn.functional.linear(x @ w1.t(), w2).relu(), y)
+        loss.backward()
+        with tl.no_grad():
+            for p in (w1, w2):
+                p.sub_(p.grad, alpha=0.01)
+                p.grad = None
+        del loss
+        if step in (9, 99, 999, 9_999):
+            live.append(allocator_stats(cuda_device).live_bytes)
+    assert live[1:] == live[:1] * 3, f"live bytes grew over the run: {live} (steps 10, 100, 1000, 10000)"
+    del x, y, w1, w2
+    collect_allocator()
+    end = allocator_stats(cuda_device)
+    assert end.live_bytes == start.live_bytes
+    assert end.alloc_count - start.alloc_count == end.free_count - start.free_count
+
+
+@cuda
+def test_out_of_memory_is_clear_and_recoverable(cuda_device):
+    held = []
+    n = 2**32 - 1  # the largest buffer (16 GiB): a few exhaust any GPU
+    with pytest.raises(OutOfMemoryError) as info:
+        for _ in range(64):
+            held.append(zeros(n, cuda_device))
+    msg = str(info.value)
+    for part in ("zeros", cuda_device if ":" in cuda_device else "cuda:0", "requested", "live", "peak", "device free"):
+        assert part in msg, f"{part!r} missing from: {msg}"
+    assert len(held) >= 1
+    for b in held:
+        b.release()
+    collect_allocator(True)
+    x = Buffer.from_numpy(np.arange(5, dtype=F32), cuda_device)
+    assert P.reduce_sum(x).to_numpy()[0] == 10.0  # the process stays usable
+
+
+@cuda
+def test_release_frees_at_once_and_blocks_reuse(cuda_device):
+    b = Buffer.from_numpy(np.ones(1 << 20, F32), cuda_device)
+    live = allocator_stats(cuda_device).live_bytes
+    assert b.release() is True and not b.release()
+    assert allocator_stats(cuda_device).live_bytes == live - 4 * (1 << 20)
+    assert allocator_stats(cuda_device).cached_bytes >= 4 * (1 << 20)  # kept for reuse
+    with pytest.raises(BufferReleasedError):
+        P.add(b, b)
+    assert collect_allocator(True) >= 4 * (1 << 20)  # handed back to the driver
+    assert allocator_stats(cuda_device).cached_bytes == 0
+
+
+@cuda
+def test_fast_scatter_add_meets_contract_and_deterministic_is_bitwise(cuda_device):
+    k = 65_536
+    vals = np.random.default_rng(1).normal(size=k).astype(F32)
+    idx = np.zeros(k, np.int64)
+    x, v = zeros(1, cuda_device), Buffer.from_numpy(vals, cuda_device)
+    ref = float(np.sum(vals.astype(np.float64)))
+    bound = k * 2.0**-24 * float(np.abs(vals).sum())
+    for on in (False, True):
+        with deterministic(on):
+            outs = {float(P.scatter_add(x, v, 1, idx, k).to_numpy()[0]) for _ in range(100)}
+        assert all(abs(o - ref) <= bound for o in outs)
+        if on:
+            assert len(outs) == 1
+        print(f"scatter_add 65536 -> 1 slot, 100 runs, deterministic={on}: {len(outs)} distinct results")
+
+
+@cuda
+def test_kernels_are_compiled_once(cuda_device):
+    from torchlean.backends.cuda import kernels
+
+    P.add(zeros(4, cuda_device), zeros(4, cuda_device))
+    assert kernels.kernel("elementwise.cu", "tl_add") is kernels.kernel("elementwise.cu", "tl_add")
+    assert kernels.module.cache_info().currsize >= 1
+
+
+@cuda
+def test_missing_device_index_is_a_clear_error(cuda_device):
+    import cupy
+
+    count = cupy.cuda.runtime.getDeviceCount()
+    with pytest.raises(DeviceError, match=f"cuda:{count}.*{count} device"):
+        zeros(1, f"cuda:{count}")
+
+
+@cuda
+def test_tf32_changes_only_on_request(cuda_device):
+    rng = np.random.default_rng(0)
+    a = Buffer.from_numpy(rng.normal(size=256 * 256).astype(F32), cuda_device)
+    b = Buffer.from_numpy(rng.normal(size=256 * 256).astype(F32), cuda_device)
+    exact = (a.to_numpy().reshape(256, 256).astype(np.float64) @ b.to_numpy().reshape(256, 256)).reshape(-1)
+    off = P.bmm(a, b, 1, 256, 256, 256).to_numpy()
+    prev = set_allow_tf32(True)
+    try:
+        on = P.bmm(a, b, 1, 256, 256, 256).to_numpy()
+    finally:
+        set_allow_tf32(prev)
+    err_off, err_on = np.abs(off - exact).max(), np.abs(on - exact).max()
+    assert err_off < 1e-3 < err_on, (err_off, err_on)  # TF32 keeps 10 mantissa bits: ~1e-2 here
+
+
+def test_tf32_switch_is_checked():
+    assert allow_tf32() is False  # off unless the user opts in
+    assert set_allow_tf32(True) is True and allow_tf32() is True
+    assert set_allow_tf32(False) is False
+    with pytest.raises(ArgumentError, match="set_allow_tf32"):
+        set_allow_tf32("yes")

@@ -1,0 +1,39 @@
+"""One backend object per CUDA device: every primitive, bound to run on that device."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import cupy
+
+from . import elementwise, index, layout, linalg, memory, reduce, rng
+
+_MODULES = (elementwise, reduce, layout, index, linalg, memory)
+_RNG = ("rand_uniform", "bernoulli_mask", "rand_normal")
+
+
+def _on_device(fn: Callable[..., Any], device: int) -> Callable[..., Any]:
+    """Run ``fn`` with ``device`` current (only wrapped where the process sees several GPUs)."""
+    get, dev = cupy.cuda.runtime.getDevice, cupy.cuda.Device(device)
+
+    def call(*args: Any) -> Any:
+        if get() == device:
+            return fn(*args)
+        with dev:
+            return fn(*args)
+
+    call.__name__ = fn.__name__
+    return call
+
+
+def make_backend(device: int) -> SimpleNamespace:
+    fns: dict[str, Callable[..., Any]] = {}
+    for mod in _MODULES:
+        for name in mod.__all__:
+            fns[name] = getattr(mod, name)
+    for name in _RNG:
+        fns[name] = getattr(rng, name)
+    if cupy.cuda.runtime.getDeviceCount() > 1:
+        fns = {k: _on_device(f, device) for k, f in fns.items()}
+    return SimpleNamespace(NAME=f"cuda:{device}", device=device, **fns)

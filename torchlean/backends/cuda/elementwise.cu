@@ -1,0 +1,144 @@
+// Elementwise primitives and their backward kernels. Each kernel is one grid-stride loop over
+// float4 vectors (torchlean buffers are whole CuPy allocations, so 16-byte aligned) plus a
+// scalar tail. Semantics follow backends/cpu/elementwise.py expression for expression; with
+// --fmad=false the plain arithmetic rounds as NumPy's does.
+
+#define SAFE_LOG_EPS 1e-6f
+
+__device__ __forceinline__ float tl_nan_max(float a, float b) {  // np.maximum: NaN propagates
+    return (a != a || b != b) ? a + b : fmaxf(a, b);
+}
+__device__ __forceinline__ float tl_nan_min(float a, float b) {  // np.minimum: NaN propagates
+    return (a != a || b != b) ? a + b : fminf(a, b);
+}
+__device__ __forceinline__ float tl_sign(float x) {  // np.sign: 0 at 0, NaN at NaN
+    return x > 0.f ? 1.f : (x < 0.f ? -1.f : (x == 0.f ? 0.f : x));
+}
+__device__ __forceinline__ float tl_sigmoid(float x) {
+    float e = expf(-fabsf(x));                  // in (0, 1]: never overflows
+    float num = x >= 0.f ? 1.f : e;             // NaN: x >= 0 is false, e is NaN
+    return num / (1.f + e);
+}
+__device__ __forceinline__ float tl_softplus(float x) {
+    return (x > 0.f ? x : 0.f) + log1pf(expf(-fabsf(x)));  // NaN: 0 + log1p(NaN)
+}
+
+#define TL_VEC_APPLY(OUT, IN4, EXPR1)                                                           \
+    { float x; x = IN4.x; OUT.x = (EXPR1); x = IN4.y; OUT.y = (EXPR1);                          \
+      x = IN4.z; OUT.z = (EXPR1); x = IN4.w; OUT.w = (EXPR1); }
+
+#define TL_UNARY(NAME, PARAMS, EXPR)                                                            \
+extern "C" __global__ void NAME(const float* __restrict__ xs, float* __restrict__ ys,          \
+                                long long n PARAMS) {                                           \
+    long long n4 = n >> 2;                                                                      \
+    const float4* x4 = reinterpret_cast<const float4*>(xs);                                     \
+    float4* y4 = reinterpret_cast<float4*>(ys);                                                 \
+    for (long long i = TL_TID; i < n4; i += TL_STRIDE) {                                        \
+        float4 v = x4[i], r;                                                                    \
+        TL_VEC_APPLY(r, v, EXPR)                                                                \
+        y4[i] = r;                                                                              \
+    }                                                                                           \
+    for (long long i = (n4 << 2) + TL_TID; i < n; i += TL_STRIDE) {                             \
+        float x = xs[i];                                                                        \
+        ys[i] = (EXPR);                                                                         \
+    }                                                                                           \
+}
+
+#define TL_BINARY(NAME, PARAMS, EXPR)                                                           \
+extern "C" __global__ void NAME(const float* __restrict__ as, const float* __restrict__ bs,    \
+                                float* __restrict__ ys, long long n PARAMS) {                   \
+    long long n4 = n >> 2;                                                                      \
+    const float4* a4 = reinterpret_cast<const float4*>(as);                                     \
+    const float4* b4 = reinterpret_cast<const float4*>(bs);                                     \
+    float4* y4 = reinterpret_cast<float4*>(ys);                                                 \
+    for (long long i = TL_TID; i < n4; i += TL_STRIDE) {                                        \
+        float4 va = a4[i], vb = b4[i], r;                                                       \
+        { float a = va.x, b = vb.x; r.x = (EXPR); }                                             \
+        { float a = va.y, b = vb.y; r.y = (EXPR); }                                             \
+        { float a = va.z, b = vb.z; r.z = (EXPR); }                                             \
+        { float a = va.w, b = vb.w; r.w = (EXPR); }                                             \
+        y4[i] = r;                                                                              \
+    }                                                                                           \
+    for (long long i = (n4 << 2) + TL_TID; i < n; i += TL_STRIDE) {                             \
+        float a = as[i], b = bs[i];                                                             \
+        ys[i] = (EXPR);                                                                         \
+    }                                                                                           \
+}
+
+#define NO_PARAMS
+#define ONE_SCALAR , float c
+#define TWO_SCALARS , float lo, float hi
+
+TL_UNARY(tl_abs, NO_PARAMS, fabsf(x))
+TL_UNARY(tl_sqrt, NO_PARAMS, sqrtf(x))
+TL_UNARY(tl_exp, NO_PARAMS, expf(x))
+TL_UNARY(tl_log, NO_PARAMS, logf(x))
+TL_UNARY(tl_inv, NO_PARAMS, 1.f / x)
+TL_UNARY(tl_relu, NO_PARAMS, (x != x) ? x : (x > 0.f ? x : 0.f))
+TL_UNARY(tl_copy, NO_PARAMS, x)
+TL_UNARY(tl_sigmoid_k, NO_PARAMS, tl_sigmoid(x))
+TL_UNARY(tl_tanh, NO_PARAMS, tanhf(x))
+TL_UNARY(tl_softplus_k, NO_PARAMS, tl_softplus(x))
+TL_UNARY(tl_safe_log, NO_PARAMS, logf(tl_softplus(x) + SAFE_LOG_EPS))
+TL_UNARY(tl_scale, ONE_SCALAR, x * c)
+TL_UNARY(tl_add_scalar, ONE_SCALAR, x + c)
+TL_UNARY(tl_clamp, TWO_SCALARS, tl_nan_min(tl_nan_max(x, lo), hi))
+
+// backward kernels read (a, b) = (x or y, dy)
+TL_BINARY(tl_abs_bwd, NO_PARAMS, tl_sign(a) * b)
+TL_BINARY(tl_sqrt_bwd, NO_PARAMS, a > 0.f ? b / (2.f * sqrtf(a)) : 0.f)
+TL_BINARY(tl_relu_bwd, NO_PARAMS, a > 0.f ? b : 0.f)
+TL_BINARY(tl_clamp_bwd, TWO_SCALARS, (a > lo && a < hi) ? b : 0.f)
+TL_BINARY(tl_sigmoid_bwd, NO_PARAMS, b * (a * (1.f - a)))
+TL_BINARY(tl_tanh_bwd, NO_PARAMS, b * (1.f - a * a))
+TL_BINARY(tl_softplus_bwd, NO_PARAMS, b * tl_sigmoid(a))
+TL_BINARY(tl_safe_log_bwd, NO_PARAMS, b * tl_sigmoid(a) / (tl_softplus(a) + SAFE_LOG_EPS))
+
+TL_BINARY(tl_add, NO_PARAMS, a + b)
+TL_BINARY(tl_sub, NO_PARAMS, a - b)
+TL_BINARY(tl_mul, NO_PARAMS, a * b)
+TL_BINARY(tl_div, NO_PARAMS, a / b)
+TL_BINARY(tl_max, NO_PARAMS, fmaxf(a, b))
+TL_BINARY(tl_min, NO_PARAMS, fminf(a, b))
+TL_BINARY(tl_axpy, ONE_SCALAR, a + b * c)
+
+// max_bwd / min_bwd: the strict winner gets dy, a tie (or two NaNs) splits it 0.5 / 0.5, a NaN
+// loses to a number (fmax / fmin semantics).
+template <bool IS_MAX>
+__device__ __forceinline__ void tl_pick(float a, float b, float dy, float& da, float& db) {
+    bool an = a != a, bn = b != b;
+    bool a_wins = (IS_MAX ? a > b : a < b) || (bn && !an);
+    bool b_wins = (IS_MAX ? b > a : b < a) || (an && !bn);
+    float half = dy * 0.5f;
+    da = a_wins ? dy : (b_wins ? 0.f : half);
+    db = b_wins ? dy : (a_wins ? 0.f : half);
+}
+
+template <bool IS_MAX>
+__device__ void tl_pair_bwd(const float* __restrict__ as, const float* __restrict__ bs,
+                            const float* __restrict__ dys, float* __restrict__ das,
+                            float* __restrict__ dbs, long long n) {
+    for (long long i = TL_TID; i < n; i += TL_STRIDE) {
+        float da, db;
+        tl_pick<IS_MAX>(as[i], bs[i], dys[i], da, db);
+        das[i] = da;
+        dbs[i] = db;
+    }
+}
+
+extern "C" __global__ void tl_max_bwd(const float* a, const float* b, const float* dy, float* da,
+                                      float* db, long long n) {
+    tl_pair_bwd<true>(a, b, dy, da, db, n);
+}
+extern "C" __global__ void tl_min_bwd(const float* a, const float* b, const float* dy, float* da,
+                                      float* db, long long n) {
+    tl_pair_bwd<false>(a, b, dy, da, db, n);
+}
+
+// fill: the backend's `full`
+extern "C" __global__ void tl_fill(float* __restrict__ ys, long long n, float v) {
+    long long n4 = n >> 2;
+    float4* y4 = reinterpret_cast<float4*>(ys);
+    for (long long i = TL_TID; i < n4; i += TL_STRIDE) y4[i] = make_float4(v, v, v, v);
+    for (long long i = (n4 << 2) + TL_TID; i < n; i += TL_STRIDE) ys[i] = v;
+}

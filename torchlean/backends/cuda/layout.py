@@ -1,0 +1,187 @@
+"""Layout primitives on CuPy arrays: broadcasts, transposes, axis swaps and general permutes.
+
+Every op here is a gather ``out[i] = x[offset(i)]`` over a row-major output. The host describes it
+as (output dims, input stride per output axis; 0 on broadcast axes), drops size-1 axes and merges
+adjacent axes that are contiguous in both, so typical cases reach the device as rank 1 to 3. Then:
+- identity: a device copy;
+- a (batched) 2-D transpose with both sides >= 16: the shared-memory tiled kernel ``tl_transpose``;
+- otherwise the strided kernel ``tl_strided_*`` (coalesced writes; float4 loads and stores when
+  the innermost axis is contiguous, float4 splat stores when it is a broadcast, in both cases
+  when its length is a multiple of 4). More than 8 collapsed axes: the outer axes' offsets come
+  from a small host-built table (one pass, no NotImplementedError).
+
+Nothing here synchronizes the device or reads device memory back to the host.
+"""
+
+from __future__ import annotations
+
+import cupy
+import numpy as np
+
+from .kernels import BLOCK, I64, empty, grid_for, kernel
+
+# permute is importable (``from .layout import permute``) but not a backend primitive, so not listed.
+__all__ = [
+    "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to", "swap_adjacent_at_depth",
+    "transpose2d",
+]
+
+_FILE = "layout.cu"
+_MAX_RANK = 8          # axes the strided kernel takes as scalar arguments
+_GRID_YZ_MAX = 65535   # CUDA's limit on gridDim.y and gridDim.z
+_GRID_X_MAX = 2**31 - 1
+# The tiled transpose when both matrix sides reach this; below it most of each 32x32 tile would be
+# empty, and the strided kernel (coalesced writes, reads that stay within a few cache lines) wins.
+_TILED_MIN = 16
+
+
+def _prod(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
+def _contiguous_strides(dims) -> list[int]:
+    st, acc = [], 1
+    for d in reversed(dims):
+        st.append(acc)
+        acc *= int(d)
+    return st[::-1]
+
+
+def _collapse(dims, strides) -> tuple[list[int], list[int]]:
+    """Drop size-1 axes; merge each axis into the one before it when both are contiguous in x.
+
+    The output is row-major, so two adjacent output axes (p, j) act as one axis of size
+    d_p * d_j with stride s_j exactly when s_p == s_j * d_j (this includes two broadcast axes).
+    """
+    od: list[int] = []
+    st: list[int] = []
+    for d, s in zip(dims, strides):
+        d, s = int(d), int(s)
+        if d == 1:
+            continue
+        if od and st[-1] == s * d:
+            od[-1] *= d
+            st[-1] = s
+        else:
+            od.append(d)
+            st.append(s)
+    return od, st
+
+
+def _transpose_launch(x, out, batch: int, rows: int, cols: int) -> None:
+    """x (batch, rows, cols) -> out (batch, cols, rows); all three > 0."""
+    tiles_x = (cols + 31) // 32
+    tiles_y = (rows + 31) // 32
+    grid = (min(tiles_x, _GRID_X_MAX), min(tiles_y, _GRID_YZ_MAX), min(batch, _GRID_YZ_MAX))
+    kernel(_FILE, "tl_transpose")(grid, (32, 8, 1), (x, out, I64(batch), I64(rows), I64(cols)))
+
+
+def _as_transpose(od, st):
+    """(batch, rows, cols) of x when the collapsed gather is a batched 2-D transpose, else None."""
+    if 0 in st or len(od) not in (2, 3):
+        return None
+    order = sorted(range(len(od)), key=lambda a: -st[a])  # x's axes, outermost first
+    for pos, a in enumerate(order):
+        if st[a] != _prod(od[b] for b in order[pos + 1:]):
+            return None  # not a permutation of a contiguous array
+    if len(od) == 2 and order == [1, 0]:
+        return 1, od[1], od[0]
+    if len(od) == 3 and order == [0, 2, 1]:
+        return od[0], od[2], od[1]
+    return None
+
+
+def _strided_launch(x, out, od, st, n_units: int, mode: int) -> None:
+    rank = len(od)
+    if rank <= _MAX_RANK:
+        d = od + [1] * (_MAX_RANK - rank)
+        s = st + [0] * (_MAX_RANK - rank)
+        args = (x, out, I64(n_units), *(I64(v) for v in d), *(I64(v) for v in s))
+        kernel(_FILE, f"tl_strided_m{mode}_r{rank}")((grid_for(n_units),), (BLOCK,), args)
+        return
+    # More axes than the kernel's argument list: axis 0 of the launch enumerates the first
+    # rank-7 axes in row-major order, with their offsets from a table built here.
+    head = rank - (_MAX_RANK - 1)
+    tab = np.zeros(1, dtype=np.int64)
+    for d, s in zip(od[:head], st[:head]):
+        tab = (tab[:, None] + np.arange(d, dtype=np.int64) * s).reshape(-1)
+    tab_dev = cupy.asarray(tab)  # asynchronous on the current stream (pinned staging)
+    d = [int(tab.size)] + od[head:]
+    s = [0] + st[head:]
+    args = (x, out, tab_dev, I64(n_units), *(I64(v) for v in d), *(I64(v) for v in s))
+    kernel(_FILE, f"tl_strided_tab_m{mode}")((grid_for(n_units),), (BLOCK,), args)
+
+
+def _gather(x, dims, strides):
+    """out (row-major over dims)[coords] = x[sum coords * strides]; a new contiguous float32 array."""
+    n = _prod(dims)
+    if n == 0:
+        return empty(0)
+    od, st = _collapse(dims, strides)
+    if not od:
+        od, st = [1], [0]
+    if len(od) == 1 and st[0] == 1:
+        return x.copy()  # identity (n == x.size): a device-to-device copy
+    out = empty(n)
+    tr = _as_transpose(od, st)
+    if tr is not None and min(tr[1], tr[2]) >= _TILED_MIN:
+        _transpose_launch(x, out, *tr)
+        return out
+    mode = 0
+    if od[-1] % 4 == 0:
+        if st[-1] == 1 and all(s % 4 == 0 for s in st[:-1]) and x.data.ptr % 16 == 0:
+            mode = 1  # float4 in and out: every unit is measured in float4s
+            od = od[:-1] + [od[-1] // 4]
+            st = [s // 4 for s in st[:-1]] + [1]
+        elif st[-1] == 0:
+            mode = 2  # one float read, a float4 of it written
+            od = od[:-1] + [od[-1] // 4]
+    _strided_launch(x, out, od, st, n if mode == 0 else n // 4, mode)
+    return out
+
+
+def permute(x, dims, perm):
+    """x.reshape(dims).transpose(perm) as a new contiguous flat float32 array."""
+    dims = tuple(int(d) for d in dims)
+    cs = _contiguous_strides(dims)
+    return _gather(x, [dims[p] for p in perm], [cs[p] for p in perm])
+
+
+def broadcast_vec_to_rows(vec, rows, cols):
+    """out[i, j] = vec[j] (vec has length cols)."""
+    return _gather(vec, [rows, cols], [0, 1])
+
+
+def broadcast_vec_to_cols(vec, rows, cols):
+    """out[i, j] = vec[i] (vec has length rows)."""
+    return _gather(vec, [rows, cols], [1, 0])
+
+
+def broadcast_to(x, in_dims, out_dims, axis_map):
+    """As the CPU backend: axis_map[j] == 0 inserts output axis j, else names input axis axis_map[j]-1."""
+    cs = _contiguous_strides(in_dims)
+    strides = []
+    for j, a in enumerate(axis_map):
+        if a == 0 or in_dims[a - 1] == 1:
+            strides.append(0)  # inserted or size-1 input axis: broadcast
+        else:
+            strides.append(cs[a - 1])
+    return _gather(x, list(out_dims), strides)
+
+
+def swap_adjacent_at_depth(b, dims, depth):
+    """Swap axes depth and depth+1 of b (shape dims); a copy when depth+1 >= rank."""
+    dims = tuple(int(d) for d in dims)
+    if depth + 1 >= len(dims):
+        return b.copy()
+    perm = list(range(len(dims)))
+    perm[depth], perm[depth + 1] = perm[depth + 1], perm[depth]
+    return permute(b, dims, perm)
+
+
+def transpose2d(b, rows, cols):
+    """b (rows, cols) -> (cols, rows)."""
+    return permute(b, (rows, cols), (1, 0))

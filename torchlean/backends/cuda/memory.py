@@ -1,0 +1,66 @@
+"""Host transfers, fills, copies and the caching allocator's view for the CUDA backend.
+
+Device memory comes from CuPy's default memory pool: a caching allocator (size-binned, stream
+aware) that keeps freed blocks for reuse, so the steady state of a training loop does no
+cudaMalloc at all. torchlean counts its own buffers (``AllocatorCounters``); this module adds
+what the driver and the pool know: device free/total bytes and the bytes held in the cache.
+``collect(True)`` hands cached blocks back to the driver (also the first step after an
+allocation failure, see runtime/oom.py).
+"""
+
+from __future__ import annotations
+
+import cupy
+import numpy as np
+
+from .elementwise import fill
+from .kernels import empty
+
+__all__ = ["from_host", "to_host", "full", "memory_info", "cached_bytes", "collect", "concat1d", "slice1d"]
+
+
+def from_host(a: np.ndarray):
+    return cupy.asarray(a, dtype=cupy.float32)
+
+
+def to_host(a) -> np.ndarray:
+    return cupy.asnumpy(a)
+
+
+def full(n: int, value: float):
+    return fill(n, value)
+
+
+def memory_info() -> tuple[int, int]:
+    free, total = cupy.cuda.runtime.memGetInfo()
+    return int(free), int(total)
+
+
+def cached_bytes() -> int:
+    pool = cupy.get_default_memory_pool()
+    return int(pool.total_bytes() - pool.used_bytes())
+
+
+def collect(force: bool) -> int:
+    """With ``force``, return every cached (unused) block to the driver; the bytes handed back."""
+    if not force:
+        return 0
+    freed = cached_bytes()
+    cupy.get_default_memory_pool().free_all_blocks()
+    return freed
+
+
+def concat1d(a, b, n, m):
+    out = empty(n + m)
+    if n:
+        out.data.copy_from_device_async(a.data, 4 * n)
+    if m:
+        (out.data + 4 * n).copy_from_device_async(b.data, 4 * m)
+    return out
+
+
+def slice1d(b, n, start, length):
+    out = empty(length)
+    if length:
+        out.data.copy_from_device_async(b.data + 4 * start, 4 * length)
+    return out

@@ -1,0 +1,268 @@
+// Reductions and the fused row kernels (softmax, log-softmax and their VJPs).
+//
+// Every reduction here runs in a fixed order for a given shape: per-thread accumulation over a
+// grid-stride range of a FIXED grid (sizes chosen from the shape alone, never from timing or
+// occupancy), then warp butterflies and a block tree. So results are bitwise repeatable run to
+// run. The one exception is reduce_sum's fast path (tl_sum_atomic), which adds block sums with
+// atomicAdd and is used only when deterministic reductions are off. Sums accumulate in double:
+// on an H200 the extra adds are free in these memory-bound loops, and the result is far inside
+// the float32 contract (gamma(n) * sum|x|).
+
+#define TL_NAN __int_as_float(0x7fc00000)
+
+struct SumOp {
+    typedef double T;
+    static __device__ __forceinline__ T init() { return 0.0; }
+    static __device__ __forceinline__ T step(T a, float x) { return a + (double)x; }
+    static __device__ __forceinline__ T comb(T a, T b) { return a + b; }
+    static __device__ __forceinline__ float fin(T a) { return (float)a; }
+};
+
+struct MaxOp {  // np.fmax.reduce: NaN is ignored unless every value is NaN
+    typedef float T;
+    static __device__ __forceinline__ T init() { return TL_NAN; }
+    static __device__ __forceinline__ T step(T a, float x) { return fmaxf(a, x); }
+    static __device__ __forceinline__ T comb(T a, T b) { return fmaxf(a, b); }
+    static __device__ __forceinline__ float fin(T a) { return a; }
+};
+
+template <class Op>
+__device__ __forceinline__ typename Op::T warp_reduce(typename Op::T v) {
+    for (int o = 16; o > 0; o >>= 1) v = Op::comb(v, __shfl_xor_sync(TL_FULL_MASK, v, o));
+    return v;
+}
+
+// Every thread gets the block's value. blockDim.x is a multiple of 32, at most 1024.
+template <class Op>
+__device__ __forceinline__ typename Op::T block_reduce(typename Op::T v) {
+    __shared__ typename Op::T scratch[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_reduce<Op>(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? scratch[lane] : Op::init();
+    return warp_reduce<Op>(v);
+}
+
+// ---- whole-buffer sum / mean ------------------------------------------------------------------
+// Thread-level part: four float4 loads in flight per iteration, then the tail.
+__device__ __forceinline__ double thread_sum(const float* __restrict__ x, long long n) {
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    long long n4 = n >> 2, stride = TL_STRIDE, i = TL_TID;
+    double acc = 0.0;
+    for (; i + 3 * stride < n4; i += 4 * stride) {
+        float4 v0 = x4[i], v1 = x4[i + stride], v2 = x4[i + 2 * stride], v3 = x4[i + 3 * stride];
+        acc += ((double)v0.x + v0.y) + ((double)v0.z + v0.w);
+        acc += ((double)v1.x + v1.y) + ((double)v1.z + v1.w);
+        acc += ((double)v2.x + v2.y) + ((double)v2.z + v2.w);
+        acc += ((double)v3.x + v3.y) + ((double)v3.z + v3.w);
+    }
+    for (; i < n4; i += stride) {
+        float4 v = x4[i];
+        acc += ((double)v.x + v.y) + ((double)v.z + v.w);
+    }
+    for (long long j = (n4 << 2) + TL_TID; j < n; j += stride) acc += (double)x[j];
+    return acc;
+}
+
+// One block: out[0] = float(sum) / div. Several blocks: partials[block] = sum (then tl_sum_final).
+extern "C" __global__ void tl_sum_blocks(const float* __restrict__ x, long long n,
+                                         double* __restrict__ partials, float* __restrict__ out,
+                                         float div) {
+    double s = block_reduce<SumOp>(thread_sum(x, n));
+    if (threadIdx.x == 0) {
+        if (gridDim.x == 1) out[0] = (float)s / div;
+        else partials[blockIdx.x] = s;
+    }
+}
+
+extern "C" __global__ void tl_sum_final(const double* __restrict__ partials, int count,
+                                        float* __restrict__ out, float div) {
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
+    double s = block_reduce<SumOp>(acc);
+    if (threadIdx.x == 0) out[0] = (float)s / div;
+}
+
+// Fast path: block sums land with atomicAdd (out must be zeroed); the order of the atomic adds
+// varies run to run, so the last bits may too.
+extern "C" __global__ void tl_sum_atomic(const float* __restrict__ x, long long n,
+                                         float* __restrict__ out) {
+    double s = block_reduce<SumOp>(thread_sum(x, n));
+    if (threadIdx.x == 0) atomicAdd(out, (float)s);
+}
+
+// ---- strided reductions over (outer, len, inner) -----------------------------------------------
+// Contiguous rows (inner == 1), short rows: one warp per row.
+template <class Op>
+__device__ void rows_warp(const float* __restrict__ x, long long outer, long long len,
+                          float* __restrict__ out) {
+    long long warps = TL_STRIDE >> 5;
+    int lane = threadIdx.x & 31;
+    for (long long r = TL_TID >> 5; r < outer; r += warps) {
+        const float* row = x + r * len;
+        typename Op::T acc = Op::init();
+        for (long long j = lane; j < len; j += 32) acc = Op::step(acc, row[j]);
+        acc = warp_reduce<Op>(acc);
+        if (lane == 0) out[r] = Op::fin(acc);
+    }
+}
+
+// Long rows: block b reduces chunk (b % split) of row (b / split); with split == 1 it writes the
+// row's result, otherwise a partial that rows_finish combines in chunk order.
+template <class Op>
+__device__ void rows_block(const float* __restrict__ x, long long outer, long long len,
+                           long long split, long long chunk, typename Op::T* __restrict__ partials,
+                           float* __restrict__ out) {
+    for (long long b = blockIdx.x; b < outer * split; b += gridDim.x) {
+        long long r = b / split, c = b % split;
+        long long lo = c * chunk, hi = min(len, lo + chunk);
+        const float* row = x + r * len;
+        typename Op::T acc = Op::init();
+        for (long long j = lo + threadIdx.x; j < hi; j += blockDim.x) acc = Op::step(acc, row[j]);
+        acc = block_reduce<Op>(acc);
+        if (threadIdx.x == 0) {
+            if (split == 1) out[r] = Op::fin(acc);
+            else partials[b] = acc;
+        }
+        __syncthreads();
+    }
+}
+
+template <class Op>
+__device__ void rows_finish(const typename Op::T* __restrict__ partials, long long outer,
+                            long long split, float* __restrict__ out) {
+    for (long long r = TL_TID; r < outer; r += TL_STRIDE) {
+        typename Op::T acc = Op::init();
+        for (long long c = 0; c < split; ++c) acc = Op::comb(acc, partials[r * split + c]);
+        out[r] = Op::fin(acc);
+    }
+}
+
+// inner > 1: thread t = (c * outer + o) * inner + i walks chunk c of axis `len` at (o, i); reads
+// are coalesced across i. split == 1 writes out[o * inner + i]; otherwise a partial.
+template <class Op>
+__device__ void cols(const float* __restrict__ x, long long outer, long long len, long long inner,
+                     long long split, long long chunk, typename Op::T* __restrict__ partials,
+                     float* __restrict__ out) {
+    long long oi = outer * inner, total = oi * split;
+    for (long long t = TL_TID; t < total; t += TL_STRIDE) {
+        long long c = t / oi, rest = t - c * oi, o = rest / inner, i = rest - o * inner;
+        long long lo = c * chunk, hi = min(len, lo + chunk);
+        const float* p = x + o * len * inner + i;
+        typename Op::T acc = Op::init();
+        for (long long l = lo; l < hi; ++l) acc = Op::step(acc, p[l * inner]);
+        if (split == 1) out[rest] = Op::fin(acc);
+        else partials[t] = acc;
+    }
+}
+
+template <class Op>
+__device__ void cols_finish(const typename Op::T* __restrict__ partials, long long oi,
+                            long long split, float* __restrict__ out) {
+    for (long long j = TL_TID; j < oi; j += TL_STRIDE) {
+        typename Op::T acc = Op::init();
+        for (long long c = 0; c < split; ++c) acc = Op::comb(acc, partials[c * oi + j]);
+        out[j] = Op::fin(acc);
+    }
+}
+
+#define TL_STRIDED(SUFFIX, OP)                                                                   \
+extern "C" __global__ void tl_rows_warp_##SUFFIX(const float* x, long long outer, long long len, \
+                                                 float* out) {                                   \
+    rows_warp<OP>(x, outer, len, out);                                                           \
+}                                                                                                \
+extern "C" __global__ void tl_rows_block_##SUFFIX(const float* x, long long outer, long long len,\
+        long long split, long long chunk, OP::T* partials, float* out) {                         \
+    rows_block<OP>(x, outer, len, split, chunk, partials, out);                                  \
+}                                                                                                \
+extern "C" __global__ void tl_rows_finish_##SUFFIX(const OP::T* partials, long long outer,       \
+                                                   long long split, float* out) {                \
+    rows_finish<OP>(partials, outer, split, out);                                                \
+}                                                                                                \
+extern "C" __global__ void tl_cols_##SUFFIX(const float* x, long long outer, long long len,      \
+        long long inner, long long split, long long chunk, OP::T* partials, float* out) {        \
+    cols<OP>(x, outer, len, inner, split, chunk, partials, out);                                 \
+}                                                                                                \
+extern "C" __global__ void tl_cols_finish_##SUFFIX(const OP::T* partials, long long oi,         \
+                                                   long long split, float* out) {                \
+    cols_finish<OP>(partials, oi, split, out);                                                   \
+}
+
+TL_STRIDED(sum, SumOp)
+TL_STRIDED(max, MaxOp)
+
+// ---- softmax / log-softmax rows --------------------------------------------------------------
+// Group = a warp (rows of <= 1024 columns) or a block (longer rows); the group makes three
+// passes over its row (max, sum of exp, write), so a short row is read from DRAM once and then
+// from L1. The sum accumulates in double. Same formulas as backends/cpu/reduce.py.
+template <bool BLOCK_GROUP>
+__device__ __forceinline__ float group_max(float v) {
+    return BLOCK_GROUP ? block_reduce<MaxOp>(v) : warp_reduce<MaxOp>(v);
+}
+template <bool BLOCK_GROUP>
+__device__ __forceinline__ double group_sum(double v) {
+    return BLOCK_GROUP ? block_reduce<SumOp>(v) : warp_reduce<SumOp>(v);
+}
+
+template <bool BLOCK_GROUP, bool LOG>
+__device__ void softmax_rows_impl(const float* __restrict__ x, long long rows, long long cols,
+                                  float* __restrict__ y) {
+    long long g0 = BLOCK_GROUP ? blockIdx.x : (TL_TID >> 5);
+    long long ng = BLOCK_GROUP ? gridDim.x : (TL_STRIDE >> 5);
+    int t = BLOCK_GROUP ? threadIdx.x : (threadIdx.x & 31);
+    int nt = BLOCK_GROUP ? blockDim.x : 32;
+    for (long long r = g0; r < rows; r += ng) {
+        const float* xr = x + r * cols;
+        float* yr = y + r * cols;
+        float m = TL_NAN;
+        for (long long j = t; j < cols; j += nt) m = fmaxf(m, xr[j]);
+        m = group_max<BLOCK_GROUP>(m);
+        // np.max propagates NaN: exp(NaN - m) below then makes the whole row NaN, as on the CPU.
+        double s = 0.0;
+        for (long long j = t; j < cols; j += nt) s += (double)expf(xr[j] - m);
+        s = group_sum<BLOCK_GROUP>(s);
+        float sf = (float)s;
+        if (LOG) {
+            float lse = logf(sf);
+            for (long long j = t; j < cols; j += nt) yr[j] = (xr[j] - m) - lse;
+        } else {
+            for (long long j = t; j < cols; j += nt) yr[j] = expf(xr[j] - m) / sf;
+        }
+    }
+}
+
+// dx = y * (dy - sum(dy * y)) (softmax) or dy - exp(y) * sum(dy) (log-softmax)
+template <bool BLOCK_GROUP, bool LOG>
+__device__ void softmax_rows_bwd_impl(const float* __restrict__ y, const float* __restrict__ dy,
+                                      long long rows, long long cols, float* __restrict__ dx) {
+    long long g0 = BLOCK_GROUP ? blockIdx.x : (TL_TID >> 5);
+    long long ng = BLOCK_GROUP ? gridDim.x : (TL_STRIDE >> 5);
+    int t = BLOCK_GROUP ? threadIdx.x : (threadIdx.x & 31);
+    int nt = BLOCK_GROUP ? blockDim.x : 32;
+    for (long long r = g0; r < rows; r += ng) {
+        const float* yr = y + r * cols;
+        const float* dr = dy + r * cols;
+        float* xr = dx + r * cols;
+        double s = 0.0;
+        for (long long j = t; j < cols; j += nt) s += LOG ? (double)dr[j] : (double)dr[j] * yr[j];
+        float sf = (float)group_sum<BLOCK_GROUP>(s);
+        for (long long j = t; j < cols; j += nt)
+            xr[j] = LOG ? dr[j] - expf(yr[j]) * sf : yr[j] * (dr[j] - sf);
+    }
+}
+
+#define TL_SOFTMAX(NAME, BG, LOG)                                                                \
+extern "C" __global__ void NAME(const float* x, long long rows, long long cols, float* y) {      \
+    softmax_rows_impl<BG, LOG>(x, rows, cols, y);                                                \
+}                                                                                                \
+extern "C" __global__ void NAME##_bwd(const float* y, const float* dy, long long rows,           \
+                                      long long cols, float* dx) {                               \
+    softmax_rows_bwd_impl<BG, LOG>(y, dy, rows, cols, dx);                                       \
+}
+
+TL_SOFTMAX(tl_softmax_warp, false, false)
+TL_SOFTMAX(tl_softmax_block, true, false)
+TL_SOFTMAX(tl_log_softmax_warp, false, true)
+TL_SOFTMAX(tl_log_softmax_block, true, true)

@@ -1,0 +1,187 @@
+"""Reductions, broadcast adjoints and the fused softmax rows on CuPy arrays (kernels: reduce.cu).
+
+Every path here is a fixed-order reduction whose launch shape depends on the problem shape only,
+so results are bitwise repeatable. Only ``reduce_sum`` has a faster atomic path, used while
+deterministic reductions are off.
+"""
+
+from __future__ import annotations
+
+import cupy
+import numpy as np
+
+from ...runtime.determinism import deterministic_reductions
+from .kernels import BLOCK, F32, I64, empty, grid_for, kernel, sm_count
+
+__all__ = [
+    "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",
+    "reduce_max_axis1", "reduce_sum_axis", "reduce_from_broadcast", "softmax_rows",
+    "softmax_rows_bwd", "log_softmax_rows", "log_softmax_rows_bwd", "strided_reduce",
+]
+
+_FILE = "reduce.cu"
+_MAX_SUM_BLOCKS = 1024       # fixed (not per device), so a sum's bits do not depend on the GPU model
+_PER_THREAD = 4 * 8          # at least 8 float4 loads per thread before another block is worth it
+_WARP_ROW_MAX = 2048         # rows up to this length: a warp per row; longer: blocks per row
+_ROW_CHUNK = 4096            # a block's share of a long row when rows are too few to fill the GPU
+_TARGET_BLOCKS = 1024
+_TARGET_THREADS = 1 << 18
+_ACC = {"sum": np.float64, "max": np.float32}
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _sum(x, div: float, atomic: bool):
+    n = x.size
+    out = empty(1)
+    blocks = min(_MAX_SUM_BLOCKS, max(1, _cdiv(n, BLOCK * _PER_THREAD)))
+    if blocks == 1:
+        kernel(_FILE, "tl_sum_blocks")((1,), (BLOCK,), (x, I64(n), out, out, F32(div)))
+    elif atomic:
+        out = cupy.zeros(1, dtype=cupy.float32)
+        kernel(_FILE, "tl_sum_atomic")((blocks,), (BLOCK,), (x, I64(n), out))
+    else:
+        partials = cupy.empty(blocks, dtype=cupy.float64)
+        kernel(_FILE, "tl_sum_blocks")((blocks,), (BLOCK,), (x, I64(n), partials, out, F32(div)))
+        kernel(_FILE, "tl_sum_final")((1,), (BLOCK,), (partials, np.int32(blocks), out, F32(div)))
+    return out
+
+
+def reduce_sum(x):
+    return _sum(x, 1.0, atomic=not deterministic_reductions())
+
+
+def reduce_mean(x):
+    # float32(sum) / float32(n), as on the CPU; n = 0 gives 0/0 = NaN.
+    return _sum(x, float(np.float32(x.size)), atomic=False)
+
+
+def strided_reduce(x, outer: int, length: int, inner: int, op: str = "sum"):
+    """Reduce x viewed as (outer, length, inner) over the middle axis: (outer, inner), flat."""
+    n_out = outer * inner
+    if n_out == 0:
+        return empty(0)
+    if length == 0:  # an empty sum is 0; an empty max is 0 by the primitive's definition
+        return cupy.zeros(n_out, dtype=cupy.float32)
+    out = empty(n_out)
+    if inner == 1:
+        if length <= _WARP_ROW_MAX:
+            kernel(_FILE, f"tl_rows_warp_{op}")((grid_for(outer * 32),), (BLOCK,),
+                                               (x, I64(outer), I64(length), out))
+            return out
+        split = max(1, min(_cdiv(length, _ROW_CHUNK), _cdiv(_TARGET_BLOCKS, outer)))
+        chunk = _cdiv(length, split)
+        partials = cupy.empty(outer * split, dtype=_ACC[op]) if split > 1 else out
+        grid = min(outer * split, sm_count() * 32)
+        kernel(_FILE, f"tl_rows_block_{op}")((grid,), (BLOCK,), (
+            x, I64(outer), I64(length), I64(split), I64(chunk), partials, out))
+        if split > 1:
+            kernel(_FILE, f"tl_rows_finish_{op}")((grid_for(outer),), (BLOCK,),
+                                                 (partials, I64(outer), I64(split), out))
+        return out
+    split = 1
+    if n_out < _TARGET_THREADS // 4 and length >= 64:
+        split = max(1, min(_cdiv(length, 64), _cdiv(_TARGET_THREADS, n_out)))
+    chunk = _cdiv(length, split)
+    partials = cupy.empty(n_out * split, dtype=_ACC[op]) if split > 1 else out
+    kernel(_FILE, f"tl_cols_{op}")((grid_for(n_out * split),), (BLOCK,), (
+        x, I64(outer), I64(length), I64(inner), I64(split), I64(chunk), partials, out))
+    if split > 1:
+        kernel(_FILE, f"tl_cols_finish_{op}")((grid_for(n_out),), (BLOCK,),
+                                             (partials, I64(n_out), I64(split), out))
+    return out
+
+
+def reduce_sum_axis0(b, rows, cols):
+    return strided_reduce(b, 1, rows, cols, "sum")
+
+
+def reduce_sum_axis1(b, rows, cols):
+    return strided_reduce(b, rows, cols, 1, "sum")
+
+
+def reduce_max_axis0(b, rows, cols):
+    return strided_reduce(b, 1, rows, cols, "max")
+
+
+def reduce_max_axis1(b, rows, cols):
+    return strided_reduce(b, rows, cols, 1, "max")
+
+
+def reduce_sum_axis(b, dims, axis):
+    outer = int(np.prod(dims[:axis], dtype=np.int64))
+    inner = int(np.prod(dims[axis + 1:], dtype=np.int64))
+    return strided_reduce(b, outer, dims[axis], inner, "sum")
+
+
+def reduce_from_broadcast(dout, in_dims, out_dims, axis_map):
+    """Sum dout over the broadcast axes (one strided pass per run of them), then undo any permutation."""
+    aligned = [1 if a == 0 else in_dims[a - 1] for a in axis_map]
+    # Runs of adjacent output axes that are all reduced or all kept; axes of size 1 vanish.
+    groups: list[list] = []  # [size, reduced]
+    for s, o in zip(aligned, out_dims):
+        if o == 1:
+            continue
+        reduced = s == 1
+        if groups and groups[-1][1] == reduced:
+            groups[-1][0] *= o
+        else:
+            groups.append([o, reduced])
+    d = dout
+    while any(r for _, r in groups):
+        j = max(i for i, (_, r) in enumerate(groups) if r)  # innermost first: inner extents stay large
+        outer = int(np.prod([g[0] for g in groups[:j]], dtype=np.int64))
+        inner = int(np.prod([g[0] for g in groups[j + 1:]], dtype=np.int64))
+        d = strided_reduce(d, outer, groups[j][0], inner, "sum")
+        del groups[j]
+    if d is dout:
+        d = dout.copy()
+    used = [a - 1 for a in axis_map if a != 0]
+    order = sorted(range(len(used)), key=lambda i: used[i])
+    if order != list(range(len(used))):
+        from .layout import permute
+
+        kept_dims = tuple(aligned[j] for j, a in enumerate(axis_map) if a != 0)
+        d = permute(d, kept_dims, tuple(order))
+    return d
+
+
+def _softmax(kind: str, x, rows: int, cols: int):
+    y = empty(rows * cols)
+    if rows * cols == 0:
+        return y
+    if cols <= 1024:
+        kernel(_FILE, f"tl_{kind}_warp")((grid_for(rows * 32),), (BLOCK,), (x, I64(rows), I64(cols), y))
+    else:
+        kernel(_FILE, f"tl_{kind}_block")((min(rows, sm_count() * 8),), (512,), (x, I64(rows), I64(cols), y))
+    return y
+
+
+def _softmax_bwd(kind: str, y, dy, rows: int, cols: int):
+    dx = empty(rows * cols)
+    if rows * cols == 0:
+        return dx
+    if cols <= 1024:
+        kernel(_FILE, f"tl_{kind}_warp_bwd")((grid_for(rows * 32),), (BLOCK,), (y, dy, I64(rows), I64(cols), dx))
+    else:
+        kernel(_FILE, f"tl_{kind}_block_bwd")((min(rows, sm_count() * 8),), (512,),
+                                              (y, dy, I64(rows), I64(cols), dx))
+    return dx
+
+
+def softmax_rows(x, rows, cols):
+    return _softmax("softmax", x, rows, cols)
+
+
+def log_softmax_rows(x, rows, cols):
+    return _softmax("log_softmax", x, rows, cols)
+
+
+def softmax_rows_bwd(y, dy, rows, cols):
+    return _softmax_bwd("softmax", y, dy, rows, cols)
+
+
+def log_softmax_rows_bwd(y, dy, rows, cols):
+    return _softmax_bwd("log_softmax", y, dy, rows, cols)

@@ -1,0 +1,30 @@
+"""The TF32 switch for CUDA matrix products (off by default).
+
+With TF32 on, cuBLAS may round matmul inputs to 10-bit mantissas on tensor cores: several times
+faster on Hopper, but far outside bmm's float32 contract. So it is off unless the user asks,
+through ``set_allow_tf32(True)`` or ``TORCHLEAN_ALLOW_TF32=1`` in the environment; the CPU
+backend ignores it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import ArgumentError
+
+ENV_VAR = "TORCHLEAN_ALLOW_TF32"
+_state = {"on": os.environ.get(ENV_VAR, "").strip() not in ("", "0")}
+
+
+def set_allow_tf32(on: bool) -> bool:
+    """Allow (or forbid) TF32 tensor-core math in CUDA matmuls; returns the value in force."""
+    if not isinstance(on, (bool, int, np.bool_)):
+        raise ArgumentError(f"set_allow_tf32: expected a bool, got {on!r}")
+    _state["on"] = bool(on)
+    return _state["on"]
+
+
+def allow_tf32() -> bool:
+    return _state["on"]
