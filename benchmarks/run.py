@@ -181,19 +181,6 @@ def reduction_specs(env: Env, sizes: list[int], mats: list[tuple[int, int]]) -> 
             f, g = (lambda: rt.reduce_sum(xb)), (lambda: torch.sum(xt))
             return Case("reduce", "reduce_sum", p2(n), f, g, nbytes=4 * n + 4, check=env.compare(f, g, rtol=1e-4))
         yield Spec("reduce", "reduce_sum", p2(n), build)
-        if env.device == "cuda":  # the fast path adds block sums atomically; deterministic mode does not
-            def build_det(n: int = n) -> Case:
-                x = normal(3, n)
-                xb, xt = env.buf(x), env.tt(x)
-
-                def f():
-                    with rt.deterministic(True):
-                        return rt.reduce_sum(xb)
-
-                g = lambda: torch.sum(xt)  # noqa: E731
-                return Case("reduce", "reduce_sum deterministic", p2(n), f, g, nbytes=4 * n + 4,
-                            check=env.compare(f, g, rtol=1e-4), note="fixed-order two-pass sum vs torch.sum")
-            yield Spec("reduce", "reduce_sum deterministic", p2(n), build_det)
     for axis in (0, 1):
         for r, c in mats:
             def build(r: int = r, c: int = c, axis: int = axis) -> Case:
@@ -288,14 +275,19 @@ def layout_specs(env: Env, square: int, table: tuple[int, int], k: int) -> Itera
         return Case("index", "gather_rows", f"{rows}x{cols}, k={k}", f, g, nbytes=8 * k * cols + 8 * k,
                     check=env.compare(f, g), note="torch: index_select(table, 0, idx)")
 
-    def scatter() -> Case:
+    def scatter(det: bool = False) -> Case:
         t = normal(14, rows, cols)
         v = normal(15, k, cols)
         idx = rng(16).integers(0, rows, size=k, dtype=np.int64)
         tb, vb, tt, vt, it = env.buf(t), env.buf(v), env.tt(t), env.tt(v), env.tt(idx)
-        f = lambda: rt.scatter_add_rows(tb, vb, rows, cols, idx, k)  # noqa: E731
+
+        def f():
+            with rt.deterministic(det):
+                return rt.scatter_add_rows(tb, vb, rows, cols, idx, k)
+
         g = lambda: torch.index_add(tt, 0, it, vt)  # noqa: E731
-        return Case("index", "scatter_add_rows", f"{rows}x{cols}, k={k}", f, g,
+        name = "scatter_add_rows deterministic" if det else "scatter_add_rows"
+        return Case("index", name, f"{rows}x{cols}, k={k}", f, g,
                     nbytes=4 * (2 * rows * cols + k * cols) + 8 * k, check=env.compare(f, g, rtol=1e-5),
                     note="out of place in both: torch.index_add (= clone + index_add_); bytes = read table + "
                          "write result + read values")
@@ -305,6 +297,9 @@ def layout_specs(env: Env, square: int, table: tuple[int, int], k: int) -> Itera
     yield Spec("layout", "broadcast_to cols", f"[{s}]->{s}x{s}", bcast_cols)
     yield Spec("index", "gather_rows", f"{rows}x{cols}, k={k}", gather)
     yield Spec("index", "scatter_add_rows", f"{rows}x{cols}, k={k}", scatter)
+    if env.device == "cuda":  # fast mode uses atomics there; deterministic mode sorts and sums segments
+        yield Spec("index", "scatter_add_rows deterministic", f"{rows}x{cols}, k={k}",
+                   functools.partial(scatter, True))
 
 
 def rng_specs(env: Env, sizes: list[int]) -> Iterator[Spec]:

@@ -369,3 +369,14 @@ def test_contract_catches_wrong_kernel(monkeypatch, name, fake, args):
     monkeypatch.setattr(cpu_backend, name, fake)
     verdict = run_case(info, args, "cpu")[0]
     assert not verdict.ok, f"the contract of {name} accepted a wrong kernel (ratio {verdict.ratio})"
+
+
+@pytest.mark.parametrize("n", [3, 67])  # NumPy's scalar and SIMD loops disagree on zeros: both lengths
+def test_max_min_signed_zeros_follow_ieee_2019(n, device):
+    a = np.resize(f32(-0.0, 0.0, -0.0), n)
+    b = np.resize(f32(0.0, -0.0, -0.0), n)
+    hi = P.max(up(a, device), up(b, device)).to_numpy()
+    lo = P.min(up(a, device), up(b, device)).to_numpy()
+    assert np.all(hi == 0) and np.all(lo == 0)
+    assert np.signbit(hi).tolist() == np.resize([False, False, True], n).tolist()  # -0 only if both are
+    assert np.signbit(lo).tolist() == np.resize([True, True, True], n).tolist()    # -0 if either is

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import struct
 from typing import Any, Sequence
 
 import numpy as np
@@ -22,6 +23,8 @@ U32_LIMIT = 2**32
 
 def check_u32(op: str, name: str, value: Any) -> int:
     """``value`` as a Python int in [0, 2**32); otherwise ``ShapeError`` naming ``name``."""
+    if type(value) is int and 0 <= value < U32_LIMIT:  # the common case, without the ABC checks
+        return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral,)):
         raise ShapeError(f"{op}: argument {name} must be an unsigned 32-bit integer, got {value!r} ({type(value).__name__})")
     v = int(value)
@@ -34,6 +37,8 @@ def check_u32_tuple(op: str, name: str, values: Any) -> tuple[int, ...]:
     """A sequence of uint32 values (dims, axis numbers) as a tuple."""
     if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
         raise ShapeError(f"{op}: argument {name} must be a sequence of integers, got {values!r}")
+    if all(type(d) is int and 0 <= d < U32_LIMIT for d in values):  # fast path: plain ints in range
+        return tuple(values)
     return tuple(check_u32(op, f"{name}[{i}]", d) for i, d in enumerate(values))
 
 
@@ -53,8 +58,16 @@ def check_product(op: str, names: str, *dims: int) -> int:
     return n
 
 
+_F32 = struct.Struct("f")
+
+
 def check_scalar(op: str, name: str, value: Any) -> float:
     """A host scalar rounded to float32, returned as a Python float (the seed casts host Floats)."""
+    if type(value) is float:  # fast path: C's double -> float cast rounds to nearest, as np.float32
+        try:
+            return _F32.unpack(_F32.pack(value))[0]
+        except OverflowError:  # finite but beyond float32: np.float32 below gives +-inf
+            pass
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ArgumentError(f"{op}: argument {name} must be a real number, got {value!r} ({type(value).__name__})")
     try:

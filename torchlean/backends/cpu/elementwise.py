@@ -62,12 +62,25 @@ def clamp_bwd(x, dy, lo, hi):
     return _keep_where((x > F32(lo)) & (x < F32(hi)), dy)
 
 
+def _signed_zeros(out, a, b, sign):
+    """IEEE 754-2019 maximumNumber/minimumNumber on zeros: max(-0, +0) = +0, min(-0, +0) = -0.
+
+    np.fmax alone returns either zero depending on the array length (its scalar and SIMD loops
+    disagree), so ties of two zeros are settled here: a + b is the max of two zeros, and
+    -(-a + -b) their min. The CUDA kernels apply the same rule.
+    """
+    both = (a == 0) & (b == 0)
+    if both.any():
+        out[both] = (a[both] + b[both]) if sign > 0 else -((-a[both]) + (-b[both]))
+    return out
+
+
 def max(a, b):
-    return np.fmax(a, b)
+    return _signed_zeros(np.fmax(a, b), a, b, +1)
 
 
 def min(a, b):
-    return np.fmin(a, b)
+    return _signed_zeros(np.fmin(a, b), a, b, -1)
 
 
 def _split(a_wins, b_wins, dy):

@@ -11,6 +11,14 @@ __device__ __forceinline__ float tl_nan_max(float a, float b) {  // np.maximum: 
 __device__ __forceinline__ float tl_nan_min(float a, float b) {  // np.minimum: NaN propagates
     return (a != a || b != b) ? a + b : fminf(a, b);
 }
+// fmax/fmin (NaN loses) with IEEE 754-2019 signed zeros: max(-0, +0) = +0, min(-0, +0) = -0,
+// as backends/cpu/elementwise.py settles them.
+__device__ __forceinline__ float tl_fmax(float a, float b) {
+    return (a == 0.f && b == 0.f) ? a + b : fmaxf(a, b);
+}
+__device__ __forceinline__ float tl_fmin(float a, float b) {
+    return (a == 0.f && b == 0.f) ? -((-a) + (-b)) : fminf(a, b);
+}
 __device__ __forceinline__ float tl_sign(float x) {  // np.sign: 0 at 0, NaN at NaN
     return x > 0.f ? 1.f : (x < 0.f ? -1.f : (x == 0.f ? 0.f : x));
 }
@@ -98,8 +106,8 @@ TL_BINARY(tl_add, NO_PARAMS, a + b)
 TL_BINARY(tl_sub, NO_PARAMS, a - b)
 TL_BINARY(tl_mul, NO_PARAMS, a * b)
 TL_BINARY(tl_div, NO_PARAMS, a / b)
-TL_BINARY(tl_max, NO_PARAMS, fmaxf(a, b))
-TL_BINARY(tl_min, NO_PARAMS, fminf(a, b))
+TL_BINARY(tl_max, NO_PARAMS, tl_fmax(a, b))
+TL_BINARY(tl_min, NO_PARAMS, tl_fmin(a, b))
 TL_BINARY(tl_axpy, ONE_SCALAR, a + b * c)
 
 // max_bwd / min_bwd: the strict winner gets dy, a tie (or two NaNs) splits it 0.5 / 0.5, a NaN

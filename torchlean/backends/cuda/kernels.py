@@ -1,22 +1,30 @@
-"""Loading our CUDA C kernels: one NVRTC-compiled module per ``.cu`` file, per device, cached.
+"""Loading our CUDA C kernels: one NVRTC-compiled module per ``.cu`` file and device, cached.
 
 Each ``.cu`` file in this folder is compiled with ``common.cuh`` prepended (so NVRTC needs no
-include path, and CuPy's on-disk cache keys on the full text). ``RawModule`` compiles lazily and
-keeps one loaded module per device, so ``kernel(file, name)`` works on every GPU.
+include path). We call NVRTC through CuPy's ``compile_using_nvrtc`` and load the cubin ourselves
+rather than use ``RawModule``, because RawModule always appends ``-ftz=true``: it would flush
+float32 subnormals to zero, which breaks parity with the CPU (and every contract) near 1e-38.
+Compiled cubins are cached on disk, keyed by the full source, options, architecture and NVRTC
+version, under ``$TORCHLEAN_KERNEL_CACHE`` (default ``~/.cache/torchlean/kernels``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
 import cupy
 import numpy as np
+from cupy.cuda import compiler, function, nvrtc
 
 HERE = Path(__file__).resolve().parent
-# --fmad=false: no contraction of a*b+c into FMA, so elementwise arithmetic rounds as NumPy's does.
-# -std=c++17 for templates and constexpr; precise division and sqrt stay on (NVRTC's default).
-OPTIONS = ("-std=c++17", "--fmad=false")
+# -ftz=false: keep subnormals (IEEE, as NumPy). --fmad=false: no contraction of a*b+c into an FMA,
+# so elementwise arithmetic rounds as NumPy's does. Precise division and sqrt (NVRTC's default)
+# are spelled out so that no cache or wrapper default can change them.
+OPTIONS = ("-std=c++17", "-ftz=false", "-prec-div=true", "-prec-sqrt=true", "--fmad=false")
 
 BLOCK = 256
 I64 = np.int64
@@ -27,14 +35,48 @@ def source(file: str) -> str:
     return (HERE / "common.cuh").read_text() + "\n#line 1\n" + (HERE / file).read_text()
 
 
-@lru_cache(maxsize=None)
-def module(file: str) -> cupy.RawModule:
-    return cupy.RawModule(code=source(file), options=OPTIONS)
+def _cache_dir() -> Path:
+    return Path(os.environ.get("TORCHLEAN_KERNEL_CACHE") or Path.home() / ".cache" / "torchlean" / "kernels")
+
+
+def _compile(file: str, arch: str) -> bytes:
+    src = source(file)
+    key = hashlib.sha256("\0".join([src, " ".join(OPTIONS), arch, str(nvrtc.getVersion()),
+                                     cupy.__version__]).encode()).hexdigest()[:32]
+    path = _cache_dir() / f"{Path(file).stem}-sm{arch}-{key}.cubin"
+    try:
+        return path.read_bytes()
+    except OSError:
+        pass
+    binary, _ = compiler.compile_using_nvrtc(src, OPTIONS, arch=arch, filename=file)
+    try:  # write-then-rename: concurrent processes never read a half-written file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
+            tmp.write(binary)
+        os.replace(tmp.name, path)
+    except OSError:
+        pass  # an unwritable cache only costs a recompile next time
+    return binary
 
 
 @lru_cache(maxsize=None)
-def kernel(file: str, name: str) -> cupy.RawKernel:
-    return module(file).get_function(name)
+def module(device: int, file: str) -> function.Module:
+    with cupy.cuda.Device(device):
+        mod = function.Module()
+        mod.load(_compile(file, cupy.cuda.Device(device).compute_capability))
+    return mod
+
+
+_functions: dict[tuple[int, str, str], function.Function] = {}
+
+
+def kernel(file: str, name: str) -> function.Function:
+    """Kernel ``name`` of ``file`` on the current device, compiled and loaded on first use."""
+    dev = cupy.cuda.runtime.getDevice()
+    fn = _functions.get((dev, file, name))
+    if fn is None:
+        fn = _functions[(dev, file, name)] = module(dev, file).get_function(name)
+    return fn
 
 
 @lru_cache(maxsize=None)

@@ -3,8 +3,7 @@
 // Every reduction here runs in a fixed order for a given shape: per-thread accumulation over a
 // grid-stride range of a FIXED grid (sizes chosen from the shape alone, never from timing or
 // occupancy), then warp butterflies and a block tree. So results are bitwise repeatable run to
-// run. The one exception is reduce_sum's fast path (tl_sum_atomic), which adds block sums with
-// atomicAdd and is used only when deterministic reductions are off. Sums accumulate in double:
+// run, and none of these needs a separate fast (atomic) path. Sums accumulate in double:
 // on an H200 the extra adds are free in these memory-bound loops, and the result is far inside
 // the float32 contract (gamma(n) * sum|x|).
 
@@ -66,31 +65,36 @@ __device__ __forceinline__ double thread_sum(const float* __restrict__ x, long l
     return acc;
 }
 
-// One block: out[0] = float(sum) / div. Several blocks: partials[block] = sum (then tl_sum_final).
-extern "C" __global__ void tl_sum_blocks(const float* __restrict__ x, long long n,
-                                         double* __restrict__ partials, float* __restrict__ out,
-                                         float div) {
+// out[0] = float(sum) / div in ONE launch, in a fixed order (CUDA's threadFenceReduction
+// pattern): every block writes its sum to partials[block]; the block that finishes last (an
+// integer atomic counter, which never touches the float values) adds the partials in index
+// order and resets the counter for the next call. So the sum is deterministic at the cost of no
+// extra launch, and no float atomics are needed (they would also flush subnormals to zero).
+extern "C" __global__ void tl_sum(const float* __restrict__ x, long long n, double* partials,
+                                  unsigned int* counter, float* __restrict__ out, float div) {
     double s = block_reduce<SumOp>(thread_sum(x, n));
-    if (threadIdx.x == 0) {
-        if (gridDim.x == 1) out[0] = (float)s / div;
-        else partials[blockIdx.x] = s;
+    if (gridDim.x == 1) {
+        if (threadIdx.x == 0) out[0] = (float)s / div;
+        return;
     }
-}
-
-extern "C" __global__ void tl_sum_final(const double* __restrict__ partials, int count,
-                                        float* __restrict__ out, float div) {
-    double acc = 0.0;
-    for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
-    double s = block_reduce<SumOp>(acc);
-    if (threadIdx.x == 0) out[0] = (float)s / div;
-}
-
-// Fast path: block sums land with atomicAdd (out must be zeroed); the order of the atomic adds
-// varies run to run, so the last bits may too.
-extern "C" __global__ void tl_sum_atomic(const float* __restrict__ x, long long n,
-                                         float* __restrict__ out) {
-    double s = block_reduce<SumOp>(thread_sum(x, n));
-    if (threadIdx.x == 0) atomicAdd(out, (float)s);
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        partials[blockIdx.x] = s;
+        __threadfence();  // the partial is visible device-wide before the count says so
+        last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (last) {
+        __threadfence();
+        const volatile double* p = partials;
+        double acc = 0.0;
+        for (int i = threadIdx.x; i < (int)gridDim.x; i += blockDim.x) acc += p[i];
+        acc = block_reduce<SumOp>(acc);
+        if (threadIdx.x == 0) {
+            out[0] = (float)acc / div;
+            *counter = 0u;
+        }
+    }
 }
 
 // ---- strided reductions over (outer, len, inner) -----------------------------------------------

@@ -1,8 +1,8 @@
 """Reductions, broadcast adjoints and the fused softmax rows on CuPy arrays (kernels: reduce.cu).
 
 Every path here is a fixed-order reduction whose launch shape depends on the problem shape only,
-so results are bitwise repeatable. Only ``reduce_sum`` has a faster atomic path, used while
-deterministic reductions are off.
+so results are bitwise repeatable whether or not deterministic reductions are on: none of these
+needs atomics to be fast (reduce_sum finishes in one launch; see tl_sum in reduce.cu).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
-from ...runtime.determinism import deterministic_reductions
 from .kernels import BLOCK, F32, I64, empty, grid_for, kernel, sm_count
 
 __all__ = [
@@ -33,29 +32,36 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _sum(x, div: float, atomic: bool):
+_sum_workspace: dict[tuple[int, int], tuple] = {}
+
+
+def _workspace():
+    """Per (device, stream): block partials and the zeroed completion counter tl_sum resets."""
+    key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr)
+    ws = _sum_workspace.get(key)
+    if ws is None:
+        mem = cupy.zeros(_MAX_SUM_BLOCKS + 1, dtype=cupy.float64)
+        ws = _sum_workspace[key] = (mem[:_MAX_SUM_BLOCKS], mem[_MAX_SUM_BLOCKS:].view(cupy.uint32))
+    return ws
+
+
+def _sum(x, div: float):
     n = x.size
     out = empty(1)
     blocks = min(_MAX_SUM_BLOCKS, max(1, _cdiv(n, BLOCK * _PER_THREAD)))
-    if blocks == 1:
-        kernel(_FILE, "tl_sum_blocks")((1,), (BLOCK,), (x, I64(n), out, out, F32(div)))
-    elif atomic:
-        out = cupy.zeros(1, dtype=cupy.float32)
-        kernel(_FILE, "tl_sum_atomic")((blocks,), (BLOCK,), (x, I64(n), out))
-    else:
-        partials = cupy.empty(blocks, dtype=cupy.float64)
-        kernel(_FILE, "tl_sum_blocks")((blocks,), (BLOCK,), (x, I64(n), partials, out, F32(div)))
-        kernel(_FILE, "tl_sum_final")((1,), (BLOCK,), (partials, np.int32(blocks), out, F32(div)))
+    partials, counter = _workspace() if blocks > 1 else (out, out)
+    kernel(_FILE, "tl_sum")((blocks,), (BLOCK,), (x, I64(n), partials, counter, out, F32(div)))
     return out
 
 
 def reduce_sum(x):
-    return _sum(x, 1.0, atomic=not deterministic_reductions())
+    # One fixed-order launch in both modes: determinism costs nothing here (see tl_sum).
+    return _sum(x, 1.0)
 
 
 def reduce_mean(x):
     # float32(sum) / float32(n), as on the CPU; n = 0 gives 0/0 = NaN.
-    return _sum(x, float(np.float32(x.size)), atomic=False)
+    return _sum(x, float(np.float32(x.size)))
 
 
 def strided_reduce(x, outer: int, length: int, inner: int, op: str = "sum"):
