@@ -105,7 +105,7 @@ def test_release_frees_at_once_and_blocks_reuse(cuda_device):
     with pytest.raises(BufferReleasedError):
         P.add(b, b)
     assert collect_allocator(True) >= 4 * (1 << 20)  # handed back to the driver
-    assert allocator_stats(cuda_device).cached_bytes == 0
+    assert allocator_stats(cuda_device).cached_bytes < 4 * (1 << 20)  # (a chunk split with live blocks stays)
 
 
 @cuda

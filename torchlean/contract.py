@@ -149,18 +149,19 @@ def _multiplicity(indices, limit) -> int:
 
 
 # Fast-mode CUDA scatters add with hardware float atomics (PTX atom/red.add.f32), which flush
-# subnormal inputs and results to zero: each hit may lose up to the smallest normal, 2**-126.
+# subnormal operands (the value added and the value in memory) and results to zero: each hit may
+# lose up to twice the smallest normal, 2 * 2**-126.
 FLUSH = 2.0**-126
 
 
 def _scatter_bound(hits: int, abs_sum, ref):
-    return _sum_bound(hits + 1, abs_sum, ref) + hits * FLUSH
+    return _sum_bound(hits + 1, abs_sum, ref) + 2 * hits * FLUSH
 
 
-_register("scatter_add", "per slot: gamma(hits) (|x| + sum|v|) + ulp/2 + hits 2^-126, any order (atomics included)",
+_register("scatter_add", "per slot: gamma(hits) (|x| + sum|v|) + ulp/2 + 2 hits 2^-126, any order (atomics included)",
           lambda ref, x, v, n, idx, k: _scatter_bound(_multiplicity(idx, n),
                                                       spec.scatter_add(_abs(x), _abs(v), n, idx, k), ref))
-_register("scatter_add_rows", "per element: gamma(hits) (|mat| + sum|values|) + ulp/2 + hits 2^-126, any order",
+_register("scatter_add_rows", "per element: gamma(hits) (|mat| + sum|values|) + ulp/2 + 2 hits 2^-126, any order",
           lambda ref, mat, v, rows, cols, idx, k: _scatter_bound(
               _multiplicity(idx, rows), spec.scatter_add_rows(_abs(mat), _abs(v), rows, cols, idx, k), ref))
 

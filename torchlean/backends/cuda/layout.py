@@ -15,6 +15,8 @@ Nothing here synchronizes the device or reads device memory back to the host.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import cupy
 import numpy as np
 
@@ -71,12 +73,12 @@ def _collapse(dims, strides) -> tuple[list[int], list[int]]:
     return od, st
 
 
-def _transpose_launch(x, out, batch: int, rows: int, cols: int) -> None:
+def _transpose_plan(batch: int, rows: int, cols: int) -> tuple:
     """x (batch, rows, cols) -> out (batch, cols, rows); all three > 0."""
     tiles_x = (cols + 31) // 32
     tiles_y = (rows + 31) // 32
     grid = (min(tiles_x, _GRID_X_MAX), min(tiles_y, _GRID_YZ_MAX), min(batch, _GRID_YZ_MAX))
-    kernel(_FILE, "tl_transpose")(grid, (32, 8, 1), (x, out, I64(batch), I64(rows), I64(cols)))
+    return ("tl_transpose", grid, (32, 8, 1), (I64(batch), I64(rows), I64(cols)), None)
 
 
 def _as_transpose(od, st):
@@ -94,52 +96,67 @@ def _as_transpose(od, st):
     return None
 
 
-def _strided_launch(x, out, od, st, n_units: int, mode: int) -> None:
+def _strided_plan(od, st, n_units: int, mode: int) -> tuple:
     rank = len(od)
     if rank <= _MAX_RANK:
         d = od + [1] * (_MAX_RANK - rank)
         s = st + [0] * (_MAX_RANK - rank)
-        args = (x, out, I64(n_units), *(I64(v) for v in d), *(I64(v) for v in s))
-        kernel(_FILE, f"tl_strided_m{mode}_r{rank}")((grid_for(n_units),), (BLOCK,), args)
-        return
+        ints = (I64(n_units), *(I64(v) for v in d), *(I64(v) for v in s))
+        return (f"tl_strided_m{mode}_r{rank}", (grid_for(n_units),), (BLOCK,), ints, None)
     # More axes than the kernel's argument list: axis 0 of the launch enumerates the first
     # rank-7 axes in row-major order, with their offsets from a table built here.
     head = rank - (_MAX_RANK - 1)
     tab = np.zeros(1, dtype=np.int64)
     for d, s in zip(od[:head], st[:head]):
         tab = (tab[:, None] + np.arange(d, dtype=np.int64) * s).reshape(-1)
-    tab_dev = cupy.asarray(tab)  # asynchronous on the current stream (pinned staging)
     d = [int(tab.size)] + od[head:]
     s = [0] + st[head:]
-    args = (x, out, tab_dev, I64(n_units), *(I64(v) for v in d), *(I64(v) for v in s))
-    kernel(_FILE, f"tl_strided_tab_m{mode}")((grid_for(n_units),), (BLOCK,), args)
+    ints = (I64(n_units), *(I64(v) for v in d), *(I64(v) for v in s))
+    return (f"tl_strided_tab_m{mode}", (grid_for(n_units),), (BLOCK,), ints, tab)
 
 
-def _gather(x, dims, strides):
-    """out (row-major over dims)[coords] = x[sum coords * strides]; a new contiguous float32 array."""
-    n = _prod(dims)
-    if n == 0:
-        return empty(0)
+@lru_cache(maxsize=1024)
+def _plan(dims: tuple, strides: tuple, aligned: bool) -> tuple | str:
+    """The launch for a gather: computed once per (dims, strides), since training loops repeat shapes.
+
+    Returns "empty", "copy", or (kernel name, grid, block, integer args, offset table or None).
+    """
+    if _prod(dims) == 0:
+        return "empty"
     od, st = _collapse(dims, strides)
     if not od:
         od, st = [1], [0]
     if len(od) == 1 and st[0] == 1:
-        return x.copy()  # identity (n == x.size): a device-to-device copy
-    out = empty(n)
+        return "copy"  # identity (n == x.size)
     tr = _as_transpose(od, st)
     if tr is not None and min(tr[1], tr[2]) >= _TILED_MIN:
-        _transpose_launch(x, out, *tr)
-        return out
+        return _transpose_plan(*tr)
+    n = _prod(dims)
     mode = 0
     if od[-1] % 4 == 0:
-        if st[-1] == 1 and all(s % 4 == 0 for s in st[:-1]) and x.data.ptr % 16 == 0:
+        if st[-1] == 1 and all(s % 4 == 0 for s in st[:-1]) and aligned:
             mode = 1  # float4 in and out: every unit is measured in float4s
             od = od[:-1] + [od[-1] // 4]
             st = [s // 4 for s in st[:-1]] + [1]
         elif st[-1] == 0:
             mode = 2  # one float read, a float4 of it written
             od = od[:-1] + [od[-1] // 4]
-    _strided_launch(x, out, od, st, n if mode == 0 else n // 4, mode)
+    return _strided_plan(od, st, n if mode == 0 else n // 4, mode)
+
+
+def _gather(x, dims, strides):
+    """out (row-major over dims)[coords] = x[sum coords * strides]; a new contiguous float32 array."""
+    plan = _plan(tuple(dims), tuple(strides), x.data.ptr % 16 == 0)
+    if plan == "empty":
+        return empty(0)
+    if plan == "copy":
+        return x.copy()  # a device-to-device copy
+    name, grid, block, ints, tab = plan
+    out = empty(_prod(dims))
+    if tab is None:
+        kernel(_FILE, name)(grid, block, (x, out, *ints))
+    else:  # uploaded per call (asynchronous, pinned staging): the plan cache holds host data only
+        kernel(_FILE, name)(grid, block, (x, out, cupy.asarray(tab), *ints))
     return out
 
 

@@ -98,17 +98,35 @@ extern "C" __global__ void tl_sum(const float* __restrict__ x, long long n, doub
 }
 
 // ---- strided reductions over (outer, len, inner) -----------------------------------------------
+// Rows whose length is a multiple of 4 start 16-byte aligned: read them as float4 (the order of
+// accumulation is still fixed by the shape alone).
+template <class Op>
+__device__ __forceinline__ typename Op::T step4(typename Op::T acc, float4 v) {
+    return Op::step(Op::step(Op::step(Op::step(acc, v.x), v.y), v.z), v.w);
+}
+
+template <class Op>
+__device__ __forceinline__ typename Op::T range_acc(const float* __restrict__ row, long long lo,
+                                                    long long hi, int t, int nt, bool vec) {
+    typename Op::T acc = Op::init();
+    if (vec) {  // lo and hi are multiples of 4
+        const float4* r4 = reinterpret_cast<const float4*>(row);
+        for (long long j = (lo >> 2) + t; j < (hi >> 2); j += nt) acc = step4<Op>(acc, r4[j]);
+    } else {
+        for (long long j = lo + t; j < hi; j += nt) acc = Op::step(acc, row[j]);
+    }
+    return acc;
+}
+
 // Contiguous rows (inner == 1), short rows: one warp per row.
 template <class Op>
 __device__ void rows_warp(const float* __restrict__ x, long long outer, long long len,
                           float* __restrict__ out) {
     long long warps = TL_STRIDE >> 5;
     int lane = threadIdx.x & 31;
+    bool vec = (len & 3) == 0;
     for (long long r = TL_TID >> 5; r < outer; r += warps) {
-        const float* row = x + r * len;
-        typename Op::T acc = Op::init();
-        for (long long j = lane; j < len; j += 32) acc = Op::step(acc, row[j]);
-        acc = warp_reduce<Op>(acc);
+        typename Op::T acc = warp_reduce<Op>(range_acc<Op>(x + r * len, 0, len, lane, 32, vec));
         if (lane == 0) out[r] = Op::fin(acc);
     }
 }
@@ -119,13 +137,11 @@ template <class Op>
 __device__ void rows_block(const float* __restrict__ x, long long outer, long long len,
                            long long split, long long chunk, typename Op::T* __restrict__ partials,
                            float* __restrict__ out) {
+    bool vec = (len & 3) == 0 && (chunk & 3) == 0;
     for (long long b = blockIdx.x; b < outer * split; b += gridDim.x) {
         long long r = b / split, c = b % split;
         long long lo = c * chunk, hi = min(len, lo + chunk);
-        const float* row = x + r * len;
-        typename Op::T acc = Op::init();
-        for (long long j = lo + threadIdx.x; j < hi; j += blockDim.x) acc = Op::step(acc, row[j]);
-        acc = block_reduce<Op>(acc);
+        typename Op::T acc = block_reduce<Op>(range_acc<Op>(x + r * len, lo, hi, threadIdx.x, blockDim.x, vec));
         if (threadIdx.x == 0) {
             if (split == 1) out[r] = Op::fin(acc);
             else partials[b] = acc;
@@ -255,6 +271,98 @@ __device__ void softmax_rows_bwd_impl(const float* __restrict__ y, const float* 
         for (long long j = t; j < cols; j += nt)
             xr[j] = LOG ? dr[j] - expf(yr[j]) * sf : yr[j] * (dr[j] - sf);
     }
+}
+
+// Rows of at most 1024 columns, a multiple of 4: a warp holds its row in registers (8 float4
+// per lane), so each row is read from DRAM once and written once.
+#define TL_REG4 8
+template <bool LOG>
+__device__ void softmax_rows_reg(const float* __restrict__ x, long long rows, long long cols,
+                                 float* __restrict__ y) {
+    const int lane = threadIdx.x & 31;
+    const long long c4 = cols >> 2;
+    for (long long r = TL_TID >> 5; r < rows; r += TL_STRIDE >> 5) {
+        const float4* xr = reinterpret_cast<const float4*>(x + r * cols);
+        float4* yr = reinterpret_cast<float4*>(y + r * cols);
+        float4 v[TL_REG4];
+        float m = TL_NAN;
+#pragma unroll
+        for (int t = 0; t < TL_REG4; ++t) {
+            long long j = lane + 32 * t;
+            if (j < c4) { v[t] = xr[j]; m = fmaxf(fmaxf(fmaxf(fmaxf(m, v[t].x), v[t].y), v[t].z), v[t].w); }
+        }
+        m = warp_reduce<MaxOp>(m);
+        double s = 0.0;
+#pragma unroll
+        for (int t = 0; t < TL_REG4; ++t) {
+            if (lane + 32 * t < c4) {
+                float4 e = make_float4(expf(v[t].x - m), expf(v[t].y - m), expf(v[t].z - m), expf(v[t].w - m));
+                s += ((double)e.x + e.y) + ((double)e.z + e.w);
+                if (!LOG) v[t] = e;
+            }
+        }
+        float sf = (float)warp_reduce<SumOp>(s);
+        float lse = LOG ? logf(sf) : 0.f;
+#pragma unroll
+        for (int t = 0; t < TL_REG4; ++t) {
+            long long j = lane + 32 * t;
+            if (j < c4) {
+                float4 o;
+                if (LOG) o = make_float4((v[t].x - m) - lse, (v[t].y - m) - lse, (v[t].z - m) - lse, (v[t].w - m) - lse);
+                else o = make_float4(v[t].x / sf, v[t].y / sf, v[t].z / sf, v[t].w / sf);
+                yr[j] = o;
+            }
+        }
+    }
+}
+
+template <bool LOG>
+__device__ void softmax_rows_bwd_reg(const float* __restrict__ y, const float* __restrict__ dy,
+                                     long long rows, long long cols, float* __restrict__ dx) {
+    const int lane = threadIdx.x & 31;
+    const long long c4 = cols >> 2;
+    for (long long r = TL_TID >> 5; r < rows; r += TL_STRIDE >> 5) {
+        const float4* yr = reinterpret_cast<const float4*>(y + r * cols);
+        const float4* dr = reinterpret_cast<const float4*>(dy + r * cols);
+        float4* xr = reinterpret_cast<float4*>(dx + r * cols);
+        float4 yv[TL_REG4], dv[TL_REG4];
+        double s = 0.0;
+#pragma unroll
+        for (int t = 0; t < TL_REG4; ++t) {
+            if (lane + 32 * t < c4) {
+                yv[t] = yr[lane + 32 * t];
+                dv[t] = dr[lane + 32 * t];
+                if (LOG) s += ((double)dv[t].x + dv[t].y) + ((double)dv[t].z + dv[t].w);
+                else s += ((double)dv[t].x * yv[t].x + (double)dv[t].y * yv[t].y) +
+                          ((double)dv[t].z * yv[t].z + (double)dv[t].w * yv[t].w);
+            }
+        }
+        float sf = (float)warp_reduce<SumOp>(s);
+#pragma unroll
+        for (int t = 0; t < TL_REG4; ++t) {
+            if (lane + 32 * t < c4) {
+                float4 a = yv[t], d = dv[t], o;
+                if (LOG) o = make_float4(d.x - expf(a.x) * sf, d.y - expf(a.y) * sf, d.z - expf(a.z) * sf, d.w - expf(a.w) * sf);
+                else o = make_float4(a.x * (d.x - sf), a.y * (d.y - sf), a.z * (d.z - sf), a.w * (d.w - sf));
+                xr[lane + 32 * t] = o;
+            }
+        }
+    }
+}
+
+extern "C" __global__ void tl_softmax_reg(const float* x, long long rows, long long cols, float* y) {
+    softmax_rows_reg<false>(x, rows, cols, y);
+}
+extern "C" __global__ void tl_log_softmax_reg(const float* x, long long rows, long long cols, float* y) {
+    softmax_rows_reg<true>(x, rows, cols, y);
+}
+extern "C" __global__ void tl_softmax_reg_bwd(const float* y, const float* dy, long long rows,
+                                              long long cols, float* dx) {
+    softmax_rows_bwd_reg<false>(y, dy, rows, cols, dx);
+}
+extern "C" __global__ void tl_log_softmax_reg_bwd(const float* y, const float* dy, long long rows,
+                                                  long long cols, float* dx) {
+    softmax_rows_bwd_reg<true>(y, dy, rows, cols, dx);
 }
 
 #define TL_SOFTMAX(NAME, BG, LOG)                                                                \

@@ -7,6 +7,8 @@ needs atomics to be fast (reduce_sum finishes in one launch; see tl_sum in reduc
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import cupy
 import numpy as np
 
@@ -78,7 +80,8 @@ def strided_reduce(x, outer: int, length: int, inner: int, op: str = "sum"):
                                                (x, I64(outer), I64(length), out))
             return out
         split = max(1, min(_cdiv(length, _ROW_CHUNK), _cdiv(_TARGET_BLOCKS, outer)))
-        chunk = _cdiv(length, split)
+        chunk = _cdiv(_cdiv(length, split), 4) * 4  # a multiple of 4: float4 reads stay aligned
+        split = _cdiv(length, chunk)
         partials = cupy.empty(outer * split, dtype=_ACC[op]) if split > 1 else out
         grid = min(outer * split, sm_count() * 32)
         kernel(_FILE, f"tl_rows_block_{op}")((grid,), (BLOCK,), (
@@ -122,8 +125,9 @@ def reduce_sum_axis(b, dims, axis):
     return strided_reduce(b, outer, dims[axis], inner, "sum")
 
 
-def reduce_from_broadcast(dout, in_dims, out_dims, axis_map):
-    """Sum dout over the broadcast axes (one strided pass per run of them), then undo any permutation."""
+@lru_cache(maxsize=1024)
+def _broadcast_adjoint_plan(in_dims: tuple, out_dims: tuple, axis_map: tuple) -> tuple:
+    """The (outer, length, inner) strided sums, and the final permutation (or None), once per shape."""
     aligned = [1 if a == 0 else in_dims[a - 1] for a in axis_map]
     # Runs of adjacent output axes that are all reduced or all kept; axes of size 1 vanish.
     groups: list[list] = []  # [size, reduced]
@@ -135,22 +139,33 @@ def reduce_from_broadcast(dout, in_dims, out_dims, axis_map):
             groups[-1][0] *= o
         else:
             groups.append([o, reduced])
-    d = dout
+    steps = []
     while any(r for _, r in groups):
         j = max(i for i, (_, r) in enumerate(groups) if r)  # innermost first: inner extents stay large
         outer = int(np.prod([g[0] for g in groups[:j]], dtype=np.int64))
         inner = int(np.prod([g[0] for g in groups[j + 1:]], dtype=np.int64))
-        d = strided_reduce(d, outer, groups[j][0], inner, "sum")
+        steps.append((outer, groups[j][0], inner))
         del groups[j]
+    used = [a - 1 for a in axis_map if a != 0]
+    order = tuple(sorted(range(len(used)), key=lambda i: used[i]))
+    perm = None
+    if order != tuple(range(len(used))):
+        perm = (tuple(aligned[j] for j, a in enumerate(axis_map) if a != 0), order)
+    return tuple(steps), perm
+
+
+def reduce_from_broadcast(dout, in_dims, out_dims, axis_map):
+    """Sum dout over the broadcast axes (one strided pass per run of them), then undo any permutation."""
+    steps, perm = _broadcast_adjoint_plan(tuple(in_dims), tuple(out_dims), tuple(axis_map))
+    d = dout
+    for outer, length, inner in steps:
+        d = strided_reduce(d, outer, length, inner, "sum")
     if d is dout:
         d = dout.copy()
-    used = [a - 1 for a in axis_map if a != 0]
-    order = sorted(range(len(used)), key=lambda i: used[i])
-    if order != list(range(len(used))):
+    if perm is not None:
         from .layout import permute
 
-        kept_dims = tuple(aligned[j] for j, a in enumerate(axis_map) if a != 0)
-        d = permute(d, kept_dims, tuple(order))
+        d = permute(d, *perm)
     return d
 
 
@@ -158,7 +173,9 @@ def _softmax(kind: str, x, rows: int, cols: int):
     y = empty(rows * cols)
     if rows * cols == 0:
         return y
-    if cols <= 1024:
+    if cols <= 1024 and cols % 4 == 0:
+        kernel(_FILE, f"tl_{kind}_reg")((grid_for(rows * 32),), (BLOCK,), (x, I64(rows), I64(cols), y))
+    elif cols <= 1024:
         kernel(_FILE, f"tl_{kind}_warp")((grid_for(rows * 32),), (BLOCK,), (x, I64(rows), I64(cols), y))
     else:
         kernel(_FILE, f"tl_{kind}_block")((min(rows, sm_count() * 8),), (512,), (x, I64(rows), I64(cols), y))
@@ -169,7 +186,9 @@ def _softmax_bwd(kind: str, y, dy, rows: int, cols: int):
     dx = empty(rows * cols)
     if rows * cols == 0:
         return dx
-    if cols <= 1024:
+    if cols <= 1024 and cols % 4 == 0:
+        kernel(_FILE, f"tl_{kind}_reg_bwd")((grid_for(rows * 32),), (BLOCK,), (y, dy, I64(rows), I64(cols), dx))
+    elif cols <= 1024:
         kernel(_FILE, f"tl_{kind}_warp_bwd")((grid_for(rows * 32),), (BLOCK,), (y, dy, I64(rows), I64(cols), dx))
     else:
         kernel(_FILE, f"tl_{kind}_block_bwd")((min(rows, sm_count() * 8),), (512,),
