@@ -140,6 +140,10 @@ _register("reduce_from_broadcast", "per input element: gamma(k-1) sum|terms| + u
 _register("bmm", "|err| <= gamma(n) (|A| |B|) + n 2**-149 (any order, FMA or not; the last term covers "
           "products that underflow)",
           lambda ref, a, b, batch, m, n, p: gamma(n) * spec.bmm(_abs(a), _abs(b), batch, m, n, p) + n * 2.0**-149)
+_register("bmm_nt", "as bmm, for a b^T: |err| <= gamma(n) (|A| |B|^T) + n 2**-149",
+          lambda ref, a, b, batch, m, n, p: gamma(n) * spec.bmm_nt(_abs(a), _abs(b), batch, m, n, p) + n * 2.0**-149)
+_register("bmm_tn", "as bmm, for a^T b: |err| <= gamma(n) (|A|^T |B|) + n 2**-149",
+          lambda ref, a, b, batch, m, n, p: gamma(n) * spec.bmm_tn(_abs(a), _abs(b), batch, m, n, p) + n * 2.0**-149)
 
 
 def _multiplicity(indices, limit) -> int:

@@ -12,13 +12,6 @@ from ._base import Tensor, broadcast_shapes, fbuf, new, numel, operand, same_dev
 from .shape import expand, reshape
 
 
-def _t_batched(b: Buffer, batch: int, r: int, c: int) -> Buffer:
-    """Transpose each (r, c) matrix of a (batch, r, c) buffer."""
-    if batch == 1:
-        return P.transpose2d(b, r, c)
-    return P.swap_adjacent_at_depth(b, (batch, r, c), 1)
-
-
 def bmm(a: Tensor, b: Tensor) -> Tensor:
     """(batch, m, n) @ (batch, n, p) -> (batch, m, p). VJP: dA = g B^T, dB = A^T g."""
     if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
@@ -30,8 +23,9 @@ def bmm(a: Tensor, b: Tensor) -> Tensor:
     out = new(P.bmm(ab, bb, batch, m, n, p), (batch, m, p))
 
     def vjp(g: Buffer):
-        da = P.bmm(g, _t_batched(bb, batch, n, p), batch, m, p, n) if a.requires_grad else None
-        db = P.bmm(_t_batched(ab, batch, m, n), g, batch, n, m, p) if b.requires_grad else None
+        # The transposes are GEMM flags (bmm_nt, bmm_tn): no transposed copies are made.
+        da = P.bmm_nt(g, bb, batch, m, p, n) if a.requires_grad else None
+        db = P.bmm_tn(ab, g, batch, n, m, p) if b.requires_grad else None
         return da, db
 
     return autograd.record("bmm", out, (a, b), vjp)
@@ -61,15 +55,33 @@ def matmul(a: Any, b: Any) -> Tensor:
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """y = x W^T + b (PyTorch layout: weight (out, in)); x may have any leading dims."""
+    """y = x W^T + b (PyTorch layout: weight (out, in)); x may have any leading dims.
+
+    One tape node over three GEMM-flag primitives: forward bmm_nt (+ the bias), backward
+    dx = g W (bmm), dW = g^T x (bmm_tn), db = column sums of g. No transposed copies.
+    """
     if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
         raise ShapeError(f"linear: input {x.shape} does not fit weight {weight.shape} (expected (..., {weight.shape[-1] if weight.ndim else '?'}))")
-    from .shape import t
-    from .elementwise import add
-
-    y = matmul(x, t(weight))
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ShapeError(f"linear: bias shape {bias.shape} does not match weight {weight.shape} (expected ({weight.shape[0]},))")
+    parents = (x, weight) if bias is None else (x, weight, bias)
+    same_device("linear", *parents)
+    n_out, n_in = weight.shape
+    rows = numel(x.shape[:-1])
+    xb, wb = fbuf("linear", x), fbuf("linear", weight)
+    yb = P.bmm_nt(xb, wb, 1, rows, n_in, n_out)
     if bias is not None:
-        if bias.shape != (weight.shape[0],):
-            raise ShapeError(f"linear: bias shape {bias.shape} does not match weight {weight.shape} (expected ({weight.shape[0]},))")
-        y = add(y, bias)
-    return y
+        pre, rowwise = yb, P.broadcast_vec_to_rows(fbuf("linear", bias), rows, n_out)
+        yb = P.add(pre, rowwise)
+        pre.release()  # neither is needed by the backward pass
+        rowwise.release()
+    out = new(yb, x.shape[:-1] + (n_out,))
+
+    def vjp(g: Buffer):
+        dx = P.bmm(g, wb, 1, rows, n_out, n_in) if x.requires_grad else None
+        dw = P.bmm_tn(g, xb, 1, n_out, rows, n_in) if weight.requires_grad else None
+        if bias is None:
+            return dx, dw
+        return dx, dw, (P.reduce_sum_axis0(g, rows, n_out) if bias.requires_grad else None)
+
+    return autograd.record("linear", out, parents, vjp)

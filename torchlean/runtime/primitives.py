@@ -37,7 +37,7 @@ __all__ = [
     "reduce_max_axis1", "reduce_sum_axis",
     # layout (seed: Kernels page)
     "concat1d", "slice1d", "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to",
-    "reduce_from_broadcast", "swap_adjacent_at_depth", "transpose2d", "bmm",
+    "reduce_from_broadcast", "swap_adjacent_at_depth", "transpose2d", "bmm", "bmm_nt", "bmm_tn",
     # indexing
     "gather_vec", "gather_rows", "scatter_add", "scatter_add_row", "scatter_add_rows",
     # fused rows
@@ -346,6 +346,28 @@ def bmm(a: Buffer, b: Buffer, batch: int, m: int, n: int, p: int) -> Buffer:
     ctx = same_device("bmm", a=a, b=b)
     n_out = check_product("bmm", "batch*m*p", bt, m_, p_)
     return _wrap(ctx, _run("bmm", ctx, n_out, ctx.backend.bmm, a._data, b._data, bt, m_, n_, p_))
+
+
+def _bmm_variant(name: str, a_dims: tuple[str, str], b_dims: tuple[str, str], doc: str):
+    def prim(a: Buffer, b: Buffer, batch: int, m: int, n: int, p: int) -> Buffer:
+        dims = {k: check_u32(name, k, v) for k, v in (("batch", batch), ("m", m), ("n", n), ("p", p))}
+        bt = dims["batch"]
+        check_buffer(name, "a", a, check_product(name, f"batch*{a_dims[0]}*{a_dims[1]}", bt, dims[a_dims[0]], dims[a_dims[1]]))
+        check_buffer(name, "b", b, check_product(name, f"batch*{b_dims[0]}*{b_dims[1]}", bt, dims[b_dims[0]], dims[b_dims[1]]))
+        ctx = same_device(name, a=a, b=b)
+        n_out = check_product(name, "batch*m*p", bt, dims["m"], dims["p"])
+        return _wrap(ctx, _run(name, ctx, n_out, getattr(ctx.backend, name), a._data, b._data, bt,
+                               dims["m"], dims["n"], dims["p"]))
+
+    prim.__name__ = prim.__qualname__ = name
+    prim.__doc__ = doc
+    return prim
+
+
+bmm_nt = _bmm_variant("bmm_nt", ("m", "n"), ("p", "n"),
+                      "a (batch, m, n) times b^T, b stored (batch, p, n): (batch, m, p). One GEMM, no transpose copy.")
+bmm_tn = _bmm_variant("bmm_tn", ("n", "m"), ("n", "p"),
+                      "a^T times b, a stored (batch, n, m), b (batch, n, p): (batch, m, p). One GEMM, no transpose copy.")
 
 
 # -- indexing ----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ __all__ = [
     "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",
     "reduce_max_axis1", "reduce_sum_axis", "concat1d", "slice1d", "broadcast_vec_to_rows",
     "broadcast_vec_to_cols", "broadcast_to", "reduce_from_broadcast", "swap_adjacent_at_depth",
-    "transpose2d", "bmm", "gather_vec", "gather_rows", "scatter_add", "scatter_add_row",
+    "transpose2d", "bmm", "bmm_nt", "bmm_tn", "gather_vec", "gather_rows", "scatter_add", "scatter_add_row",
     "scatter_add_rows", "softmax_rows", "softmax_rows_bwd", "log_softmax_rows",
     "log_softmax_rows_bwd",
 ]
@@ -291,6 +291,18 @@ def bmm(a, b, batch, m, n, p):
     for t in range(batch):  # explicit loop: the reference should not depend on BLAS batching
         out[t] = a3[t] @ b3[t]
     return out.reshape(-1)
+
+
+def bmm_nt(a, b, batch, m, n, p):
+    """a (batch, m, n) times the transpose of b (batch, p, n): (batch, m, p)."""
+    b3 = _f(b).reshape(batch, p, n)
+    return bmm(a, np.ascontiguousarray(np.swapaxes(b3, 1, 2)).reshape(-1), batch, m, n, p)
+
+
+def bmm_tn(a, b, batch, m, n, p):
+    """The transpose of a (batch, n, m) times b (batch, n, p): (batch, m, p)."""
+    a3 = _f(a).reshape(batch, n, m)
+    return bmm(np.ascontiguousarray(np.swapaxes(a3, 1, 2)).reshape(-1), b, batch, m, n, p)
 
 
 # -- indexing ----------------------------------------------------------------------------

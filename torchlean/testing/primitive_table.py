@@ -74,7 +74,7 @@ TABLE: dict[str, PrimitiveInfo] = {}
 
 
 _ACCUMULATING = {"reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_sum_axis",
-                 "reduce_from_broadcast", "bmm", "scatter_add", "scatter_add_rows", "softmax_rows",
+                 "reduce_from_broadcast", "bmm", "bmm_nt", "bmm_tn", "scatter_add", "scatter_add_rows", "softmax_rows",
                  "log_softmax_rows", "softmax_rows_bwd", "log_softmax_rows_bwd", "axpy"}
 
 
@@ -247,6 +247,11 @@ _add(PrimitiveInfo("bmm", _bmm, 4,
                    edge_cases=[[np.zeros(0, F32), np.zeros(0, F32), 2, 3, 0, 4],
                                [np.ones(64 * 64, F32), np.ones(64 * 64, F32), 1, 64, 64, 64]],
                    exact_on_int=True))
+for _name in ("bmm_nt", "bmm_tn"):  # same sizes as bmm (both operands hold batch*m*n and batch*n*p)
+    _add(PrimitiveInfo(_name, _bmm, 4,
+                       edge_cases=[[np.zeros(0, F32), np.zeros(0, F32), 2, 3, 0, 4],
+                                   [np.arange(24, dtype=F32), np.arange(24, dtype=F32) - 12, 2, 3, 4, 3]],
+                       exact_on_int=True))
 
 
 # -- indexing ----------------------------------------------------------------------------

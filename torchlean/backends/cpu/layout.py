@@ -8,7 +8,7 @@ F32 = np.float32
 
 __all__ = [
     "concat1d", "slice1d", "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to",
-    "reduce_from_broadcast", "swap_adjacent_at_depth", "transpose2d", "bmm",
+    "reduce_from_broadcast", "swap_adjacent_at_depth", "transpose2d", "bmm", "bmm_nt", "bmm_tn",
 ]
 
 
@@ -76,3 +76,19 @@ def bmm(a, b, batch, m, n, p):
         return np.zeros(batch * m * p, dtype=F32)
     with np.errstate(all="ignore"):
         return np.matmul(a.reshape(batch, m, n), b.reshape(batch, n, p)).reshape(-1)
+
+
+def bmm_nt(a, b, batch, m, n, p):
+    """a b^T with b stored (batch, p, n): BLAS reads the transposed view, nothing is copied."""
+    if n == 0:
+        return np.zeros(batch * m * p, dtype=F32)
+    with np.errstate(all="ignore"):
+        return np.matmul(a.reshape(batch, m, n), b.reshape(batch, p, n).transpose(0, 2, 1)).reshape(-1)
+
+
+def bmm_tn(a, b, batch, m, n, p):
+    """a^T b with a stored (batch, n, m)."""
+    if n == 0:
+        return np.zeros(batch * m * p, dtype=F32)
+    with np.errstate(all="ignore"):
+        return np.matmul(a.reshape(batch, n, m).transpose(0, 2, 1), b.reshape(batch, n, p)).reshape(-1)

@@ -1,4 +1,5 @@
-"""bmm through cuBLAS: one strided-batched GEMM (cublasGemmStridedBatchedEx), TF32 only on request."""
+"""bmm, bmm_nt, bmm_tn through cuBLAS: one strided-batched GEMM each (cublasGemmStridedBatchedEx),
+with the transposes as GEMM flags (no copies); TF32 only on request."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ...errors import ArgumentError
 from ...runtime.precision import allow_tf32
 from .kernels import empty
 
-__all__ = ["bmm"]
+__all__ = ["bmm", "bmm_nt", "bmm_tn"]
 
 _ONE = np.ones(1, dtype=np.float32)
 _ZERO = np.zeros(1, dtype=np.float32)
@@ -22,24 +23,42 @@ _DEFAULT_MATH = 0                # cublasMath_t CUBLAS_DEFAULT_MATH
 _INT_MAX = 2**31 - 1
 
 
-def bmm(a, b, batch, m, n, p):
+def _gemm(a, b, batch, m, n, p, op_b, ld_b, op_a, ld_a, name):
+    """Row-major C (batch, m, p) from cuBLAS's column-major view: C^T = op(B) op(A), B passed first."""
     if batch * m * p == 0:
         return empty(0)
     if n == 0:
         return cupy.zeros(batch * m * p, dtype=cupy.float32)
     if max(batch, m, n, p) > _INT_MAX:
-        raise ArgumentError(f"bmm: cuBLAS takes dims below 2**31, got batch={batch}, m={m}, n={n}, p={p}")
+        raise ArgumentError(f"{name}: cuBLAS takes dims below 2**31, got batch={batch}, m={m}, n={n}, p={p}")
     c = empty(batch * m * p)
     handle = cupy.cuda.device.get_cublas_handle()
     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
     cublas.setMathMode(handle, _DEFAULT_MATH)  # a TF32 math mode left by other code would override 32F
-    # Row-major C = A B is column-major C^T = B^T A^T: pass B first, with the dims swapped.
     cublas.gemmStridedBatchedEx(
-        handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, p, m, n,
+        handle, op_b, op_a, p, m, n,
         _ONE.ctypes.data,
-        b.data.ptr, _R_32F, p, n * p,
-        a.data.ptr, _R_32F, n, m * n,
+        b.data.ptr, _R_32F, ld_b, n * p,
+        a.data.ptr, _R_32F, ld_a, m * n,
         _ZERO.ctypes.data,
         c.data.ptr, _R_32F, p, m * p,
         batch, _COMPUTE_32F_FAST_TF32 if allow_tf32() else _COMPUTE_32F, _GEMM_DEFAULT)
     return c
+
+
+_N, _T = 0, 1  # cublasOperation_t
+
+
+def bmm(a, b, batch, m, n, p):
+    # a (m, n) row-major is a^T (n x m, ld n) column-major; b likewise (p x n, ld p).
+    return _gemm(a, b, batch, m, n, p, _N, p, _N, n, "bmm")
+
+
+def bmm_nt(a, b, batch, m, n, p):
+    # b stored (p, n) row-major is (n x p, ld n) column-major; op T gives the (p x n) that C^T = b a^T needs.
+    return _gemm(a, b, batch, m, n, p, _T, n, _N, n, "bmm_nt")
+
+
+def bmm_tn(a, b, batch, m, n, p):
+    # a stored (n, m) row-major is (m x n, ld m) column-major: op T gives the needed (n x m).
+    return _gemm(a, b, batch, m, n, p, _N, p, _T, m, "bmm_tn")
