@@ -38,6 +38,7 @@ def scatter_counts(device: str) -> dict[str, int]:
 def leak_run(device: str, steps: int) -> dict[str, object]:
     import torchlean as tl
     from torchlean.runtime import allocator_stats, collect_allocator
+    from torchlean.testing.training import tanh_mlp_sgd_step
 
     collect_allocator()
     start = allocator_stats(device)
@@ -50,19 +51,12 @@ def leak_run(device: str, steps: int) -> dict[str, object]:
     live: dict[int, int] = {}
     t0 = time.perf_counter()
     for step in range(1, steps + 1):
-        w1, b1, w2, b2 = params
-        h = tl.nn.functional.linear(x, w1, b1).tanh()
-        loss = tl.nn.functional.mse_loss(tl.nn.functional.linear(h, w2, b2), y)
-        loss.backward()
-        with tl.no_grad():
-            for p in params:
-                p.sub_(p.grad, alpha=0.01)
-                p.grad = None
+        loss = tanh_mlp_sgd_step(x, y, params, 0.01)
         if step in marks:
             live[step] = allocator_stats(device).live_bytes - start.live_bytes
     last_loss = loss.item()
     wall = time.perf_counter() - t0
-    del x, y, params, w1, b1, w2, b2, h, loss, p
+    del x, y, params, loss
     collect_allocator()
     end = allocator_stats(device)
     return {"live_bytes_at_step": live, "steps": steps, "wall_s": round(wall, 2), "last_loss": last_loss,

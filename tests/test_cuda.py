@@ -13,6 +13,7 @@ from torchlean.errors import ArgumentError, BufferReleasedError, DeviceError, Ou
 from torchlean.runtime import (Buffer, allocator_stats, collect_allocator, deterministic, set_allow_tf32,
                                allow_tf32, zeros)
 from torchlean.runtime import primitives as P
+from torchlean.testing.training import tanh_mlp_sgd_step
 
 F32 = np.float32
 cuda = pytest.mark.cuda
@@ -26,17 +27,7 @@ def _mlp_losses(device: str, steps: int, seed: int = 3) -> list[float]:
     init = [rng.normal(0, 0.4, s).astype(F32) for s in ((32, 8), (32,), (1, 32), (1,))]
     x, y = tl.tensor(x_np, device=device), tl.tensor(y_np, device=device)
     params = [tl.tensor(p, device=device, requires_grad=True) for p in init]
-    losses = []
-    for _ in range(steps):
-        w1, b1, w2, b2 = params
-        h = tl.nn.functional.linear(x, w1, b1).tanh()
-        loss = tl.nn.functional.mse_loss(tl.nn.functional.linear(h, w2, b2), y)
-        loss.backward()
-        with tl.no_grad():
-            for p in params:
-                p.sub_(p.grad, alpha=0.1)
-                p.grad = None
-        losses.append(loss.item())
+    losses = [tanh_mlp_sgd_step(x, y, params, 0.1).item() for _ in range(steps)]
     return losses
 
 
@@ -56,21 +47,15 @@ def test_10000_steps_keep_live_bytes_flat(cuda_device):
     rng = np.random.default_rng(0)
     x = tl.tensor(rng.normal(size=(32, 16)).astype(F32), device=cuda_device)
     y = tl.tensor(rng.normal(size=(32, 1)).astype(F32), device=cuda_device)
-    w1 = tl.tensor(rng.normal(0, 0.3, (16, 16)).astype(F32), device=cuda_device, requires_grad=True)
-    w2 = tl.tensor(rng.normal(0, 0.3, (1, 16)).astype(F32), device=cuda_device, requires_grad=True)
+    params = [tl.tensor(rng.normal(0, 0.3, s).astype(F32), device=cuda_device, requires_grad=True)
+              for s in ((16, 16), (16,), (1, 16), (1,))]
     live = []
     for step in range(10_000):
-        loss = tl.nn.functional.mse_loss(tl.nn.functional.linear(x @ w1.t(), w2).relu(), y)
-        loss.backward()
-        with tl.no_grad():
-            for p in (w1, w2):
-                p.sub_(p.grad, alpha=0.01)
-                p.grad = None
-        del loss
+        tanh_mlp_sgd_step(x, y, params, 0.01)
         if step in (9, 99, 999, 9_999):
             live.append(allocator_stats(cuda_device).live_bytes)
     assert live[1:] == live[:1] * 3, f"live bytes grew over the run: {live} (steps 10, 100, 1000, 10000)"
-    del x, y, w1, w2, p
+    del x, y, params
     collect_allocator()
     end = allocator_stats(cuda_device)
     assert end.live_bytes == start.live_bytes

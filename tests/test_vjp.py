@@ -272,6 +272,12 @@ CASES = [
     C("matmul_batched_bcast", many(normal(2, 1, 3, 4), normal(3, 4, 2)), ops.matmul, np.matmul),
     C("matmul_batched_1d", many(normal(2, 3, 4), normal(4)), ops.matmul, np.matmul),
     C("bmm", many(normal(2, 3, 4), normal(2, 4, 3)), ops.bmm, np.matmul),
+    # linear: one tape node over bmm_nt (forward) and bmm / bmm_tn / column sums (backward)
+    C("linear_bias", many(normal(5, 4), normal(3, 4), normal(3)), ops.linear, lambda x, w, b: x @ w.T + b),
+    C("linear_no_bias", many(normal(5, 4), normal(3, 4)), ops.linear, lambda x, w: x @ w.T),
+    C("linear_leading_dims", many(normal(2, 3, 4), normal(5, 4), normal(5)), ops.linear,
+      lambda x, w, b: x @ w.T + b),
+    C("linear_1d_input", many(normal(4), normal(3, 4), normal(3)), ops.linear, lambda x, w, b: w @ x + b),
     C("bmm_batch1", many(normal(1, 3, 4), normal(1, 4, 2)), ops.bmm, np.matmul),
     C("linear_bias", many(normal(4, 3), normal(5, 3), normal(5)), ops.linear, lambda x, w, b: x @ w.T + b),
     C("linear_nobias", many(normal(4, 3), normal(5, 3)), ops.linear, lambda x, w: x @ w.T),

@@ -16,24 +16,33 @@ extern "C" __global__ void tl_gather_vec(const float* __restrict__ vec, const un
     }
 }
 
-// out (k, C) = mat (rows, C)[idx]; T = float4 when cols % 4 == 0 (C = cols / 4).
-template <typename T>
-__device__ __forceinline__ void tl_gather_rows_body(const T* __restrict__ mat, const unsigned int* __restrict__ idx,
-                                                    T* __restrict__ out, long long rows, long long C,
-                                                    long long total) {
+// Calls f(i, r, c) for each flat index i = r * C + c in [0, total) of this thread's grid-stride
+// sequence: one division for the first (r, c), then a precomputed (rows, columns) step.
+template <typename F>
+__device__ __forceinline__ void tl_for_each_rc(long long C, long long total, F f) {
     long long i = TL_TID;
     if (i >= total) return;
     const long long step = TL_STRIDE;
     long long r = i / C, c = i % C;
     const long long sr = step / C, sc = step % C;
     for (;;) {
-        const long long src = idx[r];
-        out[i] = (src < rows) ? mat[src * C + c] : tl_zero(T());
+        f(i, r, c);
         i += step;
         if (i >= total) break;
         r += sr; c += sc;
         if (c >= C) { c -= C; ++r; }
     }
+}
+
+// out (k, C) = mat (rows, C)[idx]; T = float4 when cols % 4 == 0 (C = cols / 4).
+template <typename T>
+__device__ __forceinline__ void tl_gather_rows_body(const T* __restrict__ mat, const unsigned int* __restrict__ idx,
+                                                    T* __restrict__ out, long long rows, long long C,
+                                                    long long total) {
+    tl_for_each_rc(C, total, [&](long long i, long long r, long long c) {
+        const long long src = idx[r];
+        out[i] = (src < rows) ? mat[src * C + c] : tl_zero(T());
+    });
 }
 
 extern "C" __global__ void tl_gather_rows(const float* __restrict__ mat, const unsigned int* __restrict__ idx,
@@ -59,19 +68,10 @@ extern "C" __global__ void tl_scatter_add_atomic(const float* __restrict__ value
 extern "C" __global__ void tl_scatter_add_rows_atomic(const float* __restrict__ values,
                                                       const unsigned int* __restrict__ idx, float* __restrict__ out,
                                                       long long rows, long long cols, long long total) {
-    long long i = TL_TID;
-    if (i >= total) return;
-    const long long step = TL_STRIDE;
-    long long r = i / cols, c = i % cols;
-    const long long sr = step / cols, sc = step % cols;
-    for (;;) {
+    tl_for_each_rc(cols, total, [&](long long i, long long r, long long c) {
         const long long dst = idx[r];
         if (dst < rows) atomicAdd(out + dst * cols + c, values[i]);
-        i += step;
-        if (i >= total) break;
-        r += sr; c += sc;
-        if (c >= cols) { c -= cols; ++r; }
-    }
+    });
 }
 
 // out[off + j] += row[j] for j < cols (scatter_add_row: one row, no conflicts).
