@@ -51,3 +51,13 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False, generator: Any = None) -> Tensor:
     """Counter-based dropout: the same mask on every device for the same seed."""
     return ops.dropout(input, p, training, generator)
+
+
+# -- families: each ops module lists its PyTorch-named functions in FUNCTIONAL ----------------------
+from ..ops import classify as _classify, conv as _conv, norm as _norm, pool as _pool  # noqa: E402
+
+for _family in (_conv, _pool, _norm, _classify):
+    for _n in getattr(_family, "FUNCTIONAL", ()):
+        globals()[_n] = getattr(_family, _n)
+        __all__.append(_n)
+del _family

@@ -483,3 +483,12 @@ def rand_normal(n: int, key: int, device: Any = "cpu") -> Buffer:
     k = _check_key("rand_normal", key)
     ctx = get_context(device, "rand_normal")
     return _wrap(ctx, _run("rand_normal", ctx, n_, ctx.backend.rand_normal, n_, k))
+
+
+# -- families in their own modules: imported last (they use _run and _wrap from here) -------------
+from . import primitives_classify, primitives_conv, primitives_norm, primitives_pool  # noqa: E402
+
+for _family in (primitives_conv, primitives_pool, primitives_norm, primitives_classify):
+    globals().update({_n: getattr(_family, _n) for _n in _family.__all__})
+    __all__ += _family.__all__
+del _family

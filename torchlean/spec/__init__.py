@@ -2,12 +2,16 @@
 
 Each function takes float64 arrays (flat, as the buffers are) and the same dims as the runtime
 primitive of the same name, and returns float64 arrays. Scalars arrive already rounded to
-float32, as the runtime rounds them at its boundary. See ``primitives`` and ``rng``.
+float32, as the runtime rounds them at its boundary. One module per family: ``primitives`` (the
+core), ``rng``, ``conv``, ``pool``, ``norm``, ``classify``.
 """
 
+from . import classify, conv, norm, pool, primitives, rng
+from .classify import *  # noqa: F401,F403
+from .conv import *  # noqa: F401,F403
+from .norm import *  # noqa: F401,F403
+from .pool import *  # noqa: F401,F403
 from .primitives import *  # noqa: F401,F403
-from .primitives import __all__ as _prim_all
 from .rng import *  # noqa: F401,F403
-from .rng import __all__ as _rng_all
 
-__all__ = list(_prim_all) + list(_rng_all)
+__all__ = [n for m in (primitives, rng, conv, pool, norm, classify) for n in m.__all__]

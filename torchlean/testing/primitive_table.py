@@ -377,3 +377,7 @@ def run_case(info: PrimitiveInfo, args: list, device: str) -> tuple[contract.Ver
     ref = info.spec(*sargs)
     tol = info.contract.bound(ref, *sargs)
     return contract.compare(out, ref, tol), out, ref
+
+
+# -- families in their own modules (each adds its entries with ``_add``) ----------------------------
+from . import table_classify, table_conv, table_norm, table_pool  # noqa: E402,F401

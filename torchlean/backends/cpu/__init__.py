@@ -8,9 +8,13 @@ bitwise repeatable with or without deterministic mode.
 
 import numpy as np
 
+from .classify import *  # noqa: F401,F403
+from .conv import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
 from .index import *  # noqa: F401,F403
 from .layout import *  # noqa: F401,F403
+from .norm import *  # noqa: F401,F403
+from .pool import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .rng import bernoulli_mask, rand_normal, rand_uniform  # noqa: F401
 

@@ -7,9 +7,9 @@ from typing import Any, Callable
 
 import cupy
 
-from . import elementwise, index, layout, linalg, memory, reduce, rng
+from . import classify, conv, elementwise, index, layout, linalg, memory, norm, pool, reduce, rng
 
-_MODULES = (elementwise, reduce, layout, index, linalg, memory)
+_MODULES = (elementwise, reduce, layout, index, linalg, memory, conv, pool, norm, classify)
 _RNG = ("rand_uniform", "bernoulli_mask", "rand_normal")
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import spec
+from .. import spec
 
 U = 2.0**-24
 TINY = 2.0**-126
@@ -274,3 +274,7 @@ def compare(out: Any, ref: Any, tol: Any) -> Verdict:
     return Verdict(False, ratio if np.isfinite(ratio) else np.inf,
                    f"{nbad} of {r.size} elements outside the bound; first at [{i}]: got {o[i]!r}, "
                    f"expected {r[i]!r} +- {t[i]:.3g}")
+
+
+# -- families in their own modules (each registers its primitives' contracts on import) -----------
+from . import conv, pool, norm, classify  # noqa: E402,F401

@@ -1,0 +1,5 @@
+"""CUDA kernels of the normalization: layer_norm, batch_norm (training and inference) and their backward passes."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -1,0 +1,5 @@
+"""Primitives of the normalization: layer_norm, batch_norm (training and inference) and their backward passes (checked, then dispatched like those in ``primitives``)."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
