@@ -29,6 +29,7 @@ import numpy as np
 
 from . import harness as H
 from .harness import Case, Result
+from .nn_cases import nn_specs
 
 F32 = np.float32
 
@@ -55,6 +56,9 @@ class Env:
         if device == "cuda":
             import cupy
 
+            # True float32 on both sides: cuDNN's TF32 switch defaults to on in PyTorch.
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
             self.tl_sync: Callable[[], None] = cupy.cuda.Device().synchronize
             self.torch_sync: Callable[[], None] = torch.cuda.synchronize
         else:
@@ -495,6 +499,7 @@ def all_specs(env: Env) -> list[Spec]:
     specs += rng_specs(env, rngs)
     specs += dispatch_specs(env)
     specs.append(mlp_spec(env))
+    specs += nn_specs(env)
     return specs
 
 

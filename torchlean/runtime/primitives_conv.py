@@ -1,5 +1,144 @@
-"""Primitives of the convolution: conv, conv_bwd_input, conv_bwd_weight, conv_transpose (checked, then dispatched like those in ``primitives``)."""
+"""Primitives of the convolution: conv, conv_bwd_input, conv_bwd_weight, conv_transpose (checked, then dispatched like those in ``primitives``).
+
+Channels-first, row-major flat float32 buffers, any spatial rank r in 1..8, zero padding:
+
+    x  (batch, in_c, *spatial)     w  (out_c, in_c, *kernel)     b  (out_c,) or None
+    y  (batch, out_c, *out)        out_i = (spatial_i + 2 padding_i - kernel_i) // stride_i + 1 >= 1
+
+conv_transpose takes w in PyTorch's transposed layout (in_c, out_c, *kernel) and gives
+(batch, out_c, *out) with out_i = (spatial_i - 1) stride_i - 2 padding_i + kernel_i + output_padding_i.
+Dims are checked once here (uint32, kernel and stride >= 1, one length r for every tuple, the
+output at least 1 along every axis, every buffer's size); backends get checked tuples of ints.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from typing import Any
+
+from ..errors import ShapeError
+from .buffer import Buffer
+from .checks import check_buffer, check_product, check_u32, check_u32_tuple, same_device
+from .primitives import _run, _wrap
+
+__all__ = ["conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose"]
+
+MAX_RANK = 8
+
+
+def _tuple(op: str, name: str, value: Any, rank: int | None) -> tuple[int, ...]:
+    t = check_u32_tuple(op, name, value)
+    if rank is not None and len(t) != rank:
+        raise ShapeError(f"{op}: argument {name} must have one entry per spatial axis ({rank}), got {len(t)}: {list(t)}")
+    return t
+
+
+def _geometry(op: str, batch: Any, in_c: Any, out_c: Any, spatial: Any, kernel: Any, stride: Any,
+              padding: Any) -> tuple:
+    bt, ic, oc = (check_u32(op, n, v) for n, v in (("batch", batch), ("in_c", in_c), ("out_c", out_c)))
+    sp = _tuple(op, "spatial", spatial, None)
+    if not 1 <= len(sp) <= MAX_RANK:
+        raise ShapeError(f"{op}: spatial must have 1 to {MAX_RANK} axes, got {len(sp)}: {list(sp)}")
+    r = len(sp)
+    kn = _tuple(op, "kernel", kernel, r)
+    st = _tuple(op, "stride", stride, r)
+    pd = _tuple(op, "padding", padding, r)
+    for i in range(r):
+        if kn[i] < 1:
+            raise ShapeError(f"{op}: kernel[{i}] must be >= 1, got {kn[i]} (kernel {list(kn)})")
+        if st[i] < 1:
+            raise ShapeError(f"{op}: stride[{i}] must be >= 1, got {st[i]} (stride {list(st)})")
+    # every backend may materialize the zero-padded input: its size must fit the uint32 dims too
+    check_product(op, "batch*in_c*prod(spatial+2*padding)", bt, ic, *(s + 2 * p for s, p in zip(sp, pd)))
+    return bt, ic, oc, sp, kn, st, pd
+
+
+def _out_dims(op: str, sp, kn, st, pd) -> tuple[int, ...]:
+    out = []
+    for i, (s, k, t, p) in enumerate(zip(sp, kn, st, pd)):
+        o = (s + 2 * p - k) // t + 1
+        if o < 1:
+            raise ShapeError(
+                f"{op}: the output would be empty along spatial axis {i}: (spatial + 2 padding - kernel) // stride + 1 "
+                f"= ({s} + 2*{p} - {k}) // {t} + 1 = {o} (spatial {list(sp)}, kernel {list(kn)}, stride {list(st)}, "
+                f"padding {list(pd)})")
+        out.append(o)
+    return tuple(out)
+
+
+def _bias(op: str, b: Any, out_c: int) -> Any:
+    if b is None:
+        return None
+    check_buffer(op, "b", b, out_c)
+    return b
+
+
+def conv(x: Buffer, w: Buffer, b: Buffer | None, batch: int, in_c: int, out_c: int, spatial, kernel, stride,
+         padding) -> Buffer:
+    """Cross-correlation (PyTorch's conv): y[n,o,p] = b[o] + sum_{c,k} w[o,c,k] x[n,c,p*stride - padding + k],
+    x read as 0 in the padding (a value: 0 times an inf weight is NaN)."""
+    bt, ic, oc, sp, kn, st, pd = _geometry("conv", batch, in_c, out_c, spatial, kernel, stride, padding)
+    out = _out_dims("conv", sp, kn, st, pd)
+    check_buffer("conv", "x", x, check_product("conv", "batch*in_c*prod(spatial)", bt, ic, *sp))
+    check_buffer("conv", "w", w, check_product("conv", "out_c*in_c*prod(kernel)", oc, ic, *kn))
+    bb = _bias("conv", b, oc)
+    ctx = same_device("conv", x=x, w=w, **({} if bb is None else {"b": bb}))
+    n_out = check_product("conv", "batch*out_c*prod(out)", bt, oc, *out)
+    return _wrap(ctx, _run("conv", ctx, n_out, ctx.backend.conv, x._data, w._data, None if bb is None else bb._data,
+                           bt, ic, oc, sp, kn, st, pd))
+
+
+def conv_bwd_input(dy: Buffer, w: Buffer, batch: int, in_c: int, out_c: int, spatial, kernel, stride,
+                   padding) -> Buffer:
+    """dx (batch, in_c, *spatial): the adjoint of conv in x. Only taps that land inside x are terms
+    (one that lands in the padding is dropped whole)."""
+    op = "conv_bwd_input"
+    bt, ic, oc, sp, kn, st, pd = _geometry(op, batch, in_c, out_c, spatial, kernel, stride, padding)
+    out = _out_dims(op, sp, kn, st, pd)
+    check_buffer(op, "dy", dy, check_product(op, "batch*out_c*prod(out)", bt, oc, *out))
+    check_buffer(op, "w", w, check_product(op, "out_c*in_c*prod(kernel)", oc, ic, *kn))
+    ctx = same_device(op, dy=dy, w=w)
+    n_out = check_product(op, "batch*in_c*prod(spatial)", bt, ic, *sp)
+    return _wrap(ctx, _run(op, ctx, n_out, ctx.backend.conv_bwd_input, dy._data, w._data, bt, ic, oc, sp, kn, st, pd))
+
+
+def conv_bwd_weight(x: Buffer, dy: Buffer, batch: int, in_c: int, out_c: int, spatial, kernel, stride,
+                    padding) -> Buffer:
+    """dw (out_c, in_c, *kernel): dw[o,c,k] = sum_{n,p} dy[n,o,p] x[n,c,p*stride - padding + k] (x = 0 in the padding)."""
+    op = "conv_bwd_weight"
+    bt, ic, oc, sp, kn, st, pd = _geometry(op, batch, in_c, out_c, spatial, kernel, stride, padding)
+    out = _out_dims(op, sp, kn, st, pd)
+    check_buffer(op, "x", x, check_product(op, "batch*in_c*prod(spatial)", bt, ic, *sp))
+    check_buffer(op, "dy", dy, check_product(op, "batch*out_c*prod(out)", bt, oc, *out))
+    ctx = same_device(op, x=x, dy=dy)
+    n_out = check_product(op, "out_c*in_c*prod(kernel)", oc, ic, *kn)
+    return _wrap(ctx, _run(op, ctx, n_out, ctx.backend.conv_bwd_weight, x._data, dy._data, bt, ic, oc, sp, kn, st, pd))
+
+
+def conv_transpose(x: Buffer, w: Buffer, b: Buffer | None, batch: int, in_c: int, out_c: int, spatial, kernel,
+                   stride, padding, output_padding) -> Buffer:
+    """Transposed conv (PyTorch's conv_transpose): x (batch, in_c, *spatial), w (in_c, out_c, *kernel),
+    y (batch, out_c, *out), out_i = (spatial_i - 1) stride_i - 2 padding_i + kernel_i + output_padding_i;
+    y = conv_bwd_input of a conv from out_c to in_c channels over out, plus the bias."""
+    op = "conv_transpose"
+    bt, ic, oc, sp, kn, st, pd = _geometry(op, batch, in_c, out_c, spatial, kernel, stride, padding)
+    opd = _tuple(op, "output_padding", output_padding, len(sp))
+    out = []
+    for i, (s, k, t, p, o) in enumerate(zip(sp, kn, st, pd, opd)):
+        if o >= t:
+            raise ShapeError(f"{op}: output_padding[{i}] = {o} must be smaller than stride[{i}] = {t} "
+                             f"(output_padding {list(opd)}, stride {list(st)})")
+        n = (s - 1) * t - 2 * p + k + o
+        if n < 1:
+            raise ShapeError(
+                f"{op}: the output would be empty along spatial axis {i}: (spatial - 1) stride - 2 padding + kernel "
+                f"+ output_padding = ({s} - 1)*{t} - 2*{p} + {k} + {o} = {n} (spatial {list(sp)}, kernel {list(kn)}, "
+                f"stride {list(st)}, padding {list(pd)}, output_padding {list(opd)})")
+        out.append(n)
+    check_product(op, "batch*out_c*prod(out+2*padding)", bt, oc, *(n + 2 * p for n, p in zip(out, pd)))
+    check_buffer(op, "x", x, check_product(op, "batch*in_c*prod(spatial)", bt, ic, *sp))
+    check_buffer(op, "w", w, check_product(op, "in_c*out_c*prod(kernel)", ic, oc, *kn))
+    bb = _bias(op, b, oc)
+    ctx = same_device(op, x=x, w=w, **({} if bb is None else {"b": bb}))
+    n_out = check_product(op, "batch*out_c*prod(out)", bt, oc, *out)
+    return _wrap(ctx, _run(op, ctx, n_out, ctx.backend.conv_transpose, x._data, w._data,
+                           None if bb is None else bb._data, bt, ic, oc, sp, kn, st, pd, opd))

@@ -1,5 +1,121 @@
-"""Primitives of the pooling: max_pool, avg_pool, smooth_max_pool and their backward passes (checked, then dispatched like those in ``primitives``)."""
+"""Primitives of the pooling: max_pool, avg_pool, smooth_max_pool and their backward passes (checked, then dispatched like those in ``primitives``).
+
+Flat float32 buffers, channels-first: x is (planes, *spatial) with planes = batch * channels
+(pooling never mixes planes). ``spatial``, ``kernel``, ``stride``, ``padding`` are tuples of one
+length r, 1 <= r <= 8; kernel_i >= 1, stride_i >= 1; the output is (planes, *out) with
+out_i = (spatial_i + 2 padding_i - kernel_i) // stride_i + 1 >= 1. Output p on axis i covers
+input positions p * stride_i - padding_i + k, k in [0, kernel_i), visited in row-major order of
+the kernel offsets. See ``torchlean.spec.pool`` for the exact conventions.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import math
+from typing import Any, Sequence
+
+from ..errors import ArgumentError, ShapeError
+from .buffer import Buffer
+from .checks import check_buffer, check_dims, check_product, check_scalar, check_u32, check_u32_tuple, same_device
+from .primitives import _run, _wrap  # defined before primitives.py imports this module
+
+__all__ = ["max_pool", "max_pool_bwd", "avg_pool", "avg_pool_bwd", "smooth_max_pool", "smooth_max_pool_bwd"]
+
+MAX_RANK = 8
+
+
+def _geometry(op: str, planes: Any, spatial: Any, kernel: Any, stride: Any, padding: Any):
+    """Checked (planes, spatial, kernel, stride, padding, out, n_in, n_out)."""
+    pl = check_u32(op, "planes", planes)
+    sp = check_dims(op, "spatial", spatial)
+    r = len(sp)
+    if not 1 <= r <= MAX_RANK:
+        raise ShapeError(f"{op}: spatial must have 1 to {MAX_RANK} axes, got {r} ({list(sp)})")
+    kn = check_dims(op, "kernel", kernel)
+    st = check_u32_tuple(op, "stride", stride)
+    pd = check_u32_tuple(op, "padding", padding)
+    for name, v in (("kernel", kn), ("stride", st), ("padding", pd)):
+        if len(v) != r:
+            raise ShapeError(f"{op}: {name} must have one entry per spatial axis ({r}), got {len(v)} ({list(v)})")
+    for i in range(r):
+        if kn[i] < 1:
+            raise ShapeError(f"{op}: kernel[{i}] must be >= 1, got {kn[i]}")
+        if st[i] < 1:
+            raise ShapeError(f"{op}: stride[{i}] must be >= 1, got {st[i]}")
+    out = []
+    for i in range(r):
+        span = sp[i] + 2 * pd[i]
+        if span < kn[i]:
+            raise ShapeError(
+                f"{op}: axis {i}: kernel {kn[i]} is larger than the padded input (spatial {sp[i]} + 2 * padding "
+                f"{pd[i]} = {span}), so there is no output position")
+        out.append((span - kn[i]) // st[i] + 1)
+    out = tuple(out)
+    n_in = check_product(op, "planes*prod(spatial)", pl, *sp)
+    check_product(op, "prod(out)", *out)
+    n_out = check_product(op, "planes*prod(out)", pl, *out)
+    return pl, sp, kn, st, pd, out, n_in, n_out
+
+
+def _beta(op: str, beta: Any) -> float:
+    b = check_scalar(op, "beta", beta)
+    if not math.isfinite(b) or b == 0.0:
+        raise ArgumentError(f"{op}: beta must be a finite nonzero float32, got {beta!r} (float32: {b!r})")
+    return b
+
+
+def _run_pool(op: str, n_elems: int, buffers: dict[str, tuple[Buffer, int]], *dims: Any) -> Buffer:
+    for name, (buf, size) in buffers.items():
+        check_buffer(op, name, buf, size)
+    ctx = same_device(op, **{name: b for name, (b, _) in buffers.items()})
+    return _wrap(ctx, _run(op, ctx, n_elems, getattr(ctx.backend, op), *[b._data for b, _ in buffers.values()], *dims))
+
+
+def max_pool(x: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
+             padding: Sequence[int]) -> Buffer:
+    """y (planes, *out): the window maximum; padding is -inf and never selected; a NaN in the window
+    wins (the first one); an all-padding window gives -inf."""
+    pl, sp, kn, st, pd, out, n_in, n_out = _geometry("max_pool", planes, spatial, kernel, stride, padding)
+    return _run_pool("max_pool", n_out, {"x": (x, n_in)}, pl, sp, kn, st, pd)
+
+
+def max_pool_bwd(x: Buffer, dy: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int],
+                 stride: Sequence[int], padding: Sequence[int]) -> Buffer:
+    """dx (planes, *spatial): each window's winner (recomputed from x: the first NaN, else the first
+    strict maximum) receives its dy; dx[q] sums them in row-major order of the windows."""
+    pl, sp, kn, st, pd, out, n_in, n_out = _geometry("max_pool_bwd", planes, spatial, kernel, stride, padding)
+    return _run_pool("max_pool_bwd", n_in, {"x": (x, n_in), "dy": (dy, n_out)}, pl, sp, kn, st, pd)
+
+
+def avg_pool(x: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
+             padding: Sequence[int]) -> Buffer:
+    """y (planes, *out) = (sum of the window's in-bounds values) / prod(kernel): padding counts as 0
+    (PyTorch's count_include_pad=True)."""
+    pl, sp, kn, st, pd, out, n_in, n_out = _geometry("avg_pool", planes, spatial, kernel, stride, padding)
+    return _run_pool("avg_pool", n_out, {"x": (x, n_in)}, pl, sp, kn, st, pd)
+
+
+def avg_pool_bwd(dy: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
+                 padding: Sequence[int]) -> Buffer:
+    """dx (planes, *spatial): dx[q] = (sum of dy over the windows containing q, in row-major order) /
+    prod(kernel)."""
+    pl, sp, kn, st, pd, out, n_in, n_out = _geometry("avg_pool_bwd", planes, spatial, kernel, stride, padding)
+    return _run_pool("avg_pool_bwd", n_in, {"dy": (dy, n_out)}, pl, sp, kn, st, pd)
+
+
+def smooth_max_pool(x: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
+                    padding: Sequence[int], beta: float) -> Buffer:
+    """y (planes, *out) = (m + log sum exp(beta v - m)) / beta over each window, padding counting as
+    v = 0, m = max of beta v; beta finite and nonzero (beta < 0: a smooth min)."""
+    pl, sp, kn, st, pd, out, n_in, n_out = _geometry("smooth_max_pool", planes, spatial, kernel, stride, padding)
+    b = _beta("smooth_max_pool", beta)
+    return _run_pool("smooth_max_pool", n_out, {"x": (x, n_in)}, pl, sp, kn, st, pd, b)
+
+
+def smooth_max_pool_bwd(x: Buffer, y: Buffer, dy: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int],
+                        stride: Sequence[int], padding: Sequence[int], beta: float) -> Buffer:
+    """dx (planes, *spatial): dx[q] = sum over windows w containing q (row-major) of
+    dy[w] * exp(beta x[q] - beta y[w]), y the forward output; padding positions get nothing."""
+    pl, sp, kn, st, pd, out, n_in, n_out = _geometry("smooth_max_pool_bwd", planes, spatial, kernel, stride, padding)
+    b = _beta("smooth_max_pool_bwd", beta)
+    return _run_pool("smooth_max_pool_bwd", n_in, {"x": (x, n_in), "y": (y, n_out), "dy": (dy, n_out)},
+                     pl, sp, kn, st, pd, b)

@@ -2,4 +2,118 @@
 
 from __future__ import annotations
 
-from .primitive_table import PrimitiveInfo, _add  # noqa: F401
+import numpy as np
+
+from .. import spec
+from .primitive_table import PrimitiveInfo, _add, values
+
+F32 = np.float32
+U32_MAX = 2**32 - 1
+_LS = (0.0, float(F32(0.1)), 1.0)  # label smoothing values as float32 (the runtime rounds them)
+
+
+def f32(*v) -> np.ndarray:
+    return np.array(v, dtype=F32)
+
+
+def _targets(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Mostly valid class indices; some ignored (>= cols), now and then 2**32 - 1."""
+    t = rng.integers(0, cols + 2, rows).astype(np.int64) if cols else np.full(rows, 0, np.int64)
+    if rows and rng.random() < 0.3:
+        t[rng.integers(0, rows)] = U32_MAX
+    return t
+
+
+def _ls(rng: np.random.Generator) -> float:
+    return float(F32(rng.choice(_LS))) if rng.random() < 0.7 else float(F32(rng.random()))
+
+
+def _ce(rng, d, kind):
+    rows, cols = d
+    return [values(rng, rows * cols, kind), rows, cols, _targets(rng, rows, cols), _ls(rng)]
+
+
+def _ce_bwd_args(x, rows, cols, t, ls, dloss):
+    lse = spec.cross_entropy_rows(x.astype(np.float64), rows, cols, t, ls)[1].astype(F32)
+    return [x, lse, dloss, rows, cols, t, ls]
+
+
+def _ce_bwd(rng, d, kind):
+    rows, cols = d
+    x = values(rng, rows * cols, kind)
+    t = _targets(rng, rows, cols)
+    return _ce_bwd_args(x, rows, cols, t, _ls(rng), values(rng, rows, "normal"))
+
+
+_INF, _NAN = np.inf, np.nan
+# rows: ordinary; -inf logits around a finite max; a +inf logit; all -inf; a NaN; huge logits
+# (1e30: lse - x_t would cancel to nothing in float32); one very negative logit at the target
+_CE_SPECIAL_X = f32(1.0, 2.0, 3.0, -1.0,
+                    -_INF, 0.5, -_INF, 2.0,
+                    0.0, _INF, 1.0, 2.0,
+                    -_INF, -_INF, -_INF, -_INF,
+                    1.0, _NAN, 2.0, 0.0,
+                    1e30, 1e30, -1e30, 3e38,
+                    -3e38, 3e38, 0.0, 1.0)
+_CE_SPECIAL_T = np.array([2, 0, 1, 0, 0, 0, 0], np.int64)
+_CE_SPECIAL_T2 = np.array([1, 1, 3, 5, 2, 1, 2], np.int64)  # 5: ignored row (all -inf)
+
+_ce_edges = [
+    [np.zeros(0, F32), 0, 4, np.zeros(0, np.int64), 0.0],
+    [np.zeros(0, F32), 3, 0, np.array([0, 1, U32_MAX], np.int64), 0.5],  # no classes: all ignored
+    [f32(3.0, -2.0, 7.5), 3, 1, np.array([0, 0, 1], np.int64), 0.0],        # one class
+    [f32(3.0, -2.0, 7.5), 3, 1, np.array([0, 0, 1], np.int64), float(F32(0.1))],
+    [np.arange(24, dtype=F32) / 4, 6, 4, np.array([0, 3, 4, U32_MAX, 1, 2], np.int64), 1.0],
+]
+for _ls_v in _LS:
+    _ce_edges.append([_CE_SPECIAL_X.copy(), 7, 4, _CE_SPECIAL_T.copy(), _ls_v])
+    _ce_edges.append([_CE_SPECIAL_X.copy(), 7, 4, _CE_SPECIAL_T2.copy(), _ls_v])
+# long rows (the block-per-row CUDA kernels, float4 and scalar) and rows of 1024 and 1000 columns
+# (register-held / float4 warp kernels)
+_rng = np.random.default_rng(5)
+_ce_edges.append([(_rng.standard_normal(2 * 1500) * 4).astype(F32), 2, 1500, np.array([7, 1499], np.int64), 0.25])
+_ce_edges.append([(_rng.standard_normal(3 * 1024) * 4).astype(F32), 3, 1024, np.array([0, 1023, 1024], np.int64), 0.0])
+_ce_edges.append([(_rng.standard_normal(2 * 1000) * 4).astype(F32), 2, 1000, np.array([999, 5], np.int64),
+                  float(F32(0.1))])
+_ce_edges.append([(_rng.standard_normal(2 * 1501) * 4).astype(F32), 2, 1501, np.array([1500, 3], np.int64), 1.0])
+
+# All kinds, huge finite logits included: the row sums are of exp(x - m) <= 1 and of m - x_j in
+# double, so no partial sum overflows (unlike the float32 sums that SUM_KINDS protects).
+_add(PrimitiveInfo("cross_entropy_rows", _ce, 2, edge_cases=_ce_edges, max_dim=24))
+
+_ce_bwd_edges = [
+    [np.zeros(0, F32), np.zeros(0, F32), np.zeros(0, F32), 0, 4, np.zeros(0, np.int64), 0.0],
+    [np.zeros(0, F32), np.zeros(3, F32), f32(1, 2, 3), 3, 0, np.array([0, 1, 2], np.int64), 0.5],
+    _ce_bwd_args(f32(3.0, -2.0, 7.5), 3, 1, np.array([0, 0, 1], np.int64), 0.0, f32(1.0, -2.0, 3.0)),
+]
+for _ls_v in _LS:
+    for _t in (_CE_SPECIAL_T, _CE_SPECIAL_T2):
+        _ce_bwd_edges.append(_ce_bwd_args(_CE_SPECIAL_X.copy(), 7, 4, _t.copy(), _ls_v,
+                                          f32(1.0, -0.5, 2.0, 1.0, 3.0, -1.0, 0.25)))
+_ce_bwd_edges.append(_ce_bwd_args((_rng.standard_normal(2 * 1500) * 4).astype(F32), 2, 1500,
+                                  np.array([7, 1500], np.int64), 0.25, f32(0.5, 1.0)))
+_ce_bwd_edges.append(_ce_bwd_args((_rng.standard_normal(3 * 1024) * 4).astype(F32), 3, 1024,
+                                  np.array([0, 1023, 1024], np.int64), float(F32(0.1)), f32(1.0, 2.0, 3.0)))
+_ce_bwd_edges.append(_ce_bwd_args((_rng.standard_normal(2 * 999) * 4).astype(F32), 2, 999,
+                                  np.array([998, 0], np.int64), 1.0, f32(-1.0, 1.0)))
+_ce_bwd_edges.append(_ce_bwd_args((_rng.standard_normal(3 * 1501) * 4).astype(F32), 3, 1501,
+                                  np.array([1500, 1501, 0], np.int64), float(F32(0.1)), f32(2.0, 1.0, -1.0)))
+_add(PrimitiveInfo("cross_entropy_rows_bwd", _ce_bwd, 2, edge_cases=_ce_bwd_edges, max_dim=24))
+
+# -- GELU --------------------------------------------------------------------------------------
+# 0, -0, +-inf, NaN, large |x|, tiny and subnormal x, the tail where 1 + erf cancels and where
+# the result becomes subnormal (x ~ -13.2) or 0, the minimum of gelu (x ~ -0.75, where the
+# derivative crosses 0), the float32 extremes
+_GELU_X = f32(0.0, -0.0, _INF, -_INF, _NAN, 1e-30, -1e-30, 1e-45, -1e-45, 1e-38, 0.5, -0.5, 1.0, -1.0,
+              -0.7517915, -0.7522528, 3.0, -3.0, 5.0, -5.0, 8.0, -8.0, -10.0, -12.0, -13.0, -13.2, -13.5,
+              -14.0, -20.0, -40.0, 10.0, 40.0, 1e5, -1e5, 7e12, -7e12, 1e20, -1e20, 3.4e38, -3.4e38)
+_GELU_EDGES = [[np.zeros(0, F32)], [f32(1.5)], [_GELU_X.copy()], [np.linspace(-16, 6, 301, dtype=F32)]]
+for _n in ("gelu", "gelu_tanh"):
+    _add(PrimitiveInfo(_n, lambda rng, d, kind: [values(rng, d[0], kind)], 1, edge_cases=_GELU_EDGES, max_dim=64))
+_GELU_BWD_EDGES = [[np.zeros(0, F32), np.zeros(0, F32)], [f32(1.5), f32(-2.0)],
+                   [_GELU_X.copy(), np.resize(f32(1.0, -2.0, 0.5), _GELU_X.size)],
+                   [np.linspace(-16, 6, 301, dtype=F32), np.ones(301, F32)],
+                   [f32(1.0, _INF, -_INF, -20.0), f32(_INF, 0.0, 1.0, _NAN)]]
+for _n in ("gelu_bwd", "gelu_tanh_bwd"):
+    _add(PrimitiveInfo(_n, lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[0], "normal")], 1,
+                       edge_cases=_GELU_BWD_EDGES, max_dim=64))

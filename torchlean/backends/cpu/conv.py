@@ -1,5 +1,427 @@
-"""CPU kernels of the convolution: conv, conv_bwd_input, conv_bwd_weight, conv_transpose."""
+"""CPU kernels of the convolution: conv, conv_bwd_input, conv_bwd_weight, conv_transpose.
+
+im2col into BLAS, for any spatial rank. A chunk of images is copied once into a column matrix
+col (in_c*K, nb*P) (rows ordered (channel, kernel offset), columns (image, output pixel)) from a
+``sliding_window_view`` of the zero-padded chunk, then one SGEMM:
+
+    conv:            y_chunk  = W (out_c, in_c*K) @ col
+    conv_bwd_weight: dW      += dy_chunk (out_c, nb*P) @ col^T
+    conv_bwd_input:  stride 1 and finite weights: a conv of dy with the flipped, channel-swapped
+                     kernel and padding K-1-p (same GEMM shape as the forward);
+                     otherwise dcol = W^T @ dy_chunk, then col2im: a fixed-order sum of the K
+                     shifted, strided slices (deterministic).
+    conv_transpose:  conv_bwd_input with the channel roles swapped, plus the bias.
+
+Chunks hold about ``_COL_BYTES`` of columns (at least one image), so the column buffer stays in
+cache/memory bounds however large the batch; a chunk of one image needs no transposes at all.
+A 1x1 kernel at stride 1 without padding uses the input itself as its column matrix.
+All sums run in float32 through BLAS (the contract allows any order).
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import ctypes
+import itertools
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
+
+__all__ = ["conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose"]
+
+F32 = np.float32
+_COL_BYTES = 8 << 20  # one chunk's column matrix: a few MB, so it is written and read back while warm
+_UNFOLD_MAX_WASTE = 1.1  # the last-axis unfold computes every padded row: at most this many per output row
+
+
+# -- images in parallel ------------------------------------------------------------------------
+# OpenBLAS splits each GEMM over its threads, which must meet at barriers: our GEMMs (64-512
+# rows) gain little from that, and any other load on the machine stalls the barriers badly.
+# Instead, when the batch has >= 2 images, each of T Python threads (T = OpenBLAS's thread count)
+# takes a contiguous part of the batch and runs its copies and GEMMs with OpenBLAS set to one
+# thread (NumPy releases the GIL in both). Every image is computed exactly as in one thread, so
+# results do not depend on the split, except conv_bwd_weight's sum over images, which adds the
+# parts' partial sums in part order (fixed for a given thread count: repeatable run to run).
+def _find_blas_threads():
+    """(get, set) of the thread count of the OpenBLAS that NumPy calls, or None (another BLAS)."""
+    try:
+        with open("/proc/self/maps") as f:
+            libs = sorted({line.split()[-1] for line in f if "openblas" in line.rsplit("/", 1)[-1].lower()})
+    except OSError:
+        return None
+    for path in sorted(libs, key=lambda q: "numpy" not in q):  # NumPy's own copy first (SciPy ships another)
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for get, put in (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+                         ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
+                         ("openblas_get_num_threads", "openblas_set_num_threads")):
+            if "numpy" in path and hasattr(lib, get) and hasattr(lib, put):
+                g, p_ = getattr(lib, get), getattr(lib, put)
+                g.restype, g.argtypes, p_.restype, p_.argtypes = ctypes.c_int, [], None, [ctypes.c_int]
+                return g, p_
+    return None
+
+
+_BLAS = _find_blas_threads()
+_BLAS_LOCK = threading.Lock()
+_BLAS_STATE = {"depth": 0, "saved": 1}
+_POOL: list = []
+_PARALLEL_MIN_MACS = 1 << 24  # below ~16M multiply-adds the threads cost more than they save
+
+
+def _workers() -> int:
+    if _BLAS is None:
+        return 1
+    with _BLAS_LOCK:
+        n = _BLAS_STATE["saved"] if _BLAS_STATE["depth"] else _BLAS[0]()
+    return max(1, min(n, os.cpu_count() or 1))
+
+
+@contextmanager
+def _single_threaded_blas():
+    with _BLAS_LOCK:
+        if _BLAS_STATE["depth"] == 0:
+            _BLAS_STATE["saved"] = _BLAS[0]()
+            _BLAS[1](1)
+        _BLAS_STATE["depth"] += 1
+    try:
+        yield
+    finally:
+        with _BLAS_LOCK:
+            _BLAS_STATE["depth"] -= 1
+            if _BLAS_STATE["depth"] == 0:
+                _BLAS[1](_BLAS_STATE["saved"])
+
+
+def _over_images(batch: int, macs: int, fn) -> list:
+    """[fn(n0, n1) for each part of the batch], the parts run in parallel when that pays."""
+    t = min(_workers(), batch) if macs >= _PARALLEL_MIN_MACS else 1
+    if t <= 1:
+        return [fn(0, batch)]
+    bounds = [batch * i // t for i in range(t + 1)]
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="torchlean-conv"))
+    with _single_threaded_blas():
+        futures = [_POOL[0].submit(fn, bounds[i], bounds[i + 1]) for i in range(1, t)]
+        first = fn(bounds[0], bounds[1])
+        return [first] + [f.result() for f in futures]
+
+
+
+def _out(spatial, kernel, stride, padding) -> tuple[int, ...]:
+    return tuple((s + 2 * p - k) // st + 1 for s, k, st, p in zip(spatial, kernel, stride, padding))
+
+
+def _chunks(batch: int, per_image: int):
+    nb = max(1, _COL_BYTES // max(4 * per_image, 1))
+    for n0 in range(0, batch, nb):
+        yield n0, min(batch, n0 + nb)
+
+
+def _pad(xc: np.ndarray, lo, hi) -> np.ndarray:
+    """xc (nb, C, *S) with lo[i] / hi[i] zeros before / after axis i (a negative count crops)."""
+    if not any(lo) and not any(hi):
+        return xc
+    crop = tuple(slice(max(-a, 0), s - max(-b, 0)) for a, b, s in zip(lo, hi, xc.shape[2:]))
+    xc = xc[(slice(None), slice(None)) + crop]
+    shape = xc.shape[:2] + tuple(s + max(a, 0) + max(b, 0) for a, b, s in zip(lo, hi, xc.shape[2:]))
+    xp = np.zeros(shape, F32)
+    xp[(slice(None), slice(None)) + tuple(slice(max(a, 0), max(a, 0) + s) for a, s in zip(lo, xc.shape[2:]))] = xc
+    return xp
+
+
+def _identity_cols(kernel, stride, lo, hi) -> bool:
+    """A 1x1 kernel at stride 1 without padding: the input is its own column matrix."""
+    return math.prod(kernel) == 1 and not any(lo) and not any(hi) and all(s == 1 for s in stride)
+
+
+def _im2col(xc: np.ndarray, kernel, stride, lo, hi, out) -> np.ndarray:
+    """The (C*K, nb*P) column matrix of a chunk xc (nb, C, *S)."""
+    nb, c = xc.shape[:2]
+    r = len(kernel)
+    k_n, p_n = math.prod(kernel), math.prod(out)
+    if _identity_cols(kernel, stride, lo, hi):
+        if nb == 1:
+            return xc.reshape(c, p_n)  # 1x1 kernel: the image is its own column matrix
+        return np.ascontiguousarray(xc.reshape(nb, c, p_n).transpose(1, 0, 2)).reshape(c, nb * p_n)
+    xp = _pad(xc, lo, hi)
+    v = sliding_window_view(xp, tuple(kernel), axis=tuple(range(2, 2 + r)))  # (nb, C, *windows, *kernel)
+    v = v[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)]  # (nb, C, *out, *kernel)
+    col = np.empty((c,) + tuple(kernel) + (nb,) + tuple(out), F32)
+    col[...] = v.transpose((1,) + tuple(range(2 + r, 2 + 2 * r)) + (0,) + tuple(range(2, 2 + r)))
+    return col.reshape(c * k_n, nb * p_n)
+
+
+def _rows(g3: np.ndarray, n0: int, n1: int) -> np.ndarray:
+    """g3 (batch, C, P) images n0:n1 as a (C, nb*P) matrix (a view for one image)."""
+    if n1 - n0 == 1:
+        return g3[n0]
+    c, p_n = g3.shape[1:]
+    return np.ascontiguousarray(g3[n0:n1].transpose(1, 0, 2)).reshape(c, (n1 - n0) * p_n)
+
+
+def _unfold_last_pays(kernel, stride, lo, hi, spatial, out) -> bool:
+    """Whether the last-axis unfold (below) applies and wastes little: rank >= 2, a kernel wider than 1
+    on some other axis, stride 1 on every other axis, padded rows at most ~10% more than output rows."""
+    if len(kernel) < 2 or math.prod(kernel[:-1]) == 1 or any(s != 1 for s in stride[:-1]):
+        return False
+    rows = math.prod(s + a + b for s, a, b in zip(spatial[:-1], lo[:-1], hi[:-1]))
+    return rows <= _UNFOLD_MAX_WASTE * math.prod(out[:-1])
+
+
+def _last_axis_cols(xc: np.ndarray, kl: int, sl: int, lo, hi, rows, wo: int) -> np.ndarray:
+    """col (C, kl, nb, *rows, wo): col[c, j, n, *q, v] = xpad[n, c, *q, v*sl + j], xpad = xc (nb, C, *S)
+    padded by lo / hi zeros per axis (negative: cropped). Written straight from xc: the borders are
+    zero-filled, the interior copied once (no padded copy of the input first)."""
+    nb, c = xc.shape[:2]
+    spatial = xc.shape[2:]
+    col = np.empty((c, kl, nb) + tuple(rows) + (wo,), F32)
+    src, dst = [], []
+    for i, (n, a, r) in enumerate(zip(spatial[:-1], lo[:-1], rows)):
+        p0, p1 = max(a, 0), min(n + a, r)  # padded rows that hold input rows
+        every = (slice(None),) * (3 + i)
+        if p0 > 0:
+            col[every + (slice(0, p0),)] = 0.0
+        if p1 < r:
+            col[every + (slice(max(p1, 0), r),)] = 0.0
+        dst.append(slice(p0, max(p1, p0)))
+        src.append(slice(p0 - a, max(p1, p0) - a))
+    n_l, a_l = spatial[-1], lo[-1]
+    for j in range(kl):
+        # output column v reads input column v*sl + j - a_l, which must lie in [0, n_l)
+        v0 = max(0, -(-(a_l - j) // sl))
+        v1 = min(wo, max(v0, -(-(n_l + a_l - j) // sl)))
+        cj = col[:, j]
+        if v0 > 0:
+            cj[..., :v0] = 0.0
+        if v1 < wo:
+            cj[..., v1:] = 0.0
+        if v1 > v0:
+            first = v0 * sl + j - a_l
+            cj[(slice(None), slice(None)) + tuple(dst) + (slice(v0, v1),)] = \
+                xc[(slice(None), slice(None)) + tuple(src) + (slice(first, first + (v1 - v0 - 1) * sl + 1, sl),)
+                   ].swapaxes(0, 1)
+    return col
+
+
+def _conv_unfold_last(y, x5, w, b, kernel, stride, lo, hi, out) -> None:
+    """conv with the kernel unfolded along the last axis only (stride 1 on the other axes).
+
+    col (C*kl, nb*rows*wo) holds every padded row of the chunk, windowed along the last axis only
+    (kl copies of the input instead of K); one GEMM with the weight reordered to (*k_rest, O) rows,
+    Y = W_R @ col, gives for each other-axis kernel offset its partial sums at every padded row; the
+    output adds the k_rest partials in a fixed order, each read through a strided view shifted by
+    its offset (no copies). Each used partial is exactly the terms of its offset, so the NaN rule
+    is unchanged.
+    """
+    batch, c = x5.shape[:2]
+    o_n = w.shape[0]
+    kr, kl = tuple(kernel[:-1]), kernel[-1]
+    nk, kr_n = len(kr), math.prod(kr)
+    sl, wo = stride[-1], out[-1]
+    rows = tuple(s + a + bb for s, a, bb in zip(x5.shape[2:-1], lo[:-1], hi[:-1]))
+    rows_n = math.prod(rows)
+    wr = np.ascontiguousarray(w.reshape(o_n, c, kr_n, kl).transpose(2, 0, 1, 3)).reshape(kr_n * o_n, c * kl)
+    for n0, n1 in _chunks(batch, (c * kl + kr_n * o_n) * rows_n * wo):
+        nb = n1 - n0
+        col = _last_axis_cols(x5[n0:n1], kl, sl, lo, hi, rows, wo)
+        yk = np.matmul(wr, col.reshape(c * kl, nb * rows_n * wo))  # (*kr, O, nb, *rows, wo)
+        st = np.cumprod((1,) + (wo,) + rows[::-1] + (nb, o_n) + kr[::-1])[::-1][1:]  # row-major, in elements
+        st_k, st_o, st_n, st_r = st[:nk], st[nk], st[nk + 1], st[nk + 2:nk + 2 + nk]
+        view = as_strided(yk, kr + (o_n, nb) + tuple(out),
+                          tuple(4 * int(v) for v in tuple(st_k + st_r) + (st_o, st_n) + tuple(st_r) + (1,)),
+                          writeable=False)
+        target = y[n0:n1].reshape((nb, o_n) + tuple(out)).swapaxes(0, 1)
+        offsets = list(np.ndindex(*kr))
+        np.add(view[offsets[0]], view[offsets[1]], out=target)  # kr_n >= 2 here
+        for k in offsets[2:]:
+            np.add(target, view[k], out=target)
+        if b is not None:
+            y[n0:n1] += b[:, None]
+
+
+def _conv_into(y: np.ndarray, x5: np.ndarray, w: np.ndarray, b, kernel, stride, lo, hi, out) -> None:
+    """y (batch, O, P) = the conv of x5 (batch, C, *S), padded by lo/hi (negative: cropped), with
+    w (O, C, *kernel), plus b. Parts of the batch run in parallel (disjoint slices of y)."""
+    macs = y.size * math.prod(w.shape[1:])
+    _over_images(x5.shape[0], macs,
+                 lambda n0, n1: _conv_part(y[n0:n1], x5[n0:n1], w, b, kernel, stride, lo, hi, out))
+
+
+def _conv_part(y: np.ndarray, x5: np.ndarray, w: np.ndarray, b, kernel, stride, lo, hi, out) -> None:
+    if _unfold_last_pays(kernel, stride, lo, hi, x5.shape[2:], out):
+        return _conv_unfold_last(y, x5, w, b, kernel, stride, lo, hi, out)
+    batch = x5.shape[0]
+    o_n = w.shape[0]
+    w2 = w.reshape(o_n, -1)
+    p_n = math.prod(out)
+    per_image = w2.shape[1] * p_n
+    if _identity_cols(kernel, stride, lo, hi) and p_n >= 512:
+        per_image = _COL_BYTES  # 1x1: one image per GEMM reads x and writes y in place, no transposes
+    for n0, n1 in _chunks(batch, per_image):
+        col = _im2col(x5[n0:n1], kernel, stride, lo, hi, out)
+        if n1 - n0 == 1:
+            np.matmul(w2, col, out=y[n0])
+        else:
+            y[n0:n1] = np.matmul(w2, col).reshape(o_n, n1 - n0, p_n).transpose(1, 0, 2)
+        if b is not None:
+            y[n0:n1] += b[:, None]
+
+
+def conv(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding):
+    out = _out(spatial, kernel, stride, padding)
+    k_n, p_n = math.prod(kernel), math.prod(out)
+    y = np.empty((batch, out_c, p_n), F32)
+    if y.size == 0:
+        return y.reshape(-1)
+    with np.errstate(all="ignore"):
+        if in_c == 0:  # no terms: the bias alone
+            y[...] = 0.0 if b is None else b[:, None]
+            return y.reshape(-1)
+        x5 = x.reshape((batch, in_c) + tuple(spatial))
+        _conv_into(y, x5, w.reshape((out_c, in_c) + tuple(kernel)), b, kernel, stride, padding, padding, out)
+    return y.reshape(-1)
+
+
+def _phase(s: int, k: int, p: int, n_in: int, n_out: int, phi: int):
+    """One axis of the phase split of conv_bwd_input: the dx positions i with (i + p) % s == phi are
+    i = phi - p + s t for t in [t0, t0 + T), and get dx[i] = sum_m w[phi + s m] dy[t - m] over the
+    M taps k = phi + s m < k_total: a stride-1 conv of dy padded by lo / hi (negative: cropped) with
+    the M taps reversed. Returns (M, T, lo, hi, dx slice)."""
+    m = max(0, -(-(k - phi) // s))
+    t0 = -(-(p - phi) // s)
+    t = (n_in - 1 + p - phi) // s - t0 + 1
+    lo = m - 1 - t0
+    hi = t + m - 1 - n_out - lo
+    start = phi - p + s * t0
+    return m, t, lo, hi, slice(start, start + s * (t - 1) + 1 if t > 0 else start, s)
+
+
+def _bwd_input_by_phases(dx5, g5, w5, kernel, stride, padding, spatial, out) -> None:
+    """conv_bwd_input as prod(stride) stride-1 convs of dy, one per phase of dx positions modulo the
+    stride, each with its sub-kernel of taps (flipped, channels swapped); every dx element is
+    written once (no scatter-adds). For finite weights only: a padded 0 times an inf weight would
+    make a NaN that is no term of the adjoint."""
+    batch, in_c = dx5.shape[:2]
+    out_c = w5.shape[0]
+    r = len(kernel)
+    axes = [[_phase(s, k, p, n, o, phi) for phi in range(s)]
+            for s, k, p, n, o in zip(stride, kernel, padding, spatial, out)]
+    every = (slice(None), slice(None))
+    for combo in itertools.product(*(range(s) for s in stride)):
+        ph = [axes[i][phi] for i, phi in enumerate(combo)]
+        if any(t <= 0 for _, t, _, _, _ in ph):
+            continue  # no dx positions in this phase
+        target = every + tuple(sl for *_, sl in ph)
+        if any(m == 0 for m, *_ in ph):
+            dx5[target] = 0.0  # positions no tap reaches (stride > kernel)
+            continue
+        sub = w5[every + tuple(slice(phi, None, s) for phi, s in zip(combo, stride))]  # (O, C, *M)
+        sub = sub[every + (slice(None, None, -1),) * r]
+        wt = np.ascontiguousarray(sub.swapaxes(0, 1))  # (C, O, *M)
+        ts = tuple(t for _, t, _, _, _ in ph)
+        part = np.empty((batch, in_c, math.prod(ts)), F32)
+        _conv_into(part, g5, wt, None, tuple(m for m, *_ in ph), (1,) * r, tuple(lo for _, _, lo, _, _ in ph),
+                   tuple(hi for _, _, _, hi, _ in ph), ts)
+        dx5[target] = part.reshape((batch, in_c) + ts)
+
+
+def conv_bwd_input(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
+    out = _out(spatial, kernel, stride, padding)
+    k_n, p_n, s_n = math.prod(kernel), math.prod(out), math.prod(spatial)
+    if batch * in_c * s_n == 0 or out_c == 0:
+        return np.zeros(batch * in_c * s_n, F32)
+    g3 = dy.reshape(batch, out_c, p_n)
+    dx = np.empty((batch, in_c, s_n), F32)
+    with np.errstate(all="ignore"):
+        if np.isfinite(w).all():
+            _bwd_input_by_phases(dx.reshape((batch, in_c) + tuple(spatial)), g3.reshape((batch, out_c) + out),
+                                 w.reshape((out_c, in_c) + tuple(kernel)), kernel, stride, padding, spatial, out)
+            return dx.reshape(-1)
+        # col2im: dcol = W^T dy, then each kernel offset's slice is added where its taps land.
+        w2t = np.ascontiguousarray(w.reshape(out_c, in_c * k_n).T)  # contiguous: a faster GEMM than the view
+        padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
+        inner = tuple(slice(p, p + s) for s, p in zip(spatial, padding))
+        every = (slice(None), slice(None))
+        for n0, n1 in _chunks(batch, in_c * k_n * p_n):
+            nb = n1 - n0
+            dcol = np.matmul(w2t, _rows(g3, n0, n1)).reshape((in_c, k_n, nb) + out)
+            dxp = np.zeros((nb, in_c) + padded, F32)
+            for j, k in enumerate(np.ndindex(*kernel)):
+                taps = tuple(slice(ki, ki + (o - 1) * s + 1, s) for ki, s, o in zip(k, stride, out))
+                dxp[every + taps] += dcol[:, j].swapaxes(0, 1)
+            dx[n0:n1] = dxp[every + inner].reshape(nb, in_c, s_n)
+    return dx.reshape(-1)
+
+
+def _bwd_weight_unfold_last(x5, g3, kernel, stride, padding, out) -> np.ndarray:
+    """dW^T (C*K, O) for rank 2 with stride 1 on axis 0, from the last-axis unfold: per image and per
+    row offset i, the columns of output rows h are padded rows h + i, one contiguous range of the
+    unfolded image (a strided BLAS operand, no copy), so dW[:, :, i, :]^T = col[:, i*wo : i*wo + P] @ dy^T."""
+    batch, c = x5.shape[:2]
+    o_n = g3.shape[1]
+    (kh, kl), (ho, wo), sl = kernel, out, stride[1]
+    rows = x5.shape[2] + 2 * padding[0]
+    acc = np.zeros((kh, c * kl, o_n), F32)
+    part = np.empty((c * kl, o_n), F32)
+    for n0, n1 in _chunks(batch, c * kl * rows * wo):
+        col = _last_axis_cols(x5[n0:n1], kl, sl, padding, padding, (rows,), wo)  # (C, kl, nb, rows, wo)
+        for n in range(n1 - n0):
+            cn = col[:, :, n].reshape(c * kl, rows * wo)  # a view: rows (c, j) evenly strided
+            gt = g3[n0 + n].T
+            for i in range(kh):
+                np.matmul(cn[:, i * wo:i * wo + ho * wo], gt, out=part)
+                acc[i] += part
+    return acc.reshape(kh, c, kl, o_n).transpose(1, 0, 2, 3).reshape(c * kh * kl, o_n)
+
+
+def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding):
+    out = _out(spatial, kernel, stride, padding)
+    k_n, p_n = math.prod(kernel), math.prod(out)
+    ck = in_c * k_n
+    if out_c * ck == 0 or batch == 0:
+        return np.zeros(out_c * ck, F32)
+    x5 = x.reshape((batch, in_c) + tuple(spatial))
+    g3 = dy.reshape(batch, out_c, p_n)
+    with np.errstate(all="ignore"):
+        parts = _over_images(batch, batch * out_c * ck * p_n,
+                             lambda n0, n1: _bwd_weight_part(x5[n0:n1], g3[n0:n1], kernel, stride, padding, out))
+        dwt = parts[0]
+        for part in parts[1:]:  # in part order: a fixed order of summation
+            dwt += part
+    return np.ascontiguousarray(dwt.T).reshape(-1)
+
+
+def _bwd_weight_part(x5, g3, kernel, stride, padding, out) -> np.ndarray:
+    """dW^T (C*K, O) summed over the images of x5 / g3."""
+    batch, in_c = x5.shape[:2]
+    p_n = g3.shape[2]
+    ck = in_c * math.prod(kernel)
+    if len(kernel) == 2 and p_n >= 256 and _unfold_last_pays(kernel, stride, padding, padding, x5.shape[2:], out):
+        return _bwd_weight_unfold_last(x5, g3, kernel, stride, padding, out)
+    dwt = None  # dW^T (C*K, O): col @ dy^T is the faster orientation of this GEMM in OpenBLAS
+    single = _identity_cols(kernel, stride, padding, padding) and p_n >= 512
+    for n0, n1 in _chunks(batch, _COL_BYTES if single else ck * p_n):
+        col = _im2col(x5[n0:n1], kernel, stride, padding, padding, out)
+        part = np.matmul(col, _rows(g3, n0, n1).T)
+        if dwt is None:
+            dwt = part
+        else:
+            dwt += part
+    return dwt
+
+
+def conv_transpose(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, output_padding):
+    out = tuple((s - 1) * st - 2 * p + k + op
+                for s, k, st, p, op in zip(spatial, kernel, stride, padding, output_padding))
+    y = conv_bwd_input(x, w, batch, out_c, in_c, out, kernel, stride, padding)
+    if b is not None and y.size:
+        with np.errstate(all="ignore"):
+            y.reshape(batch, out_c, -1)[...] += b[:, None]
+    return y

@@ -1,5 +1,360 @@
-"""CPU kernels of the pooling: max_pool, avg_pool, smooth_max_pool and their backward passes."""
+"""CPU kernels of the pooling: max_pool, avg_pool, smooth_max_pool and their backward passes.
+
+Numba (``parallel=True``, ``cache=True``: compiled once per machine, then loaded from the cache),
+rank-generic over 1..8 spatial axes, flat float32 arrays laid out (planes, *spatial).
+
+Window walk: the output is seen as rows along the last spatial axis. For one output row the
+outer axes (0..r-2) of every window are the same, so the in-bounds input rows they cover are
+listed once per row (``_row_bases``: flat offsets, in row-major order of the outer kernel
+offsets); padding positions are never touched, and the cost per output is the window size plus
+O(1), for any rank. Forward kernels then loop over those input rows and the last-axis offsets
+kk, each time running over the outputs of the row whose window holds kk in bounds (a strided
+run that LLVM vectorizes), accumulating one value per output: each output still receives its
+terms in row-major order of its kernel offsets. Backward kernels walk window by window.
+
+Arithmetic is float32 throughout, in a fixed order, with the same operations as the CUDA kernels:
+- max: value and winner of the first strict maximum among the in-bounds positions (``v > best``:
+  ties, -0/+0 included, keep the first; an all -inf window keeps its first position), unless the
+  window holds a NaN: then the first NaN (found by a second scan; NaN is rare).
+- avg: window sum in row-major order, then one division by float32(prod(kernel)).
+- smooth max: m = max of beta*v (fmax: NaN ignored) over the in-bounds positions and 0 when the
+  window has padding; s = sum over in-bounds positions of exp(t), t = beta*v - m (t = 0 when
+  beta*v == m, so infinities give exp(0) = 1 and not NaN), in row-major order, then
+  + float32(npad) * exp(0 - m) for the npad padding positions; y = (m + log(s)) / beta.
+Backward passes run per plane (planes in parallel, never sharing an output element): the windows
+of a plane are visited in row-major order and each adds its contribution to its input positions.
+Every dx element therefore receives its terms in row-major order of the windows that contain
+it, starting from +0: exactly the additions the CUDA gather kernels do (each thread walks the
+windows containing its element in that order), so both backends give the same bits for max and
+avg and every result is bitwise repeatable. avg divides each sum of dy by float32(prod(kernel))
+once; smooth max adds dy[w] * exp(beta*x[q] - beta*y[w]) (the difference taken as 0 when equal).
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import numpy as np
+from numba import njit, prange
+
+F32 = np.float32
+I64 = np.int64
+
+__all__ = ["max_pool", "max_pool_bwd", "avg_pool", "avg_pool_bwd", "smooth_max_pool", "smooth_max_pool_bwd"]
+
+_NEG_INF = F32(-np.inf)
+_ZERO = F32(0.0)
+# Parallel tasks per call (each a contiguous range of output rows or planes with its own scratch):
+# enough to balance a few threads, few enough that scratch allocation is negligible.
+_TASKS = 256
+# Below this many window-element visits a call runs on the calling thread: waking Numba's thread
+# pool costs more than the work (from ~0.1 ms with the workqueue layer to ~15 ms with an OpenMP
+# layer that spins on a small shared machine).
+_PARALLEL_WORK = 1 << 17
+
+
+@njit(cache=True)
+def _row_bases(ro, r, n, k, s, pd, o, istr, lo, hi, cur, bases):
+    """Fill ``bases`` with the in-plane offsets of the input rows that the windows of output row
+    ``ro`` (an index over the outer output axes 0..r-2) cover, in row-major order; return how many
+    (0 when the outer axes of the windows lie entirely in padding)."""
+    rem = ro
+    for i in range(r - 2, -1, -1):
+        p = rem % o[i]
+        rem //= o[i]
+        st = p * s[i] - pd[i]
+        a = max(0, -st)
+        b = min(k[i], n[i] - st)
+        if a >= b:
+            return 0
+        lo[i] = st + a
+        hi[i] = st + b
+        cur[i] = st + a
+    cnt = 0
+    while True:
+        off = 0
+        for i in range(r - 1):
+            off += cur[i] * istr[i]
+        bases[cnt] = off
+        cnt += 1
+        i = r - 2
+        while i >= 0:
+            cur[i] += 1
+            if cur[i] < hi[i]:
+                break
+            cur[i] = lo[i]
+            i -= 1
+        if i < 0:
+            return cnt
+
+
+@njit(cache=True)
+def _max_value(x, xoff, bases, nb, st, a, b):
+    """The max pool value of one window (-inf when it is all padding): the value of the first
+    strict maximum, or of the first NaN. Branch-free selects (``v > best`` keeps the first of equal
+    values, -0 before +0 included); a NaN only raises a flag, and the rare window with a NaN is
+    scanned again for its first NaN."""
+    best = _NEG_INF
+    nan = False
+    for bi in range(nb):
+        base = xoff + bases[bi] + st
+        for kk in range(a, b):
+            v = x[base + kk]
+            best = v if v > best else best
+            nan |= v != v
+    if nan:
+        for bi in range(nb):
+            base = xoff + bases[bi] + st
+            for kk in range(a, b):
+                v = x[base + kk]
+                if v != v:
+                    return v
+    return best
+
+
+@njit(cache=True)
+def _max_winner(x, xoff, bases, nb, st, a, b):
+    """In-plane index of the winner of one non-empty window: the first strict maximum (the first
+    position when all are -inf), or the first NaN (a flag in the main pass, then a rescan)."""
+    best = _NEG_INF
+    win = bases[0] + st + a
+    nan = False
+    for bi in range(nb):
+        base = bases[bi] + st
+        for kk in range(a, b):
+            v = x[xoff + base + kk]
+            if v > best:
+                best = v
+                win = base + kk
+            nan |= v != v
+    if nan:
+        for bi in range(nb):
+            base = bases[bi] + st
+            for kk in range(a, b):
+                v = x[xoff + base + kk]
+                if v != v:
+                    return base + kk
+    return win
+
+
+@njit(cache=True)
+def _q_range(kk, nl, sl, pl_, ol):
+    """The outputs q of a row whose window holds last-axis offset kk in bounds: 0 <= q*sl - pl_ + kk < nl."""
+    qa = (pl_ - kk + sl - 1) // sl if pl_ > kk else 0
+    qb = (nl - 1 + pl_ - kk) // sl + 1
+    return qa, min(max(qb, qa), ol)
+
+
+# mode: 0 max, 1 avg, 2 smooth max. Fills y for the output rows [r0, r1) (row = plane * R + outer row).
+# Loop order: for each input row of the windows (bases) and each last-axis offset kk, a run over the
+# outputs q of the row (contiguous or strided loads, which LLVM vectorizes), accumulating into one
+# value per output. Each output still receives its terms in row-major order of its kernel offsets,
+# exactly as a per-window loop would (and as the CUDA kernels do).
+@njit(cache=True)
+def _forward_rows(mode, x, y, r0, r1, r, n, k, s, pd, o, istr, S, R, nouter, kprod_f, kprod, beta):
+    ol = o[r - 1]
+    nl, kl, sl, pl_ = n[r - 1], k[r - 1], s[r - 1], pd[r - 1]
+    lo = np.empty(8, dtype=np.int64)
+    hi = np.empty(8, dtype=np.int64)
+    cur = np.empty(8, dtype=np.int64)
+    bases = np.empty(max(nouter, 1), dtype=np.int64)
+    acc = np.empty(ol, dtype=np.float32)
+    m = np.empty(ol, dtype=np.float32)
+    for row in range(r0, r1):
+        pl = row // R
+        nb = _row_bases(row - pl * R, r, n, k, s, pd, o, istr, lo, hi, cur, bases)
+        xoff = pl * S
+        yoff = row * ol
+        if mode == 0:
+            for q in range(ol):
+                acc[q] = _NEG_INF
+            nan = False
+            for bi in range(nb):
+                for kk in range(kl):
+                    qa, qb = _q_range(kk, nl, sl, pl_, ol)
+                    off = xoff + bases[bi] - pl_ + kk
+                    for q in range(qa, qb):
+                        v = x[off + q * sl]
+                        acc[q] = v if v > acc[q] else acc[q]
+                        nan |= v != v
+            if nan:  # rare: redo the row window by window (the first NaN of a window is its value)
+                for q in range(ol):
+                    st = q * sl - pl_
+                    a = max(0, -st)
+                    b = max(min(kl, nl - st), a)
+                    acc[q] = _max_value(x, xoff, bases, nb, st, a, b)
+            for q in range(ol):
+                y[yoff + q] = acc[q]
+        elif mode == 1:
+            for q in range(ol):
+                acc[q] = _ZERO
+            for bi in range(nb):
+                for kk in range(kl):
+                    qa, qb = _q_range(kk, nl, sl, pl_, ol)
+                    off = xoff + bases[bi] - pl_ + kk
+                    for q in range(qa, qb):
+                        acc[q] += x[off + q * sl]
+            for q in range(ol):
+                y[yoff + q] = acc[q] / kprod_f
+        else:
+            for q in range(ol):  # m starts at 0 (the padding's beta*0) when the window has padding
+                st = q * sl - pl_
+                cnt = nb * max(min(kl, nl - st) - max(0, -st), 0)
+                m[q] = _ZERO if cnt < kprod else _NEG_INF
+                acc[q] = _ZERO
+            for bi in range(nb):
+                for kk in range(kl):
+                    qa, qb = _q_range(kk, nl, sl, pl_, ol)
+                    off = xoff + bases[bi] - pl_ + kk
+                    for q in range(qa, qb):
+                        bv = beta * x[off + q * sl]
+                        if bv > m[q]:
+                            m[q] = bv
+            for bi in range(nb):
+                for kk in range(kl):
+                    qa, qb = _q_range(kk, nl, sl, pl_, ol)
+                    off = xoff + bases[bi] - pl_ + kk
+                    for q in range(qa, qb):
+                        bv = beta * x[off + q * sl]
+                        t = _ZERO if bv == m[q] else bv - m[q]
+                        acc[q] += np.exp(t)
+            for q in range(ol):
+                st = q * sl - pl_
+                npad = kprod - nb * max(min(kl, nl - st) - max(0, -st), 0)
+                mq = m[q]
+                a_ = acc[q]
+                if npad > 0:
+                    t0 = _ZERO if mq == _ZERO else _ZERO - mq
+                    a_ += F32(npad) * np.exp(t0)
+                y[yoff + q] = (mq + np.log(a_)) / beta
+
+
+# Fills dx for the planes [p0, p1): each plane's windows in row-major order add to their inputs.
+@njit(cache=True)
+def _backward_planes(mode, x, y, dy, dx, p0, p1, r, n, k, s, pd, o, istr, S, R, nouter, kprod_f, beta):
+    ol = o[r - 1]
+    nl, kl, sl, pl_ = n[r - 1], k[r - 1], s[r - 1], pd[r - 1]
+    lo = np.empty(8, dtype=np.int64)
+    hi = np.empty(8, dtype=np.int64)
+    cur = np.empty(8, dtype=np.int64)
+    bases = np.empty(max(nouter, 1), dtype=np.int64)
+    for pl in range(p0, p1):
+        xoff = pl * S
+        for i in range(xoff, xoff + S):
+            dx[i] = _ZERO
+        for ro in range(R):
+            nb = _row_bases(ro, r, n, k, s, pd, o, istr, lo, hi, cur, bases)
+            if nb == 0:
+                continue
+            yoff = (pl * R + ro) * ol
+            for q in range(ol):
+                st = q * sl - pl_
+                a = max(0, -st)
+                b = min(kl, nl - st)
+                if a >= b:
+                    continue
+                g = dy[yoff + q]
+                if mode == 0:
+                    win = _max_winner(x, xoff, bases, nb, st, a, b)
+                    dx[xoff + win] += g
+                elif mode == 1:
+                    for bi in range(nb):
+                        base = xoff + bases[bi] + st
+                        for kk in range(a, b):
+                            dx[base + kk] += g
+                else:
+                    by = beta * y[yoff + q]
+                    for bi in range(nb):
+                        base = xoff + bases[bi] + st
+                        for kk in range(a, b):
+                            bx = beta * x[base + kk]
+                            d = _ZERO if bx == by else bx - by
+                            dx[base + kk] += g * np.exp(d)
+        if mode == 1:
+            for i in range(xoff, xoff + S):
+                dx[i] = dx[i] / kprod_f
+
+
+@njit(parallel=True, cache=True)
+def _forward_par(mode, x, y, rows, ntask, r, n, k, s, pd, o, istr, S, R, nouter, kprod_f, kprod, beta):
+    for t in prange(ntask):
+        _forward_rows(mode, x, y, rows * t // ntask, rows * (t + 1) // ntask, r, n, k, s, pd, o, istr, S, R,
+                      nouter, kprod_f, kprod, beta)
+
+
+@njit(parallel=True, cache=True)
+def _backward_par(mode, x, y, dy, dx, planes, ntask, r, n, k, s, pd, o, istr, S, R, nouter, kprod_f, beta):
+    for t in prange(ntask):
+        _backward_planes(mode, x, y, dy, dx, planes * t // ntask, planes * (t + 1) // ntask, r, n, k, s, pd, o,
+                         istr, S, R, nouter, kprod_f, beta)
+
+
+def _geometry(spatial, kernel, stride, padding):
+    n = np.asarray(spatial, dtype=I64)
+    k = np.asarray(kernel, dtype=I64)
+    s = np.asarray(stride, dtype=I64)
+    pd = np.asarray(padding, dtype=I64)
+    o = (n + 2 * pd - k) // s + 1
+    r = len(n)
+    istr = np.ones(r, dtype=I64)
+    for i in range(r - 2, -1, -1):
+        istr[i] = istr[i + 1] * n[i + 1]
+    S = int(np.prod(n))
+    R = int(np.prod(o[:-1]))
+    nouter = int(np.prod(np.minimum(k[:-1], n[:-1])))
+    kprod = int(np.prod(k))
+    return r, n, k, s, pd, o, istr, S, R, nouter, kprod
+
+
+def _fwd(mode, x, planes, spatial, kernel, stride, padding, beta=1.0):
+    r, n, k, s, pd, o, istr, S, R, nouter, kprod = _geometry(spatial, kernel, stride, padding)
+    rows = planes * R
+    y = np.empty(rows * int(o[-1]), dtype=F32)
+    if rows == 0:
+        return y
+    args = (r, n, k, s, pd, o, istr, S, R, nouter, F32(kprod), kprod, F32(beta))
+    with np.errstate(all="ignore"):
+        if y.size * min(kprod, 64) < _PARALLEL_WORK:
+            _forward_rows(mode, x, y, 0, rows, *args)
+        else:
+            _forward_par(mode, x, y, rows, min(rows, _TASKS), *args)
+    return y
+
+
+def _bwd(mode, x, y, dy, planes, spatial, kernel, stride, padding, beta=1.0):
+    r, n, k, s, pd, o, istr, S, R, nouter, kprod = _geometry(spatial, kernel, stride, padding)
+    dx = np.empty(planes * S, dtype=F32)
+    if dx.size == 0:
+        return dx
+    args = (r, n, k, s, pd, o, istr, S, R, nouter, F32(kprod), F32(beta))
+    with np.errstate(all="ignore"):
+        if dy.size * min(kprod, 64) < _PARALLEL_WORK or planes == 1:
+            _backward_planes(mode, x, y, dy, dx, 0, planes, *args)
+        else:
+            _backward_par(mode, x, y, dy, dx, planes, min(planes, _TASKS), *args)
+    return dx
+
+
+_EMPTY = np.zeros(0, dtype=F32)
+
+
+def max_pool(x, planes, spatial, kernel, stride, padding):
+    return _fwd(0, x, planes, spatial, kernel, stride, padding)
+
+
+def avg_pool(x, planes, spatial, kernel, stride, padding):
+    return _fwd(1, x, planes, spatial, kernel, stride, padding)
+
+
+def smooth_max_pool(x, planes, spatial, kernel, stride, padding, beta):
+    return _fwd(2, x, planes, spatial, kernel, stride, padding, beta)
+
+
+def max_pool_bwd(x, dy, planes, spatial, kernel, stride, padding):
+    return _bwd(0, x, _EMPTY, dy, planes, spatial, kernel, stride, padding)
+
+
+def avg_pool_bwd(dy, planes, spatial, kernel, stride, padding):
+    return _bwd(1, _EMPTY, _EMPTY, dy, planes, spatial, kernel, stride, padding)
+
+
+def smooth_max_pool_bwd(x, y, dy, planes, spatial, kernel, stride, padding, beta):
+    return _bwd(2, x, y, dy, planes, spatial, kernel, stride, padding, beta)

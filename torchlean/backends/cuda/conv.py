@@ -1,5 +1,333 @@
-"""CUDA kernels of the convolution: conv, conv_bwd_input, conv_bwd_weight, conv_transpose."""
+"""Convolutions on CuPy arrays: our im2col / col2im kernels (conv.cu) around cuBLAS SGEMMs.
+
+A chunk of nb images is unfolded into columns ``cols`` (C*K, nb, P): row c*K + kk (channel,
+kernel position), then image, then output position, i.e. a row-major (C*K, nb*P) matrix whose
+row order matches the weights W (out_c, C*K). Per chunk:
+
+- conv: y_n = W @ cols_n for every image n (one strided-batched GEMM writing y in place; a bias
+  is filled in first and the GEMM adds to it) when P (output positions per image) is large;
+  otherwise one GEMM W @ cols -> (out_c, nb*P), then a permute to (nb, out_c, P) that adds the
+  bias on the way (per-image GEMMs with few columns tile badly; the permute is cheap).
+- conv_bwd_input: dcols = W^T @ dy (per image from dy as it is, or one GEMM on dy permuted to
+  (out_c, nb*P)), then the col2im GATHER: every dx element sums its (kk, p) taps in a fixed order
+  (no atomics, so deterministic mode costs nothing).
+- conv_bwd_weight: dW = sum over the chunk of dy_n @ cols_n^T, split along the contraction axis
+  into groups (per image when P is large, else equal segments of dy permuted to (out_c, nb*P))
+  so that the small (out_c, C*K) result still fills the GPU; one batched GEMM writes a partial
+  product per group, and a kernel sums the partials (and the earlier chunks) in double, in a
+  fixed order.
+- conv_transpose: conv_bwd_input with the channel roles swapped; the bias starts the gather.
+
+A 1x1 kernel at stride 1 without padding needs no columns: x itself is (C, P) per image, and the
+per-image GEMMs use it directly. Chunks keep the workspace under ``_WORKSPACE`` bytes (at least
+one image), and the workspace is dropped (back to CuPy's pool) when the call returns.
+
+Every launch depends on the shape alone (chunking, groups and grids come from the shape and the
+constants below, never from the device or timing), and cuBLAS is bitwise repeatable on a given
+GPU, so results are the same bits on every run, in fast and deterministic mode alike.
+
+Bytes moved (float32), per chunk of nb images, X = C*K*nb*P (the columns): im2col writes X and
+reads the input (C*S*nb, mostly from L2); the GEMM reads X; col2im reads X and writes dx. So one
+conv costs about 2X of traffic beyond the GEMM's own; at ResNet's 64->64 3x3 on 56x56, batch 32,
+X is 231 MB: ~50 us each way at ~4.8 TB/s, against ~150 us for the 7.4 GFLOP GEMM at ~50 TFLOP/s.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import math
+from functools import lru_cache
+
+import cupy
+import numpy as np
+
+from .kernels import BLOCK, I64, empty, grid_for, kernel, sm_count
+
+__all__ = ["conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose"]
+
+_FILE = "conv.cu"
+_WORKSPACE = 256 << 20   # bytes of columns (and partials) per call, at most; one image may exceed it
+_IMAGE_MIN_P = 1024      # per-image GEMMs (no permute) when an image has at least this many outputs
+_SEGMENT_MIN = 512       # bwd_weight: contraction length of one group, at least
+_TARGET_TILES = 256      # bwd_weight: aim for this many 128x128 output tiles over all groups
+_CHANNEL_GROUP = 4       # channels per thread pass in col2im (TL_CONV_CG in conv.cu)
+_MAX_RANK = 8
+# Switches (benchmarks/conv_cuda.py --sweep times the alternatives; every choice is a function of the
+# shape and these constants only, so results stay bitwise repeatable):
+_FAST_IM2COL = True        # ranks 1-3 with 32-bit indices: the im2col_fast kernels (float4 stores)
+_BWD_INPUT_AS_CONV = True  # stride 1: dx = conv(dy, flipped W^T, padding k-1-p) (no col2im)
+_WEIGHT_GROUPS = 0         # bwd_weight: 0 = the rule below; G > 0 = G equal segments per chunk
+_INT32_MAX = 2**31 - 1
+_SUFFIX = {1: "r1", 2: "r2", 3: "r3"}
+
+# The kernels' TlConvGeom, field for field (all int64: no padding on either side).
+_GEOM = np.dtype([("r", I64), ("S", I64), ("P", I64), ("K", I64), ("inp", I64, (_MAX_RANK,)),
+                  ("out", I64, (_MAX_RANK,)), ("k", I64, (_MAX_RANK,)), ("s", I64, (_MAX_RANK,)),
+                  ("p", I64, (_MAX_RANK,))])
+
+
+def _gemm(*args, **kwargs):
+    # Imported on first use: linalg loads cuBLAS, which needs the CUDA libraries this module's
+    # import must not (the module is imported on machines without a GPU).
+    from .linalg import gemm
+    return gemm(*args, **kwargs)
+
+
+def _launch(name: str, grid, args) -> None:
+    kernel(_FILE, name)(grid, (BLOCK,), args)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@lru_cache(maxsize=1024)
+def _geom(spatial: tuple, out: tuple, kernel_: tuple, stride: tuple, padding: tuple) -> np.ndarray:
+    """The geometry as a 0-d structured array: CuPy passes a size-one NumPy array by value."""
+    r = len(spatial)
+    g = np.zeros((), dtype=_GEOM)
+    g["r"], g["S"], g["P"], g["K"] = r, math.prod(spatial), math.prod(out), math.prod(kernel_)
+    for name, dims in (("inp", spatial), ("out", out), ("k", kernel_), ("s", stride), ("p", padding)):
+        g[name][:r] = dims
+    g.flags.writeable = False
+    return g
+
+
+def _out_dims(spatial, kernel_, stride, padding) -> tuple:
+    return tuple((s + 2 * p - k) // st + 1 for s, k, st, p in zip(spatial, kernel_, stride, padding))
+
+
+def _grid2(items: int, channels: int) -> tuple:
+    """x: a grid-stride over the items; y: enough channel slices that the device is full."""
+    gx = grid_for(items)
+    gy = max(1, min(channels, 65535, _cdiv(sm_count() * 8, gx)))
+    return (gx, gy)
+
+
+def _chunk(batch: int, per_image: int) -> int:
+    """Images per chunk: the workspace (per_image floats each) under _WORKSPACE, at least one."""
+    return max(1, min(batch, (_WORKSPACE // 4) // max(1, per_image)))
+
+
+def _pointwise(kernel_, stride, padding, spatial, out) -> bool:
+    return all(k == 1 for k in kernel_) and all(s == 1 for s in stride) and \
+        not any(padding) and tuple(spatial) == tuple(out)
+
+
+def _bias_fill(y, b, n: int, c: int, length: int):
+    """y (n, c, length) = b[c] everywhere, or zeros without a bias."""
+    total = n * c * length
+    if b is None:
+        y[:total] = 0
+        return y
+    _launch("tl_conv_bias_fill", (grid_for(total),), (y, b, I64(c), I64(length), I64(total)))
+    return y
+
+
+def _fits32(g, nb: int, c: int) -> bool:
+    """Whether im2col_fast's int arithmetic cannot overflow: the column index (< C*K*nb*P), the x
+    offset of any tap, padding included (|q_i| < in_i + |p_i| + k_i on each axis, Horner-weighted),
+    and the per-axis products o_i * s_i (<= in_i + 2|p_i|)."""
+    r = int(g["r"])
+    S, P, K = int(g["S"]), int(g["P"]), int(g["K"])
+    inp = [int(v) for v in g["inp"][:r]]
+    off, weight = 0, 1
+    for i in reversed(range(r)):
+        span = inp[i] + 2 * abs(int(g["p"][i])) + int(g["k"][i]) + int(g["s"][i])
+        off += span * weight
+        weight *= max(1, inp[i])
+        if span + int(g["out"][i]) * int(g["s"][i]) > _INT32_MAX:
+            return False
+    return max(c * K * nb * P, nb * c * S + off) <= _INT32_MAX
+
+
+def _im2col(x, cols, g, nb: int, c: int, rank: int, p: int) -> None:
+    if _FAST_IM2COL and rank <= 3 and _fits32(g, nb, c):
+        v = 4 if (nb * p) % 4 == 0 else 1
+        _launch(f"tl_conv_im2col_fast_r{rank}v{v}", _grid2(nb * p // v, c), (x, cols, g, np.int32(nb), np.int32(c)))
+        return
+    _launch(f"tl_conv_im2col_{_SUFFIX.get(rank, 'rn')}", _grid2(nb * p, c), (x, cols, g, I64(nb), I64(c)))
+
+
+def _col2im(dcols, dx, bias, g, nb: int, c: int, rank: int, s: int) -> None:
+    _launch(f"tl_conv_col2im_{_SUFFIX.get(rank, 'rn')}", _grid2(nb * s, _cdiv(c, _CHANNEL_GROUP)),
+            (dcols, dx, bias, g, I64(nb), I64(c)))
+
+
+def _swap01(src, dst, bias, a0: int, a1: int, length: int) -> None:
+    """dst (a1, a0, length) from src (a0, a1, length), plus bias[a0] if given."""
+    total = a0 * a1 * length
+    _launch("tl_conv_swap01", (grid_for(total),), (src, dst, bias, I64(a0), I64(a1), I64(length)))
+
+
+# -- forward ----------------------------------------------------------------------------------------
+def conv(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding):
+    spatial, kernel_, stride, padding = tuple(spatial), tuple(kernel), tuple(stride), tuple(padding)
+    out = _out_dims(spatial, kernel_, stride, padding)
+    return _forward(x, w, b, batch, in_c, out_c, spatial, out, kernel_, stride, padding, "conv")
+
+
+def _forward(x, w, b, batch, in_c, out_c, spatial, out, kernel_, stride, padding, name):
+    """y (batch, out_c, *out) = W (out_c, in_c*K) @ columns of x (batch, in_c, *spatial), + b[o].
+    `out` is given, not derived: positions whose taps all fall outside x get the bias alone."""
+    S, P, K = math.prod(spatial), math.prod(out), math.prod(kernel_)
+    ck = in_c * K
+    y = empty(batch * out_c * P)
+    if y.size == 0:
+        return y
+    if ck == 0:  # an empty sum: the bias alone
+        return _bias_fill(y, b, batch, out_c, P)
+    beta = 0.0 if b is None else 1.0
+    per_image = P >= _IMAGE_MIN_P
+    if per_image and _pointwise(kernel_, stride, padding, spatial, out):
+        if b is not None:
+            _bias_fill(y, b, batch, out_c, P)
+        # y_n (out_c, P) = W (out_c, in_c) @ x_n (in_c, P), all images in one batched GEMM.
+        _gemm(w, x, y, out_c, P, in_c, in_c, P, P, batch=batch, stride_b=in_c * P,
+              stride_c=out_c * P, beta=beta, name=name)
+        return y
+    nb_max = _chunk(batch, ck * P + (0 if per_image else out_c * P))
+    cols = empty(ck * nb_max * P)
+    tmp = None if per_image else empty(out_c * nb_max * P)
+    g = _geom(spatial, out, kernel_, stride, padding)
+    if per_image and b is not None:
+        _bias_fill(y, b, batch, out_c, P)
+    for n0 in range(0, batch, nb_max):
+        nb = min(nb_max, batch - n0)
+        _im2col(x[n0 * in_c * S:], cols, g, nb, in_c, len(spatial), P)
+        yc = y[n0 * out_c * P:]
+        if per_image:
+            # y_n = W @ cols_n: cols_n is the (ck, P) block at column n*P of cols (ld nb*P).
+            _gemm(w, cols, yc, out_c, P, ck, ck, nb * P, P, batch=nb, stride_b=P,
+                  stride_c=out_c * P, beta=beta, name=name)
+        else:
+            _gemm(w, cols, tmp, out_c, nb * P, ck, ck, nb * P, nb * P, name=name)
+            _swap01(tmp, yc, b, out_c, nb, P)  # (out_c, nb, P) -> (nb, out_c, P), + bias
+    return y
+
+
+# -- input gradient and the transposed conv -----------------------------------------------------------
+def _bwd_input(dy, w, bias, batch, in_c, out_c, spatial, out, kernel_, stride, padding):
+    """dx (batch, in_c, *spatial) from dy (batch, out_c, *out), w (out_c, in_c, *kernel), + bias[c]."""
+    S, P, K = math.prod(spatial), math.prod(out), math.prod(kernel_)
+    ck = in_c * K
+    dx = empty(batch * in_c * S)
+    if dx.size == 0:
+        return dx
+    if out_c == 0 or K == 0:  # no terms: the bias alone
+        return _bias_fill(dx, bias, batch, in_c, S)
+    per_image = P >= _IMAGE_MIN_P
+    if per_image and _pointwise(kernel_, stride, padding, spatial, out):
+        if bias is not None:
+            _bias_fill(dx, bias, batch, in_c, S)
+        # dx_n (in_c, P) = W^T @ dy_n: W stored (out_c, in_c), read transposed.
+        _gemm(w, dy, dx, in_c, P, out_c, in_c, P, P, trans_a=True, batch=batch,
+              stride_b=out_c * P, stride_c=in_c * P, beta=0.0 if bias is None else 1.0,
+              name="conv_bwd_input")
+        return dx
+    if _BWD_INPUT_AS_CONV and all(st == 1 for st in stride):
+        # Stride 1: dx[n,c,q] = sum_{o,k} w[o,c,k] dy[n,o,q + p - k], a forward conv of dy (out_c
+        # channels on `out`) with weights w'[c,o,k'] = w[o,c,K-1-k'] (every axis reversed) and
+        # padding k-1-p (negative when p >= k: im2col's bounds test covers it), onto `spatial`.
+        wt = empty(out_c * in_c * K)
+        _launch("tl_conv_flip_weight", (grid_for(wt.size),), (w, wt, I64(out_c), I64(in_c), I64(K)))
+        pad2 = tuple(k - 1 - p for k, p in zip(kernel_, padding))
+        return _forward(dy, wt, bias, batch, out_c, in_c, tuple(out), tuple(spatial), kernel_,
+                        (1,) * len(kernel_), pad2, "conv_bwd_input")
+    nb_max = _chunk(batch, ck * P + (0 if per_image else out_c * P))
+    dcols = empty(ck * nb_max * P)
+    dyp = None if per_image else empty(out_c * nb_max * P)
+    g = _geom(tuple(spatial), tuple(out), kernel_, stride, padding)
+    for n0 in range(0, batch, nb_max):
+        nb = min(nb_max, batch - n0)
+        dyc = dy[n0 * out_c * P:]
+        if per_image:
+            # dcols_n (ck, P), at column n*P of dcols (ld nb*P) = W^T (ck, out_c) @ dy_n (out_c, P).
+            _gemm(w, dyc, dcols, ck, P, out_c, ck, P, nb * P, trans_a=True, batch=nb,
+                  stride_b=out_c * P, stride_c=P, name="conv_bwd_input")
+        else:
+            _swap01(dyc, dyp, None, nb, out_c, P)  # (nb, out_c, P) -> (out_c, nb, P)
+            _gemm(w, dyp, dcols, ck, nb * P, out_c, ck, nb * P, nb * P, trans_a=True,
+                  name="conv_bwd_input")
+        _col2im(dcols, dx[n0 * in_c * S:], bias, g, nb, in_c, len(spatial), S)
+    return dx
+
+
+def conv_bwd_input(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
+    spatial, kernel_, stride, padding = tuple(spatial), tuple(kernel), tuple(stride), tuple(padding)
+    out = _out_dims(spatial, kernel_, stride, padding)
+    return _bwd_input(dy, w, None, batch, in_c, out_c, spatial, out, kernel_, stride, padding)
+
+
+def conv_transpose(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, output_padding):
+    # y (batch, out_c, *out) is the input gradient of a conv from out_c channels on `out` to in_c
+    # channels on `spatial`, whose weights (in_c, out_c, *kernel) are w as stored; b starts each sum.
+    spatial, kernel_, stride, padding = tuple(spatial), tuple(kernel), tuple(stride), tuple(padding)
+    out = tuple((s - 1) * st - 2 * p + k + op
+                for s, k, st, p, op in zip(spatial, kernel_, stride, padding, output_padding))
+    return _bwd_input(x, w, b, batch, out_c, in_c, out, spatial, kernel_, stride, padding)
+
+
+# -- weight gradient --------------------------------------------------------------------------------
+def _segments(length: int, out_c: int, ck: int) -> int:
+    """bwd_weight: contraction length per group, so that groups x output tiles ~ _TARGET_TILES."""
+    tiles = _cdiv(out_c, 128) * _cdiv(ck, 128)
+    groups = max(1, min(_cdiv(_TARGET_TILES, tiles), length // _SEGMENT_MIN))
+    return _cdiv(length, groups)
+
+
+def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding):
+    spatial, kernel_, stride, padding = tuple(spatial), tuple(kernel), tuple(stride), tuple(padding)
+    out = _out_dims(spatial, kernel_, stride, padding)
+    S, P, K = math.prod(spatial), math.prod(out), math.prod(kernel_)
+    ck = in_c * K
+    mn = out_c * ck
+    dw = empty(mn)
+    if mn == 0:
+        return dw
+    if batch == 0:
+        dw[:] = 0
+        return dw
+    pw = _pointwise(kernel_, stride, padding, spatial, out)
+    per_image = P >= _IMAGE_MIN_P and (pw or not _WEIGHT_GROUPS)
+    pointwise = per_image and pw
+    if per_image:  # one partial per image; columns unless x serves as its own
+        seg, per = P, (0 if pointwise else ck * P) + mn
+        nb_max = _chunk(batch, per)
+        part_max = nb_max
+    else:          # equal segments of the chunk's (image, position) axis
+        nb_max = _chunk(batch, (ck + out_c) * P)
+        seg = _cdiv(nb_max * P, _WEIGHT_GROUPS) if _WEIGHT_GROUPS else _segments(nb_max * P, out_c, ck)
+        part_max = _cdiv(nb_max * P, seg)
+    cols = None if pointwise else empty(ck * nb_max * P)
+    dyp = None if per_image else empty(out_c * nb_max * P)
+    part = empty(part_max * mn)
+    chunks = _cdiv(batch, nb_max)
+    acc = cupy.empty(mn, dtype=cupy.float64) if chunks > 1 else None
+    g = None if pointwise else _geom(spatial, out, kernel_, stride, padding)
+    for i, n0 in enumerate(range(0, batch, nb_max)):
+        nb = min(nb_max, batch - n0)
+        xc, dyc = x[n0 * in_c * S:], dy[n0 * out_c * P:]
+        if not pointwise:
+            _im2col(xc, cols, g, nb, in_c, len(spatial), P)
+        if per_image:
+            # part_n (out_c, ck) = dy_n (out_c, P) @ cols_n^T; cols_n is (ck, P) at column n*P of
+            # cols (ld nb*P), or x_n itself (ld P) for a pointwise conv.
+            src, ld, stride_src = (xc, P, in_c * P) if pointwise else (cols, nb * P, P)
+            _gemm(dyc, src, part, out_c, ck, P, P, ld, ck, trans_b=True, batch=nb,
+                  stride_a=out_c * P, stride_b=stride_src, stride_c=mn, name="conv_bwd_weight")
+            groups = nb
+        else:
+            length = nb * P
+            seg_c = min(seg, length)
+            _swap01(dyc, dyp, None, nb, out_c, P)  # (nb, out_c, P) -> (out_c, nb*P)
+            full, rest = divmod(length, seg_c)
+            # part_j (out_c, ck) = dyp[:, j*seg:(j+1)*seg] @ cols[:, j*seg:(j+1)*seg]^T
+            _gemm(dyp, cols, part, out_c, ck, seg_c, length, length, ck, trans_b=True, batch=full,
+                  stride_a=seg_c, stride_b=seg_c, stride_c=mn, name="conv_bwd_weight")
+            if rest:
+                _gemm(dyp[full * seg_c:], cols[full * seg_c:], part[full * mn:], out_c, ck, rest,
+                      length, length, ck, trans_b=True, name="conv_bwd_weight")
+            groups = full + (1 if rest else 0)
+        _launch("tl_conv_sum_partials", (grid_for(mn),), (
+            part, I64(groups), I64(mn), acc, I64(i == 0), I64(i == chunks - 1), dw))
+    return dw

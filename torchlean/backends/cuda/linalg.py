@@ -1,5 +1,6 @@
 """bmm, bmm_nt, bmm_tn through cuBLAS: one strided-batched GEMM each (cublasGemmStridedBatchedEx),
-with the transposes as GEMM flags (no copies); TF32 only on request."""
+with the transposes as GEMM flags (no copies); TF32 only on request. ``gemm`` is the general
+row-major form (leading dimensions, batch strides, beta) that other kernels (conv) build on."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from ...errors import ArgumentError
 from ...runtime.precision import allow_tf32
 from .kernels import empty
 
-__all__ = ["bmm", "bmm_nt", "bmm_tn"]
+__all__ = ["bmm", "bmm_nt", "bmm_tn"]  # primitives; gemm is a helper for other backend modules
 
 _ONE = np.ones(1, dtype=np.float32)
 _ZERO = np.zeros(1, dtype=np.float32)
@@ -21,6 +22,7 @@ _COMPUTE_32F_FAST_TF32 = 77     # CUBLAS_COMPUTE_32F_FAST_TF32: tensor cores, TF
 _GEMM_DEFAULT = -1
 _DEFAULT_MATH = 0                # cublasMath_t CUBLAS_DEFAULT_MATH
 _INT_MAX = 2**31 - 1
+_MAX_BATCH = 65535              # batches per cuBLAS call (larger batches are split into calls)
 
 
 def _gemm(a, b, batch, m, n, p, op_b, ld_b, op_a, ld_a, name):
@@ -62,3 +64,43 @@ def bmm_nt(a, b, batch, m, n, p):
 def bmm_tn(a, b, batch, m, n, p):
     # a stored (n, m) row-major is (m x n, ld m) column-major: op T gives the needed (n x m).
     return _gemm(a, b, batch, m, n, p, _N, p, _T, m, "bmm_tn")
+
+
+def gemm(a, b, c, m, n, k, lda, ldb, ldc, trans_a=False, trans_b=False, batch=1,
+         stride_a=0, stride_b=0, stride_c=0, beta=0.0, name="gemm"):
+    """In place, row-major: C_i (m, n) = op(A_i) (m, k) @ op(B_i) (k, n) + beta C_i for i < batch.
+
+    a, b, c are CuPy float32 arrays (views: their first element is that of A_0, B_0, C_0). A_i
+    starts at a[i * stride_a] and is stored row-major with row stride lda: (m, k), or (k, m) read
+    transposed when trans_a; likewise B_i (k, n) or (n, k) with ldb; C_i is (m, n) with ldc. A
+    stride of 0 reuses one matrix for every i. beta is 0.0 (C is only written) or 1.0 (added to).
+    Needs k >= 1 (the caller fills C for an empty sum); m, n, k and the leading dims below 2**31.
+    Returns c.
+    """
+    if batch == 0 or m == 0 or n == 0:
+        return c
+    if k == 0:
+        raise ArgumentError(f"{name}: gemm needs k >= 1 (an empty sum is the caller's)")
+    if max(m, n, k, lda, ldb, ldc) > _INT_MAX:
+        raise ArgumentError(f"{name}: cuBLAS takes dims below 2**31, got m={m}, n={n}, k={k}, "
+                            f"lda={lda}, ldb={ldb}, ldc={ldc}")
+    handle = cupy.cuda.device.get_cublas_handle()
+    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+    cublas.setMathMode(handle, _DEFAULT_MATH)
+    compute = _COMPUTE_32F_FAST_TF32 if allow_tf32() else _COMPUTE_32F
+    beta_ptr = (_ONE if beta else _ZERO).ctypes.data
+    # Column-major view: C_i^T (n, m) = op(B_i)^T op(A_i)^T, so B goes first; a row-major matrix
+    # with row stride ld is its transpose, column-major with leading dim ld.
+    op_b, op_a = (_T if trans_b else _N), (_T if trans_a else _N)
+    pa, pb, pc = a.data.ptr, b.data.ptr, c.data.ptr
+    for i0 in range(0, batch, _MAX_BATCH):
+        nb = min(_MAX_BATCH, batch - i0)
+        cublas.gemmStridedBatchedEx(
+            handle, op_b, op_a, n, m, k,
+            _ONE.ctypes.data,
+            pb + 4 * i0 * stride_b, _R_32F, ldb, stride_b,
+            pa + 4 * i0 * stride_a, _R_32F, lda, stride_a,
+            beta_ptr,
+            pc + 4 * i0 * stride_c, _R_32F, ldc, stride_c,
+            nb, compute, _GEMM_DEFAULT)
+    return c

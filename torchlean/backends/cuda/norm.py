@@ -1,5 +1,193 @@
-"""CUDA kernels of the normalization: layer_norm, batch_norm (training and inference) and their backward passes."""
+"""CUDA kernels of the normalization: layer_norm, batch_norm (training and inference) and their backward passes.
+
+Launch plans (kernels in norm.cu; every sum in an order fixed by the shape, no atomics, so every
+result is bitwise repeatable in both determinism modes):
+
+* layer_norm: one launch. Rows of <= 1024 columns: a warp per row with the row in registers
+  (x read once, y written once); longer rows: a block per row.
+* layer_norm_bwd: two launches. dx per row fused with the per-column partial sums of dy * xhat and
+  dy over a FIXED set of rows per group (warp per row up to 128 columns, block per row up to
+  4096), one partial row per block; then tl_norm_colsum2 adds the partial rows in order. Wider
+  rows: dx by a block per row, partials by a column pass (three launches).
+* batch_norm / batch_norm_bwd: three launches: per-channel partial sums over (batch, inner) split
+  into enough units to fill the GPU even with few channels; a warp per channel adds its
+  partials in order and writes the statistics (and dgamma, dbeta) and per-channel coefficients;
+  one elementwise pass writes y (or dx). Planes layout for inner >= 64 (blocks over contiguous
+  planes, float4 when inner % 4 == 0), columns layout otherwise (threads over the (B, C*inner)
+  columns, coalesced for BatchNorm1d's (N, C)).
+* batch_norm_infer: the coefficients (one tiny launch), then the same elementwise pass.
+
+Grids that carry partial sums are sized from the shape only (never from the device), so a
+result's bits do not depend on the GPU model either.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import cupy
+import numpy as np
+
+from .kernels import BLOCK, F32, I64, empty, grid_for, kernel, sm_count
+
+__all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer"]
+
+_FILE = "norm.cu"
+_NULL = np.uint64(0)  # a NULL device pointer, passed by value: gamma or beta absent
+
+_LN_WARP_COLS = 1024        # forward: a warp holds rows up to this long in registers
+_LNB_WARP_COLS = 128        # backward: a warp per row up to this many columns ...
+_LNB_BLOCK_COLS = 4096      # ... a block per row (16 columns per thread) up to this many
+_LNB_MAX_WARPS = 2048       # groups of the fused backward (each walks rows g, g + groups, ...)
+_LNB_MAX_BLOCKS = 512
+_BN_PLANE_MIN = 64          # inner >= this: planes layout, else columns layout
+_BN_TARGET_UNITS = 1024     # planes layout: channel x plane-chunk units of the statistics pass
+_BN_TARGET_THREADS = 1 << 17  # columns layout: column x row-chunk threads of the statistics pass
+_BN_APPLY_THREADS = 1 << 18
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _p(a):
+    return _NULL if a is None else a
+
+
+def _aligned(*arrays) -> bool:
+    return all(a.data.ptr % 16 == 0 for a in arrays)
+
+
+def _launch(name: str, grid, block: int, args) -> None:
+    kernel(_FILE, name)(grid if isinstance(grid, tuple) else (grid,), (block,), args)
+
+
+# -- layer norm -----------------------------------------------------------------------------------------
+def layer_norm(x, gamma, beta, rows, cols, eps):
+    y, mean, var = empty(rows * cols), empty(rows), empty(rows)
+    if rows == 0:
+        return y, mean, var
+    if cols == 0:
+        mean.fill(np.nan)
+        var.fill(np.nan)
+        return y, mean, var
+    args = (x, _p(gamma), _p(beta), I64(rows), I64(cols), F32(eps), y, mean, var)
+    if cols <= _LN_WARP_COLS:
+        name = "tl_ln_fwd_warp4" if cols % 4 == 0 and _aligned(x, y) else "tl_ln_fwd_warp"
+        _launch(name, grid_for(rows * 32), BLOCK, args)
+    else:  # one block per row, in any grid: a row's result does not depend on which block runs it
+        _launch("tl_ln_fwd_block", min(rows, sm_count() * 8), 512, args)
+    return y, mean, var
+
+
+def layer_norm_bwd(x, gamma, mean, var, dy, rows, cols, eps):
+    dx = empty(rows * cols)
+    if rows * cols == 0:
+        return dx, cupy.zeros(cols, dtype=cupy.float32), cupy.zeros(cols, dtype=cupy.float32)
+    dgamma, dbeta = empty(cols), empty(cols)
+    common = (x, _p(gamma), mean, var, dy, I64(rows), I64(cols), F32(eps))
+    if cols <= _LNB_WARP_COLS:
+        groups = min(rows, _LNB_MAX_WARPS)
+        nparts = _cdiv(groups, 8)
+        part = cupy.empty((2, nparts, cols), dtype=cupy.float32)
+        _launch("tl_ln_bwd_warp", nparts, 256, common + (I64(groups), dx, part[0], part[1]))
+    elif cols <= _LNB_BLOCK_COLS:
+        per = 4 if cols <= 1024 else 8 if cols <= 2048 else 16
+        vec = "_v" if cols % 4 == 0 and _aligned(x, dy, dx) else ""
+        nparts = min(rows, _LNB_MAX_BLOCKS)
+        part = cupy.empty((2, nparts, cols), dtype=cupy.float32)
+        _launch(f"tl_ln_bwd_block{per}{vec}", nparts, 256, common + (dx, part[0], part[1]))
+    else:
+        _launch("tl_ln_bwd_rows", min(rows, sm_count() * 4), 512, common + (dx,))
+        nparts = max(1, min(rows, _cdiv(_BN_TARGET_THREADS, cols)))
+        chunk = _cdiv(rows, nparts)
+        nparts = _cdiv(rows, chunk)
+        part = cupy.empty((2, nparts, cols), dtype=cupy.float32)
+        _launch("tl_ln_bwd_cols", grid_for(nparts * cols), BLOCK,
+                (x, mean, var, dy, I64(rows), I64(cols), F32(eps), I64(nparts), I64(chunk), part[0], part[1]))
+    _launch("tl_norm_colsum2", (min(_cdiv(cols, 32), 4096), 2), 256,
+            (part[0], part[1], I64(nparts), I64(cols), dgamma, dbeta))
+    return dx, dgamma, dbeta
+
+
+# -- batch norm -----------------------------------------------------------------------------------------
+def _threads_for(items: int) -> int:
+    """A block size for items per block: a multiple of 32 in [32, 256]."""
+    return max(32, min(256, _cdiv(items, 32) * 32))
+
+
+def _plan(batch: int, channels: int, inner: int):
+    """The statistics pass layout, fixed by the shape: (planes?, S chunks, items per chunk) and the
+    (L, stride_s, base_mult) that address a channel's partials (see bn_channel_sum in norm.cu)."""
+    if inner >= _BN_PLANE_MIN:
+        s = max(1, min(batch, _cdiv(_BN_TARGET_UNITS, channels)))
+        pc = _cdiv(batch, s)
+        s = _cdiv(batch, pc)
+        return True, s, pc, (1, 1, s), channels * s
+    ci = channels * inner
+    s = max(1, min(_cdiv(batch, 16), _cdiv(_BN_TARGET_THREADS, ci), 65535))
+    rc = _cdiv(batch, s)
+    s = _cdiv(batch, rc)
+    return False, s, rc, (inner, ci, inner), s * ci
+
+
+def _stats(prefix: str, arrays, batch, channels, inner):
+    planes, s, per, addr, nparts = _plan(batch, channels, inner)
+    part = cupy.empty((nparts, 2), dtype=cupy.float64)
+    dims = (I64(batch), I64(channels), I64(inner), I64(s), I64(per), part)
+    if planes:
+        items = inner // 4 if inner % 4 == 0 else inner
+        _launch(f"{prefix}_planes", min(nparts, sm_count() * 16), _threads_for(items), arrays + dims)
+    else:
+        _launch(f"{prefix}_cols", (_cdiv(channels * inner, BLOCK), s), BLOCK, arrays + dims)
+    return part, (I64(s),) + tuple(I64(a) for a in addr)
+
+
+def _apply(prefix: str, arrays, coef, batch, channels, inner, out):
+    args = arrays + (coef, I64(batch), I64(channels), I64(inner), out)
+    if inner >= _BN_PLANE_MIN:
+        items = inner // 4 if inner % 4 == 0 else inner
+        _launch(f"{prefix}_planes", min(batch * channels, sm_count() * 32), _threads_for(items), args)
+    else:
+        ci = channels * inner
+        rows = max(1, min(batch, 65535, _cdiv(_BN_APPLY_THREADS, _cdiv(ci, BLOCK) * BLOCK)))
+        _launch(f"{prefix}_cols", (_cdiv(ci, BLOCK), rows), BLOCK, args)
+
+
+def batch_norm(x, gamma, beta, batch, channels, inner, eps):
+    n = batch * inner
+    y = empty(batch * channels * inner)
+    if n == 0 or channels == 0:
+        nan = cupy.full(channels, np.nan, dtype=cupy.float32)
+        return y, nan, nan.copy()
+    mean, var = empty(channels), empty(channels)
+    coef = cupy.empty(3 * channels, dtype=cupy.float64)
+    part, addr = _stats("tl_bn_stats", (x,), batch, channels, inner)
+    _launch("tl_bn_finish", grid_for(channels * 32), BLOCK,
+            (part, x, _p(gamma), _p(beta), I64(channels), I64(inner)) + addr
+            + (np.float64(n), F32(eps), mean, var, coef))
+    _apply("tl_bn_apply", (x,), coef, batch, channels, inner, y)
+    return y, mean, var
+
+
+def batch_norm_bwd(x, gamma, mean, var, dy, batch, channels, inner, eps):
+    n = batch * inner
+    dx = empty(batch * channels * inner)
+    if n == 0 or channels == 0:
+        return dx, cupy.zeros(channels, dtype=cupy.float32), cupy.zeros(channels, dtype=cupy.float32)
+    dgamma, dbeta = empty(channels), empty(channels)
+    coef = cupy.empty(4 * channels, dtype=cupy.float64)
+    part, addr = _stats("tl_bn_bwd_stats", (x, dy, mean), batch, channels, inner)
+    _launch("tl_bn_bwd_finish", grid_for(channels * 32), BLOCK,
+            (part, _p(gamma), mean, var, I64(channels)) + addr + (np.float64(n), F32(eps), dgamma, dbeta, coef))
+    _apply("tl_bn_bwd_apply", (x, dy), coef, batch, channels, inner, dx)
+    return dx, dgamma, dbeta
+
+
+def batch_norm_infer(x, mean, var, gamma, beta, batch, channels, inner, eps):
+    y = empty(batch * channels * inner)
+    if y.size == 0:
+        return y
+    coef = cupy.empty(3 * channels, dtype=cupy.float64)
+    _launch("tl_bn_infer_coef", grid_for(channels), BLOCK,
+            (mean, var, _p(gamma), _p(beta), I64(channels), F32(eps), coef))
+    _apply("tl_bn_apply", (x,), coef, batch, channels, inner, y)
+    return y

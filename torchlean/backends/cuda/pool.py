@@ -1,5 +1,116 @@
-"""CUDA kernels of the pooling: max_pool, avg_pool, smooth_max_pool and their backward passes."""
+"""CUDA kernels of the pooling: max_pool, avg_pool, smooth_max_pool and their backward passes.
+
+One launch per forward (one thread per output) and per backward (one thread per input element,
+gather form: no atomics, bitwise repeatable in every mode; max_pool_bwd adds one launch before it
+that writes each window's winner to a uint32 workspace). The geometry (rank, spatial, kernel,
+stride, padding, out, input and output strides) is a small int64 device array cached per device
+and geometry, so a call uploads nothing after the first; ranks 1-3 run kernels specialised for
+their rank, ranks 4-8 one generic kernel. See pool.cu for the conventions and the order of the
+float operations (the CPU backend performs the same ones).
+
+Bytes moved: forward reads each input element about prod(kernel / stride) times (through the
+cache) and writes the output once; backward reads dy (and y, x for smooth max) per window and
+writes dx once; max_pool_bwd also writes and reads 4 bytes of winner per output.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from functools import lru_cache
+
+import cupy
+import numpy as np
+
+from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
+
+__all__ = ["max_pool", "max_pool_bwd", "avg_pool", "avg_pool_bwd", "smooth_max_pool", "smooth_max_pool_bwd"]
+
+_FILE = "pool.cu"
+_MAXR = 8
+
+
+def _out(spatial, kernel, stride, padding):
+    return tuple((n + 2 * p - k) // s + 1 for n, k, s, p in zip(spatial, kernel, stride, padding))
+
+
+def _strides(dims):
+    st = [1] * len(dims)
+    for i in range(len(dims) - 2, -1, -1):
+        st[i] = st[i + 1] * dims[i + 1]
+    return st
+
+
+@lru_cache(maxsize=512)
+def _geometry_dev(device: int, spatial, kernel, stride, padding):
+    out = _out(spatial, kernel, stride, padding)
+    g = np.zeros(1 + 7 * _MAXR, dtype=np.int64)
+    g[0] = len(spatial)
+    for j, vals in enumerate((spatial, kernel, stride, padding, out, _strides(spatial), _strides(out))):
+        g[1 + j * _MAXR: 1 + j * _MAXR + len(vals)] = vals
+    with cupy.cuda.Device(device):
+        return cupy.asarray(g)
+
+
+def _setup(spatial, kernel, stride, padding):
+    """(device geometry, kernel-name suffix, S = prod(spatial), nout = prod(out), K = prod(kernel))."""
+    key = tuple(tuple(int(v) for v in a) for a in (spatial, kernel, stride, padding))
+    g = _geometry_dev(cupy.cuda.runtime.getDevice(), *key)
+    r = len(key[0])
+    suffix = f"r{r}" if r <= 3 else "rn"
+    return g, suffix, int(np.prod(key[0])), int(np.prod(_out(*key))), int(np.prod(key[1]))
+
+
+def _launch(name: str, work: int, args) -> None:
+    kernel(_FILE, name)((grid_for(work),), (BLOCK,), args)
+
+
+def max_pool(x, planes, spatial, kernel, stride, padding):
+    g, suf, S, nout, _ = _setup(spatial, kernel, stride, padding)
+    y = empty(planes * nout)
+    if planes * nout:
+        _launch(f"tl_max_pool_{suf}", planes * nout, (x, y, g, I64(planes), I64(S), I64(nout)))
+    return y
+
+
+def avg_pool(x, planes, spatial, kernel, stride, padding):
+    g, suf, S, nout, K = _setup(spatial, kernel, stride, padding)
+    y = empty(planes * nout)
+    if planes * nout:
+        _launch(f"tl_avg_pool_{suf}", planes * nout, (x, y, g, I64(planes), I64(S), I64(nout), F32(K)))
+    return y
+
+
+def smooth_max_pool(x, planes, spatial, kernel, stride, padding, beta):
+    g, suf, S, nout, K = _setup(spatial, kernel, stride, padding)
+    y = empty(planes * nout)
+    if planes * nout:
+        _launch(f"tl_smooth_max_pool_{suf}", planes * nout,
+                (x, y, g, I64(planes), I64(S), I64(nout), I64(K), F32(beta)))
+    return y
+
+
+def max_pool_bwd(x, dy, planes, spatial, kernel, stride, padding):
+    g, suf, S, nout, _ = _setup(spatial, kernel, stride, padding)
+    dx = empty(planes * S)
+    if planes * S == 0:
+        return dx
+    win = cupy.empty(planes * nout, dtype=cupy.uint32)
+    _launch(f"tl_max_pool_winner_{suf}", planes * nout, (x, win, g, I64(planes), I64(S), I64(nout)))
+    _launch(f"tl_max_pool_bwd_{suf}", planes * S, (dy, win, dx, g, I64(planes), I64(S), I64(nout)))
+    return dx
+
+
+def avg_pool_bwd(dy, planes, spatial, kernel, stride, padding):
+    g, suf, S, nout, K = _setup(spatial, kernel, stride, padding)
+    dx = empty(planes * S)
+    if planes * S:
+        _launch(f"tl_avg_pool_bwd_{suf}", planes * S, (dy, dx, g, I64(planes), I64(S), I64(nout), F32(K)))
+    return dx
+
+
+def smooth_max_pool_bwd(x, y, dy, planes, spatial, kernel, stride, padding, beta):
+    g, suf, S, nout, _ = _setup(spatial, kernel, stride, padding)
+    dx = empty(planes * S)
+    if planes * S:
+        _launch(f"tl_smooth_max_pool_bwd_{suf}", planes * S,
+                (x, y, dy, dx, g, I64(planes), I64(S), I64(nout), F32(beta)))
+    return dx

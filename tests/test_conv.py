@@ -1,0 +1,502 @@
+"""The convolution family: conv, conv_bwd_input, conv_bwd_weight, conv_transpose and their ops.
+
+* VJPs of conv1d/2d/3d, a rank-4 conv_nd and the transposed convs (bias, stride 2, padding,
+  output_padding, unbatched, padding='same' with an even kernel) against float64 central finite
+  differences of independent NumPy references (``test_vjp``'s fd_grads and tolerance). The
+  references are written from PyTorch's definitions, not from our spec: the conv loops over
+  output positions (one window times the weight each), the transposed conv scatters every input
+  position's kernel-sized patch.
+* Agreement with torch.nn.functional on the same inputs (on the ``device`` fixture's device; TF32
+  off on CUDA) within 2x our contract bound (both are within the bound of the exact result).
+* Known answers for the conventions (cross-correlation, zero padding, stride, transposed shapes,
+  the NaN rule at the padding), the CPU's chunking and its stride-1 backward shortcut, empty
+  sizes, determinism, contracts that catch wrong kernels, and errors naming op and argument.
+Primitive-level parity against the spec on random and edge geometries lives in the primitive
+table (torchlean/testing/table_conv.py, run by test_primitives_parity.py).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import zlib
+
+import numpy as np
+import pytest
+from test_vjp import _report, _within, fd_grads
+
+import torchlean as tl
+import torchlean.nn.functional as TF
+from torchlean import ops
+from torchlean.backends import cpu as cpu_backend
+from torchlean.contract import CONTRACTS
+from torchlean.errors import ArgumentError, ShapeError
+from torchlean.runtime import Buffer
+from torchlean.runtime import primitives as P
+from torchlean.testing.primitive_table import TABLE, run_case
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+F32 = np.float32
+CPU_CONV = sys.modules["torchlean.backends.cpu.conv"]  # the module (``cpu_backend.conv`` is the function)
+
+
+# -- independent float64 references ----------------------------------------------------------
+def np_conv(x, w, b=None, stride=1, padding=0):
+    """PyTorch's conv by its definition: every output position is one window of the zero-padded
+    input contracted with the whole weight. x (N, C, *S), w (O, C, *K)."""
+    r = w.ndim - 2
+    st = (stride,) * r if np.isscalar(stride) else tuple(stride)
+    pd = (padding,) * r if np.isscalar(padding) else tuple(padding)
+    xp = np.pad(np.asarray(x, np.float64), [(0, 0), (0, 0)] + [(p, p) for p in pd])
+    k = w.shape[2:]
+    out = tuple((xp.shape[2 + i] - k[i]) // st[i] + 1 for i in range(r))
+    y = np.zeros((x.shape[0], w.shape[0]) + out)
+    axes = (list(range(1, r + 2)), list(range(1, r + 2)))
+    for pos in np.ndindex(*out):
+        win = xp[(slice(None), slice(None)) + tuple(slice(q * s, q * s + kk) for q, s, kk in zip(pos, st, k))]
+        y[(slice(None), slice(None)) + pos] = np.tensordot(win, np.asarray(w, np.float64), axes=axes)
+    if b is not None:
+        y += np.asarray(b, np.float64).reshape((1, -1) + (1,) * r)
+    return y
+
+
+def np_conv_transpose(x, w, b=None, stride=1, padding=0, output_padding=0):
+    """PyTorch's conv_transpose by its definition: input position i adds x[:, :, i] times the
+    kernel at i*stride, then `padding` is cropped from both ends. x (N, C_in, *S), w (C_in, C_out, *K)."""
+    r = w.ndim - 2
+    st = (stride,) * r if np.isscalar(stride) else tuple(stride)
+    pd = (padding,) * r if np.isscalar(padding) else tuple(padding)
+    op = (output_padding,) * r if np.isscalar(output_padding) else tuple(output_padding)
+    k = w.shape[2:]
+    sp = x.shape[2:]
+    full = np.zeros((x.shape[0], w.shape[1]) + tuple((s - 1) * t + kk + o for s, t, kk, o in zip(sp, st, k, op)))
+    for pos in np.ndindex(*sp):
+        patch = np.tensordot(np.asarray(x, np.float64)[(slice(None), slice(None)) + pos], np.asarray(w, np.float64),
+                             axes=([1], [0]))  # (N, C_out, *K)
+        full[(slice(None), slice(None)) + tuple(slice(q * t, q * t + kk) for q, t, kk in zip(pos, st, k))] += patch
+    out = tuple((s - 1) * t - 2 * p + kk + o for s, t, p, kk, o in zip(sp, st, pd, k, op))
+    y = full[(slice(None), slice(None)) + tuple(slice(p, p + o) for p, o in zip(pd, out))]
+    if b is not None:
+        y = y + np.asarray(b, np.float64).reshape((1, -1) + (1,) * r)
+    return y
+
+
+def _unbatched(ref):
+    return lambda x, *rest: ref(x[None], *rest)[0]
+
+
+# -- VJP against finite differences ----------------------------------------------------------
+def N(*shape):
+    return shape
+
+
+VJP_CASES = [
+    # name, shapes (x, w, [b]), ours(x, w, b?), ref(x, w, b?)
+    ("conv1d_bias_stride2_pad1", [N(2, 3, 7), N(4, 3, 3), N(4)],
+     lambda x, w, b: TF.conv1d(x, w, b, stride=2, padding=1), lambda x, w, b: np_conv(x, w, b, 2, 1)),
+    ("conv1d_pad_ge_half_kernel", [N(2, 2, 5), N(3, 2, 3)],
+     lambda x, w: TF.conv1d(x, w, padding=2), lambda x, w: np_conv(x, w, None, 1, 2)),
+    ("conv2d_bias_stride21", [N(2, 2, 5, 6), N(3, 2, 3, 2), N(3)],
+     lambda x, w, b: TF.conv2d(x, w, b, stride=(2, 1), padding=1), lambda x, w, b: np_conv(x, w, b, (2, 1), 1)),
+    ("conv2d_1x1", [N(2, 3, 4, 3), N(2, 3, 1, 1), N(2)],
+     lambda x, w, b: TF.conv2d(x, w, b), lambda x, w, b: np_conv(x, w, b)),
+    ("conv2d_unbatched_same", [N(2, 5, 5), N(3, 2, 3, 3)],
+     lambda x, w: TF.conv2d(x, w, padding="same"), _unbatched(lambda x, w: np_conv(x, w, None, 1, 1))),
+    ("conv2d_same_even_kernel", [N(1, 2, 5, 4), N(2, 2, 2, 3), N(2)],
+     lambda x, w, b: TF.conv2d(x, w, b, padding="same"),
+     lambda x, w, b: np_conv(x, w, b, 1, (1, 1))[:, :, 1:, :]),
+    ("conv3d_bias", [N(1, 2, 4, 3, 5), N(2, 2, 2, 3, 2), N(2)],
+     lambda x, w, b: TF.conv3d(x, w, b, stride=(1, 2, 2), padding=(1, 1, 0)),
+     lambda x, w, b: np_conv(x, w, b, (1, 2, 2), (1, 1, 0))),
+    ("conv_nd_rank4", [N(1, 2, 3, 3, 3, 3), N(2, 2, 2, 2, 2, 2), N(2)],
+     lambda x, w, b: ops.conv_nd(x, w, b, stride=(1, 2, 1, 2), padding=(1, 0, 1, 0)),
+     lambda x, w, b: np_conv(x, w, b, (1, 2, 1, 2), (1, 0, 1, 0))),
+    ("conv_transpose1d_bias_s2_p1_op1", [N(2, 3, 4), N(3, 2, 3), N(2)],
+     lambda x, w, b: TF.conv_transpose1d(x, w, b, stride=2, padding=1, output_padding=1),
+     lambda x, w, b: np_conv_transpose(x, w, b, 2, 1, 1)),
+    ("conv_transpose1d_unbatched", [N(2, 4), N(2, 3, 2)],
+     lambda x, w: TF.conv_transpose1d(x, w), _unbatched(lambda x, w: np_conv_transpose(x, w))),
+    ("conv_transpose2d_bias", [N(1, 2, 3, 4), N(2, 3, 3, 2), N(3)],
+     lambda x, w, b: TF.conv_transpose2d(x, w, b, stride=(2, 3), padding=(1, 0), output_padding=(1, 2)),
+     lambda x, w, b: np_conv_transpose(x, w, b, (2, 3), (1, 0), (1, 2))),
+    ("conv_transpose3d_bias", [N(1, 2, 2, 3, 2), N(2, 2, 3, 2, 2), N(2)],
+     lambda x, w, b: TF.conv_transpose3d(x, w, b, stride=(2, 1, 2), padding=(1, 0, 1), output_padding=(1, 0, 0)),
+     lambda x, w, b: np_conv_transpose(x, w, b, (2, 1, 2), (1, 0, 1), (1, 0, 0))),
+    ("conv_transpose_nd_rank4", [N(1, 1, 2, 2, 2, 2), N(1, 2, 2, 2, 2, 2), N(2)],
+     lambda x, w, b: ops.conv_transpose_nd(x, w, b, stride=2, padding=(0, 1, 0, 1), output_padding=(1, 0, 0, 1)),
+     lambda x, w, b: np_conv_transpose(x, w, b, 2, (0, 1, 0, 1), (1, 0, 0, 1))),
+]
+
+
+@pytest.mark.parametrize("name, shapes, ours, ref", VJP_CASES, ids=[c[0] for c in VJP_CASES])
+def test_vjp_matches_finite_differences(name, shapes, ours, ref, device):
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    xs = [rng.standard_normal(s).astype(F32) for s in shapes]
+    ref_out = np.asarray(ref(*[x.astype(np.float64) for x in xs]))
+    w = rng.standard_normal(ref_out.shape).astype(F32)
+    ts = [tl.tensor(x, device=device, requires_grad=True) for x in xs]
+    y = ours(*ts)
+    assert tuple(y.shape) == ref_out.shape, f"{name}: output shape {y.shape} != reference {ref_out.shape}"
+    assert _within(y.numpy(), ref_out), f"{name} forward: " + _report(y.numpy(), ref_out)
+    y.backward(tl.tensor(w, device=device))
+    for k, (t, fd) in enumerate(zip(ts, fd_grads(ref, xs, w))):
+        assert t.grad is not None, f"{name}: input {k} got no gradient"
+        assert not _within(2.0 * fd, fd) and not _within(-fd, fd), f"{name}: input {k}: gradient too small to check"
+        assert _within(t.grad.numpy(), fd), f"{name} d/dinput{k}: " + _report(t.grad.numpy(), fd)
+
+
+def test_vjp_computes_only_the_gradients_asked_for():
+    rng = np.random.default_rng(3)
+    x = tl.tensor(rng.standard_normal((1, 2, 5, 5)).astype(F32), requires_grad=True)
+    w = tl.tensor(rng.standard_normal((3, 2, 3, 3)).astype(F32))
+    b = tl.tensor(rng.standard_normal(3).astype(F32))
+    calls = []
+    real = {n: getattr(cpu_backend, n) for n in ("conv_bwd_input", "conv_bwd_weight")}
+
+    def spy(n):
+        def f(*a):
+            calls.append(n)
+            return real[n](*a)
+        return f
+
+    mp = pytest.MonkeyPatch()
+    try:
+        for n in real:
+            mp.setattr(cpu_backend, n, spy(n))
+        TF.conv2d(x, w, b, padding=1).sum().backward()
+    finally:
+        mp.undo()
+    assert calls == ["conv_bwd_input"] and w.grad is None and b.grad is None and x.grad is not None
+
+
+# -- torch as a second oracle ----------------------------------------------------------------
+TORCH_CASES = [
+    # rank, N, C_in, C_out, spatial, kernel, stride, padding, output_padding (transposed only)
+    (1, 3, 4, 5, (17,), (3,), (1,), (1,), None),
+    (1, 2, 3, 2, (16,), (4,), (3,), (2,), None),
+    (2, 2, 6, 4, (9, 8), (3, 3), (1, 1), (1, 1), None),
+    (2, 2, 3, 5, (11, 7), (3, 2), (2, 3), (2, 1), None),
+    (2, 3, 8, 4, (6, 5), (1, 1), (1, 1), (0, 0), None),
+    (3, 1, 2, 3, (5, 6, 4), (3, 3, 2), (1, 2, 1), (1, 1, 0), None),
+    (1, 2, 3, 2, (6,), (3,), (2,), (1,), (1,)),
+    (2, 2, 4, 3, (4, 5), (3, 2), (2, 2), (1, 0), (1, 1)),
+    (2, 1, 3, 2, (5, 3), (3, 3), (1, 1), (1, 1), (0, 0)),
+    (3, 1, 2, 2, (3, 2, 3), (3, 2, 2), (2, 1, 2), (1, 0, 1), (1, 0, 0)),
+]
+
+
+def _gamma(k):
+    u = 2.0**-24
+    k = np.asarray(k, np.float64)
+    return k * u / (1 - k * u)
+
+
+@pytest.mark.parametrize("case", TORCH_CASES, ids=[f"{'T' if c[8] else ''}conv{c[0]}d-{c[4]}-s{c[6]}-p{c[7]}"
+                                                    for c in TORCH_CASES])
+def test_agrees_with_torch(case, device):
+    torch = pytest.importorskip("torch")
+    rank, n, ci, co, sp, kn, st, pd, opd = case
+    transposed = opd is not None
+    rng = np.random.default_rng(zlib.crc32(repr(case).encode()))
+    x = rng.standard_normal((n, ci) + sp).astype(F32)
+    w = rng.standard_normal(((ci, co) if transposed else (co, ci)) + kn).astype(F32)
+    b = rng.standard_normal(co).astype(F32)
+    dev = "cuda" if device == "cuda" else "cpu"
+    if dev == "cuda":
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    T = [torch.tensor(a, device=dev, requires_grad=True) for a in (x, w, b)]
+    L = [tl.tensor(a, device=device, requires_grad=True) for a in (x, w, b)]
+    name = f"conv{'_transpose' if transposed else ''}{rank}d"
+    kw = dict(stride=st, padding=pd) | (dict(output_padding=opd) if transposed else {})
+    yt = getattr(torch.nn.functional, name)(*T, **kw)
+    yl = getattr(TF, name)(*L, **kw)
+    g = rng.standard_normal(tuple(yt.shape)).astype(F32)
+    yt.backward(torch.tensor(g, device=dev))
+    yl.backward(tl.tensor(g, device=device))
+    assert tuple(yl.shape) == tuple(yt.shape)
+    # tolerance: twice the contract bound of the primitive that computed each result
+    out = tuple(yt.shape[2:])
+    if transposed:
+        y_bound = CONTRACTS["conv_transpose"].bound(None, x, w, b, n, ci, co, sp, kn, st, pd, opd)
+        dx_bound = CONTRACTS["conv"].bound(None, g, w, None, n, co, ci, out, kn, st, pd)
+        dw_bound = CONTRACTS["conv_bwd_weight"].bound(None, g, x, n, co, ci, out, kn, st, pd)
+    else:
+        y_bound = CONTRACTS["conv"].bound(None, x, w, b, n, ci, co, sp, kn, st, pd)
+        dx_bound = CONTRACTS["conv_bwd_input"].bound(None, g, w, n, ci, co, sp, kn, st, pd)
+        dw_bound = CONTRACTS["conv_bwd_weight"].bound(None, x, g, n, ci, co, sp, kn, st, pd)
+    g3 = np.abs(g.astype(np.float64)).reshape(n, co, -1)
+    db_bound = _gamma(n * g3.shape[2]) * g3.sum(axis=(0, 2))
+    for what, ours, theirs, bound in [("y", yl.numpy(), yt.detach().cpu().numpy(), y_bound),
+                                      ("dx", L[0].grad.numpy(), T[0].grad.cpu().numpy(), dx_bound),
+                                      ("dw", L[1].grad.numpy(), T[1].grad.cpu().numpy(), dw_bound),
+                                      ("db", L[2].grad.numpy(), T[2].grad.cpu().numpy(), db_bound)]:
+        err = np.abs(ours.astype(np.float64) - theirs).reshape(-1)
+        tol = 2 * np.broadcast_to(np.asarray(bound, np.float64).reshape(-1), err.shape)
+        assert np.all(err <= tol), f"{name} {what}: max err/tol {np.max(err / tol):.3g} (max err {err.max():.3g})"
+
+
+# -- known answers: the conventions -------------------------------------------------------------
+def _t(a, device, grad=False):
+    return tl.tensor(np.asarray(a, F32), device=device, requires_grad=grad)
+
+
+def test_conv1d_is_cross_correlation_with_zero_padding_and_stride(device):
+    x = _t([[[1, 2, 3, 4, 5]]], device)
+    w = _t([[[1, 0, -1]]], device)  # not flipped: y[i] = x[i] - x[i+2]
+    assert TF.conv1d(x, w).numpy().tolist() == [[[-2, -2, -2]]]
+    assert TF.conv1d(x, w, padding=1).numpy().tolist() == [[[-2, -2, -2, -2, 4]]]
+    assert TF.conv1d(x, w, stride=2, padding=1).numpy().tolist() == [[[-2, -2, 4]]]
+    assert TF.conv1d(x, w, _t([10], device), stride=3).numpy().tolist() == [[[8]]]
+    assert TF.conv1d(x, w, padding="valid").shape == (1, 1, 3)
+
+
+def test_conv2d_known_answer(device):
+    x = _t(np.arange(16).reshape(1, 1, 4, 4), device)
+    w = _t([[[[1, 2], [3, 4]]]], device)
+    y = TF.conv2d(x, w, stride=2).numpy()
+    # window at (0,0): 0*1 + 1*2 + 4*3 + 5*4 = 34; (0,2): 2+6+18+28... computed by hand
+    expect = [[sum(np.arange(16).reshape(4, 4)[i:i + 2, j:j + 2].ravel() * [1, 2, 3, 4]) for j in (0, 2)] for i in (0, 2)]
+    assert y.tolist() == [[expect]]
+
+
+def test_conv_transpose1d_known_answer(device):
+    x = _t([[[1, 2]]], device)
+    w = _t([[[1, 10, 100]]], device)
+    assert TF.conv_transpose1d(x, w, stride=2).numpy().tolist() == [[[1, 10, 102, 20, 200]]]
+    assert TF.conv_transpose1d(x, w, stride=2, padding=1).numpy().tolist() == [[[10, 102, 20]]]
+    assert TF.conv_transpose1d(x, w, stride=2, padding=1, output_padding=1).numpy().tolist() == [[[10, 102, 20, 200]]]
+
+
+def test_nan_convention_at_the_padding(device):
+    """As PyTorch CPU: the forward multiplies padded zeros by the weights (0 * inf = NaN on the
+    border), the input gradient sums only taps that land inside x (no NaN from the padding)."""
+    x = _t(np.ones((1, 1, 5)), device, grad=True)
+    w = _t([[[np.inf, 1, 1]]], device)
+    y = TF.conv1d(x, w, padding=1)
+    got = y.numpy()[0, 0]
+    assert np.isnan(got[0]) and np.all(np.isposinf(got[1:]))
+    y.backward(_t(np.ones((1, 1, 5)), device))
+    g = x.grad.numpy()[0, 0]
+    assert np.all(np.isposinf(g[:4])) and g[4] == 2.0, g
+
+
+def test_shapes_and_empty_sizes(device):
+    w = _t(np.ones((3, 2, 3, 3)), device, grad=True)
+    x = _t(np.ones((0, 2, 5, 5)), device, grad=True)
+    y = TF.conv2d(x, w, padding=1)
+    assert y.shape == (0, 3, 5, 5)
+    y.sum().backward()
+    assert w.grad.numpy().tolist() == np.zeros((3, 2, 3, 3)).tolist() and x.grad.shape == (0, 2, 5, 5)
+    # in_c = 0 at the primitive: no terms, the bias alone
+    b = Buffer.from_numpy(np.array([1.5, -2.0], F32), device)
+    got = P.conv(Buffer.from_numpy(np.zeros(0, F32), device), Buffer.from_numpy(np.zeros(0, F32), device), b,
+                 2, 0, 2, (3,), (3,), (1,), (1,)).to_numpy()
+    assert got.tolist() == [1.5] * 3 + [-2.0] * 3 + [1.5] * 3 + [-2.0] * 3
+    assert TF.conv_transpose2d(_t(np.ones((2, 3, 3)), device), _t(np.ones((2, 4, 2, 2)), device), stride=2).shape == \
+        (4, 6, 6)
+
+
+def test_results_are_deterministic(device):
+    rng = np.random.default_rng(5)
+    args = [Buffer.from_numpy(rng.standard_normal(n).astype(F32), device) for n in (2 * 3 * 9 * 9, 4 * 3 * 9, 4)]
+    dy = Buffer.from_numpy(rng.standard_normal(2 * 4 * 5 * 5).astype(F32), device)
+    dims = (2, 3, 4, (9, 9), (3, 3), (2, 2), (1, 1))
+    for fn, a in [(P.conv, (args[0], args[1], args[2])), (P.conv_bwd_input, (dy, args[1])),
+                  (P.conv_bwd_weight, (args[0], dy))]:
+        r1, r2 = fn(*a, *dims).to_numpy(), fn(*a, *dims).to_numpy()
+        assert r1.tobytes() == r2.tobytes(), fn.__name__
+
+
+# -- the CPU backend: chunks and shortcuts -------------------------------------------------------
+@pytest.mark.parametrize("col_bytes, waste, min_macs", [(1, 1.1, 0), (3000, 1.1, 1 << 60), (8 << 20, 1e9, 0),
+                                                       (3000, 1e9, 1 << 60), (8 << 20, 0.0, 0)])
+def test_cpu_chunking_and_paths(monkeypatch, col_bytes, waste, min_macs):
+    """Chunks of one image, of a few images and of the whole batch, with the last-axis unfold forced
+    on wherever it applies (waste 1e9) or off (0), images in parallel threads (min_macs 0) or not,
+    must all meet the contracts."""
+    rng = np.random.default_rng(col_bytes + int(waste))
+    monkeypatch.setattr(CPU_CONV, "_PARALLEL_MIN_MACS", min_macs)
+    geoms = [(5, 3, 4, (7, 6), (3, 2), (1, 1), (1, 1)), (5, 3, 4, (7, 6), (3, 3), (2, 1), (2, 1)),
+             (4, 3, 2, (5, 5), (1, 1), (1, 1), (0, 0)), (2, 2, 3, (17, 16), (3, 3), (1, 2), (1, 1)),
+             (2, 2, 3, (4, 5, 6), (3, 2, 3), (1, 1, 2), (1, 0, 2))]
+    monkeypatch.setattr(CPU_CONV, "_COL_BYTES", col_bytes)
+    monkeypatch.setattr(CPU_CONV, "_UNFOLD_MAX_WASTE", waste)
+    for n, ci, co, sp, kn, st, pd in geoms:
+        out = tuple((s + 2 * p - k) // t + 1 for s, k, t, p in zip(sp, kn, st, pd))
+        x = rng.standard_normal(n * ci * math.prod(sp)).astype(F32)
+        w = rng.standard_normal(co * ci * math.prod(kn)).astype(F32)
+        dy = rng.standard_normal(n * co * math.prod(out)).astype(F32)
+        b = rng.standard_normal(co).astype(F32)
+        dims = [n, ci, co, sp, kn, st, pd]
+        for name, args in [("conv", [x, w, b] + dims), ("conv_bwd_input", [dy, w] + dims),
+                           ("conv_bwd_weight", [x, dy] + dims),
+                           ("conv_transpose", [dy, w, rng.standard_normal(ci).astype(F32)] +
+                            [n, co, ci, out, kn, st, pd, tuple(0 for _ in st)])]:
+            if name == "conv_transpose" and any(t > 1 for t in st):
+                continue  # the transposed output of `out` need not be `sp` at stride > 1
+            verdict = run_case(TABLE[name], args, "cpu")[0]
+            assert verdict.ok, f"{name} with chunks of {col_bytes} bytes: {verdict.detail}"
+
+
+def test_cpu_images_in_parallel_are_repeatable(monkeypatch):
+    """Parts of the batch in parallel threads: the same answers as one thread (within the contract;
+    BLAS edge tiles may round differently when a chunk holds other images) and bitwise repeatable
+    for a fixed split; OpenBLAS's thread count is restored afterwards."""
+    if CPU_CONV._BLAS is None:
+        pytest.skip("NumPy's BLAS is not an OpenBLAS whose thread count we can set")
+    rng = np.random.default_rng(9)
+    n, ci, co, sp, kn, st, pd = 5, 3, 4, (9, 8), (3, 3), (1, 1), (1, 1)
+    x = rng.standard_normal(n * ci * math.prod(sp)).astype(F32)
+    w = rng.standard_normal(co * ci * 9).astype(F32)
+    dy = rng.standard_normal(n * co * math.prod(sp)).astype(F32)
+    dims = (n, ci, co, sp, kn, st, pd)
+    before = CPU_CONV._BLAS[0]()
+
+    def run():
+        return [cpu_backend.conv(x, w, None, *dims), cpu_backend.conv_bwd_input(dy, w, *dims),
+                cpu_backend.conv_bwd_weight(x, dy, *dims)]
+
+    serial = run()
+    monkeypatch.setattr(CPU_CONV, "_PARALLEL_MIN_MACS", 0)
+    monkeypatch.setattr(CPU_CONV, "_workers", lambda: 3)
+    par, again = run(), run()
+    for name, a, b, s in zip(("conv", "conv_bwd_input", "conv_bwd_weight"), par, again, serial):
+        assert a.tobytes() == b.tobytes(), f"{name}: parallel runs differ"
+        np.testing.assert_allclose(a, s, rtol=1e-5, atol=1e-5, err_msg=name)
+    assert CPU_CONV._BLAS[0]() == before and CPU_CONV._BLAS_STATE["depth"] == 0
+
+
+def test_cpu_stride1_backward_shortcut_steps_aside_for_inf_weights():
+    """conv_bwd_input at stride 1 is a conv of dy (zero-padded) on the CPU, but a padded 0 times an inf
+    weight would make a NaN that the adjoint does not have: the col2im path must be taken."""
+    w = np.ones(9, F32)
+    w[0] = np.inf
+    dy = np.ones(9, F32)
+    dx = cpu_backend.conv_bwd_input(dy, w, 1, 1, 1, (3, 3), (3, 3), (1, 1), (1, 1)).reshape(3, 3)
+    assert not np.isnan(dx).any(), dx
+    assert np.isposinf(dx[:2, :2]).all() and dx[2, 2] == 4.0 and dx[0, 2] == 4.0 and dx[2, 0] == 4.0
+
+
+# -- the contracts catch wrong kernels -------------------------------------------------------------
+def _flipped_conv(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding):
+    """A true convolution (kernel flipped): the classic mix-up with cross-correlation."""
+    wf = w.reshape((out_c, in_c, -1))[:, :, ::-1].copy().reshape(-1)
+    return CPU_CONV.conv(x, wf, b, batch, in_c, out_c, spatial, kernel, stride, padding)
+
+
+def _conv_without_bias(x, w, b, *dims):
+    return CPU_CONV.conv(x, w, None, *dims)
+
+
+def _bwd_input_forward_padding(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
+    """The stride-1 shortcut without its finite-weight guard (NaN from padded zeros times inf)."""
+    w3 = w.reshape(out_c, in_c, -1)
+    wt = np.ascontiguousarray(w3[:, :, ::-1].transpose(1, 0, 2)).reshape(-1)
+    pads = tuple(k - 1 - p for k, p in zip(kernel, padding))
+    return CPU_CONV.conv(dy, wt, None, batch, out_c, in_c, tuple(
+        (s + 2 * p - k) // t + 1 for s, k, t, p in zip(spatial, kernel, stride, padding)), kernel, stride, pads)
+
+
+def _bwd_weight_fp16(x, dy, *dims):
+    return CPU_CONV.conv_bwd_weight(x.astype(np.float16).astype(F32), dy, *dims)
+
+
+def _transpose_channels_swapped(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, output_padding):
+    """Reads the transposed layout (in_c, out_c, *kernel) as if it were conv's (out_c, in_c, *kernel)."""
+    ws = np.ascontiguousarray(w.reshape(in_c, out_c, -1).transpose(1, 0, 2)).reshape(-1)
+    return CPU_CONV.conv_transpose(x, ws, b, batch, in_c, out_c, spatial, kernel, stride, padding, output_padding)
+
+
+_R = np.random.default_rng(17)
+_X = _R.standard_normal(2 * 3 * 36).astype(F32)
+_W = _R.standard_normal(4 * 3 * 9).astype(F32)
+_B = _R.standard_normal(4).astype(F32)
+_DY = _R.standard_normal(2 * 4 * 36).astype(F32)
+_D = [2, 3, 4, (6, 6), (3, 3), (1, 1), (1, 1)]
+_WINF = np.ones(2 * 9, F32)
+_WINF[0] = np.inf
+FAKES = [
+    pytest.param("conv", _flipped_conv, [_X, _W, _B] + _D, id="conv-flipped-kernel"),
+    pytest.param("conv", _conv_without_bias, [_X, _W, _B] + _D, id="conv-drops-bias"),
+    pytest.param("conv_bwd_input", _bwd_input_forward_padding, [np.ones(16, F32), _WINF, 1, 2, 1, (4, 4), (3, 3),
+                                                                (1, 1), (1, 1)], id="bwd_input-nan-from-padding"),
+    pytest.param("conv_bwd_weight", _bwd_weight_fp16, [_X, _DY] + _D, id="bwd_weight-fp16-input"),
+    pytest.param("conv_transpose", _transpose_channels_swapped, [_X, _R.standard_normal(3 * 3 * 9).astype(F32), _B[:3],
+                                                                 2, 3, 3, (6, 6), (3, 3), (2, 2), (1, 1), (1, 1)],
+                 id="conv_transpose-channels-swapped"),
+]
+
+
+@pytest.mark.parametrize("name, fake, args", FAKES)
+def test_contract_catches_wrong_kernel(monkeypatch, name, fake, args):
+    info = TABLE[name]
+    assert run_case(info, args, "cpu")[0].ok, "the genuine kernel must pass the very case the fake fails"
+    monkeypatch.setattr(cpu_backend, name, fake)
+    verdict = run_case(info, args, "cpu")[0]
+    assert not verdict.ok, f"the contract of {name} accepted a wrong kernel (ratio {verdict.ratio})"
+
+
+# -- errors ------------------------------------------------------------------------------------
+def _x(*shape):
+    return tl.tensor(np.ones(shape, F32))
+
+
+@pytest.mark.parametrize("call, exc, words", [
+    (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3), dilation=2), ArgumentError, ["conv2d", "dilation", "not supported"]),
+    (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 1, 3, 3), groups=2), ArgumentError, ["conv2d", "groups", "not supported"]),
+    (lambda: TF.conv_transpose2d(_x(1, 2, 5, 5), _x(2, 3, 3, 3), dilation=(1, 2)), ArgumentError,
+     ["conv_transpose2d", "dilation"]),
+    (lambda: TF.conv_transpose1d(_x(1, 2, 5), _x(2, 1, 3), groups=2), ArgumentError, ["conv_transpose1d", "groups"]),
+    (lambda: TF.conv2d(_x(1, 3, 5, 5), _x(4, 2, 3, 3)), ShapeError, ["conv2d", "3 channels", "weight.shape[1] = 2"]),
+    (lambda: TF.conv_transpose2d(_x(1, 3, 5, 5), _x(2, 4, 3, 3)), ShapeError, ["conv_transpose2d", "weight.shape[0]"]),
+    (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(4, 2, 3)), ShapeError, ["conv2d", "weight", "4 dims"]),
+    (lambda: TF.conv1d(_x(2, 5, 5, 5), _x(4, 2, 3)), ShapeError, ["conv1d", "input", "2-D", "3-D"]),
+    (lambda: TF.conv3d(_x(1, 2, 4, 4, 4), _x(3, 2, 3, 3, 3), _x(4)), ShapeError, ["conv3d", "bias", "(3,)"]),
+    (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3), padding="same", stride=2), ArgumentError,
+     ["conv2d", "same", "strided"]),
+    (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3), padding="full"), ArgumentError, ["conv2d", "padding"]),
+    (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3), padding=-1), ArgumentError, ["conv2d", "padding", ">= 0"]),
+    (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3), stride=0), ArgumentError, ["conv2d", "stride", ">= 1"]),
+    (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3), stride=(1, 2, 3)), ArgumentError, ["conv2d", "stride", "2 ints"]),
+    (lambda: TF.conv2d(_x(1, 2, 2, 5), _x(3, 2, 3, 3)), ShapeError, ["conv2d", "too small", "(2, 5)"]),
+    (lambda: TF.conv_transpose1d(_x(1, 2, 5), _x(2, 1, 3), stride=2, output_padding=2), ArgumentError,
+     ["conv_transpose1d", "output_padding", "smaller than stride"]),
+    (lambda: TF.conv_transpose1d(_x(1, 2, 1), _x(2, 1, 1), padding=1), ShapeError, ["conv_transpose1d", "empty"]),
+    (lambda: TF.conv_transpose1d(_x(1, 2, 5), _x(2, 1, 3), padding="same"), ArgumentError, ["conv_transpose1d", "padding"]),
+], ids=lambda v: None)
+def test_front_end_errors(call, exc, words):
+    with pytest.raises(exc) as info:
+        call()
+    for word in words:
+        assert word in str(info.value), f"{word!r} not in {str(info.value)!r}"
+
+
+def _buf(n):
+    return Buffer.from_numpy(np.ones(n, F32), "cpu")
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: P.conv(_buf(25), _buf(9), None, 1, 1, 1, (5, 5), (3, 3), (1, 1), (1,)), ["conv", "padding", "one entry"]),
+    (lambda: P.conv(_buf(25), _buf(9), None, 1, 1, 1, (5, 5), (3, 3), (0, 1), (1, 1)), ["conv", "stride[0]", ">= 1"]),
+    (lambda: P.conv(_buf(25), _buf(0), None, 1, 1, 1, (5, 5), (0, 3), (1, 1), (1, 1)), ["conv", "kernel[0]", ">= 1"]),
+    (lambda: P.conv(_buf(1), _buf(1), None, 1, 1, 1, (), (), (), ()), ["conv", "spatial", "1 to 8"]),
+    (lambda: P.conv(_buf(1), _buf(1), None, 1, 1, 1, (1,) * 9, (1,) * 9, (1,) * 9, (0,) * 9), ["conv", "1 to 8"]),
+    (lambda: P.conv(_buf(10), _buf(9), None, 1, 1, 1, (2, 5), (3, 3), (1, 1), (0, 0)),
+     ["conv", "spatial axis 0", "empty"]),
+    (lambda: P.conv(_buf(24), _buf(9), None, 1, 1, 1, (5, 5), (3, 3), (1, 1), (1, 1)), ["conv", "x", "25"]),
+    (lambda: P.conv(_buf(25), _buf(9), _buf(2), 1, 1, 1, (5, 5), (3, 3), (1, 1), (1, 1)), ["conv", "b", "1 elements"]),
+    (lambda: P.conv_bwd_input(_buf(24), _buf(9), 1, 1, 1, (5, 5), (3, 3), (1, 1), (1, 1)), ["conv_bwd_input", "dy"]),
+    (lambda: P.conv_bwd_weight(_buf(25), _buf(9), 1, 1, 1, (5, 5), (3, 3), (1, 1), (1, 1)), ["conv_bwd_weight", "dy"]),
+    (lambda: P.conv_transpose(_buf(5), _buf(3), None, 1, 1, 1, (5,), (3,), (2,), (0,), (2,)),
+     ["conv_transpose", "output_padding[0]", "stride[0]"]),
+    (lambda: P.conv_transpose(_buf(1), _buf(1), None, 1, 1, 1, (1,), (1,), (1,), (1,), (0,)),
+     ["conv_transpose", "spatial axis 0", "empty"]),
+    (lambda: P.conv(_buf(25), _buf(9), None, 1, 1, -1, (5, 5), (3, 3), (1, 1), (1, 1)), ["conv", "out_c"]),
+], ids=lambda v: None)
+def test_primitive_errors(call, words):
+    with pytest.raises(ShapeError) as info:
+        call()
+    for word in words:
+        assert word in str(info.value), f"{word!r} not in {str(info.value)!r}"
