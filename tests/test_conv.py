@@ -368,6 +368,20 @@ def test_cpu_images_in_parallel_are_repeatable(monkeypatch):
     assert CPU_CONV._BLAS[0]() == before and CPU_CONV._BLAS_STATE["depth"] == 0
 
 
+@pytest.mark.parametrize("special", [1.0, np.inf, np.nan])
+def test_cpu_weight_gradient_by_unfold_keeps_the_nan_rule(monkeypatch, special):
+    """Rank >= 3 weight gradients by the last-axis unfold multiply zeros by x on padded rows; with an
+    inf/NaN in x that would be a NaN the spec does not have, so those inputs must go by im2col."""
+    monkeypatch.setattr(CPU_CONV, "_UNFOLD_MAX_WASTE", 1e9)
+    rng = np.random.default_rng(4)
+    dims = [2, 2, 2, (8, 8, 7), (3, 3, 2), (1, 1, 1), (1, 1, 0)]
+    x = rng.standard_normal(2 * 2 * 8 * 8 * 7).astype(F32)
+    x[5 * 56 + 7 * 7 + 3] = special  # in the last row: the wide layout meets it with zeros of no output
+    dy = rng.standard_normal(2 * 2 * 8 * 8 * 6).astype(F32)
+    verdict, out, ref = run_case(TABLE["conv_bwd_weight"], [x, dy] + dims, "cpu")
+    assert verdict.ok, verdict.detail
+
+
 def test_cpu_stride1_backward_shortcut_steps_aside_for_inf_weights():
     """conv_bwd_input at stride 1 is a conv of dy (zero-padded) on the CPU, but a padded 0 times an inf
     weight would make a NaN that the adjoint does not have: the col2im path must be taken."""

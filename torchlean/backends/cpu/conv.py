@@ -1,21 +1,27 @@
 """CPU kernels of the convolution: conv, conv_bwd_input, conv_bwd_weight, conv_transpose.
 
-im2col into BLAS, for any spatial rank. A chunk of images is copied once into a column matrix
-col (in_c*K, nb*P) (rows ordered (channel, kernel offset), columns (image, output pixel)) from a
-``sliding_window_view`` of the zero-padded chunk, then one SGEMM:
+Every sum runs in float32 through BLAS (NumPy's matmul -> OpenBLAS SGEMM); the contracts allow
+any order. Any spatial rank; two ways to lay the input out for the GEMM:
 
-    conv:            y_chunk  = W (out_c, in_c*K) @ col
-    conv_bwd_weight: dW      += dy_chunk (out_c, nb*P) @ col^T
-    conv_bwd_input:  stride 1 and finite weights: a conv of dy with the flipped, channel-swapped
-                     kernel and padding K-1-p (same GEMM shape as the forward);
-                     otherwise dcol = W^T @ dy_chunk, then col2im: a fixed-order sum of the K
-                     shifted, strided slices (deterministic).
-    conv_transpose:  conv_bwd_input with the channel roles swapped, plus the bias.
+* im2col: a chunk of images is copied once into col (C*K, nb*P) (rows (channel, kernel offset),
+  columns (image, output position)) from a ``sliding_window_view`` of the zero-padded chunk;
+  conv is W (O, C*K) @ col, the weight gradient col @ dy^T. A 1x1 kernel at stride 1 without
+  padding uses the input itself (no copy).
+* last-axis unfold (stride 1 on every axis but the last; chosen by a rough cost model): the
+  window is unfolded along the last axis only (kl copies of the input instead of K), one GEMM
+  with the weight's other-axis offsets stacked as rows gives every offset's partial sums at every
+  padded row, and the output adds those partials through strided views shifted by each offset.
+  Its weight gradient is one GEMM per other-axis offset over a shifted column range (no copy).
 
-Chunks hold about ``_COL_BYTES`` of columns (at least one image), so the column buffer stays in
-cache/memory bounds however large the batch; a chunk of one image needs no transposes at all.
-A 1x1 kernel at stride 1 without padding uses the input itself as its column matrix.
-All sums run in float32 through BLAS (the contract allows any order).
+conv_bwd_input (finite weights) is split by the phase of dx positions modulo the stride into
+prod(stride) stride-1 convs of dy with the phase's taps flipped and channels swapped (each dx
+element written once, no scatter-adds); with an inf/NaN weight it takes dcol = W^T dy and col2im
+(a fixed-order sum of the K shifted slices), since a padded 0 times an inf weight is no term of
+the adjoint. conv_transpose is conv_bwd_input with the channel roles swapped, plus the bias.
+
+Chunks hold about ``_COL_BYTES`` of columns (at least one image); batches of two or more images
+run as contiguous parts on parallel threads with OpenBLAS at one thread each (see below).
+Results are bitwise repeatable from run to run.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ __all__ = ["conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose"]
 
 F32 = np.float32
 _COL_BYTES = 8 << 20  # one chunk's column matrix: a few MB, so it is written and read back while warm
-_UNFOLD_MAX_WASTE = 1.1  # the last-axis unfold computes every padded row: at most this many per output row
+_UNFOLD_MAX_WASTE = 1.5  # the last-axis unfold computes every padded row: at most this many per output row
 
 
 # -- images in parallel ------------------------------------------------------------------------
@@ -166,13 +172,31 @@ def _rows(g3: np.ndarray, n0: int, n1: int) -> np.ndarray:
     return np.ascontiguousarray(g3[n0:n1].transpose(1, 0, 2)).reshape(c, (n1 - n0) * p_n)
 
 
-def _unfold_last_pays(kernel, stride, lo, hi, spatial, out) -> bool:
-    """Whether the last-axis unfold (below) applies and wastes little: rank >= 2, a kernel wider than 1
-    on some other axis, stride 1 on every other axis, padded rows at most ~10% more than output rows."""
+def _gemm_cost(m: int, flops: float) -> float:
+    """Rough time of a GEMM with m output rows: OpenBLAS loses efficiency below ~64 rows."""
+    return flops / min(1.0, m / 64)
+
+
+_COPY = 25.0  # rough cost of copying (or adding) one float, in GEMM flops
+
+
+def _unfold_last_pays(kernel, stride, lo, hi, spatial, out, c: int, o_n: int) -> bool:
+    """Whether the last-axis unfold (below) applies and is expected to beat im2col: rank >= 2, a
+    kernel wider than 1 on some other axis, stride 1 on every other axis; then a rough cost model
+    (GEMM flops at their row count's efficiency + copies and adds) over both, with the unfold's
+    extra padded rows (capped by _UNFOLD_MAX_WASTE: their ratio to output rows)."""
     if len(kernel) < 2 or math.prod(kernel[:-1]) == 1 or any(s != 1 for s in stride[:-1]):
         return False
     rows = math.prod(s + a + b for s, a, b in zip(spatial[:-1], lo[:-1], hi[:-1]))
-    return rows <= _UNFOLD_MAX_WASTE * math.prod(out[:-1])
+    waste = rows / max(math.prod(out[:-1]), 1)
+    if waste > _UNFOLD_MAX_WASTE:
+        return False
+    k_n, kr_n, p_n = math.prod(kernel), math.prod(kernel[:-1]), math.prod(out)
+    flops = 2.0 * o_n * c * k_n * p_n
+    im2col = _gemm_cost(o_n, flops) + _COPY * c * k_n * p_n
+    unfold = (_gemm_cost(kr_n * o_n, flops * waste) + _COPY * c * kernel[-1] * p_n * waste
+              + _COPY * (kr_n - 1) * o_n * p_n)
+    return _UNFOLD_MAX_WASTE > 1e6 or unfold < im2col
 
 
 def _last_axis_cols(xc: np.ndarray, kl: int, sl: int, lo, hi, rows, wo: int) -> np.ndarray:
@@ -255,7 +279,7 @@ def _conv_into(y: np.ndarray, x5: np.ndarray, w: np.ndarray, b, kernel, stride, 
 
 
 def _conv_part(y: np.ndarray, x5: np.ndarray, w: np.ndarray, b, kernel, stride, lo, hi, out) -> None:
-    if _unfold_last_pays(kernel, stride, lo, hi, x5.shape[2:], out):
+    if _unfold_last_pays(kernel, stride, lo, hi, x5.shape[2:], out, x5.shape[1], w.shape[0]):
         return _conv_unfold_last(y, x5, w, b, kernel, stride, lo, hi, out)
     batch = x5.shape[0]
     o_n = w.shape[0]
@@ -361,24 +385,41 @@ def conv_bwd_input(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
 
 
 def _bwd_weight_unfold_last(x5, g3, kernel, stride, padding, out) -> np.ndarray:
-    """dW^T (C*K, O) for rank 2 with stride 1 on axis 0, from the last-axis unfold: per image and per
-    row offset i, the columns of output rows h are padded rows h + i, one contiguous range of the
-    unfolded image (a strided BLAS operand, no copy), so dW[:, :, i, :]^T = col[:, i*wo : i*wo + P] @ dy^T."""
+    """dW^T (C*K, O) from the last-axis unfold (stride 1 on every axis but the last).
+
+    Per image, col (C*kl, R) holds the padded rows windowed along the last axis; the output
+    position q (flat over (*out_rest, wo), laid out with the padded row strides) of kernel offset
+    k_rest reads col column q + off(k_rest). So each offset's weight gradient is one GEMM with a
+    column range of col (a strided BLAS operand, no copy) and dy laid out on the padded rows
+    ("wide"; zero where no output exists: for rank 2 that is dy itself, no zeros at all). The
+    zeros are exact-zero terms unless x holds inf/NaN, where the caller takes im2col instead.
+    """
     batch, c = x5.shape[:2]
     o_n = g3.shape[1]
-    (kh, kl), (ho, wo), sl = kernel, out, stride[1]
-    rows = x5.shape[2] + 2 * padding[0]
-    acc = np.zeros((kh, c * kl, o_n), F32)
+    kr, kl, sl, wo = tuple(kernel[:-1]), kernel[-1], stride[-1], out[-1]
+    rows = tuple(s + 2 * p for s, p in zip(x5.shape[2:-1], padding[:-1]))
+    r_n = math.prod(rows) * wo
+    row_st = np.cumprod((1, wo) + rows[:0:-1])[::-1][:len(rows)] if rows else ()  # element strides of rest axes
+    offs = [int(sum(k * st for k, st in zip(ks, row_st))) for ks in np.ndindex(*kr)]
+    n_cols = r_n - max(offs)
+    wide = len(kr) >= 2
+    acc = np.zeros((len(offs), c * kl, o_n), F32)
     part = np.empty((c * kl, o_n), F32)
-    for n0, n1 in _chunks(batch, c * kl * rows * wo):
-        col = _last_axis_cols(x5[n0:n1], kl, sl, padding, padding, (rows,), wo)  # (C, kl, nb, rows, wo)
+    for n0, n1 in _chunks(batch, c * kl * r_n):
+        col = _last_axis_cols(x5[n0:n1], kl, sl, padding, padding, rows, wo)  # (C, kl, nb, *rows, wo)
         for n in range(n1 - n0):
-            cn = col[:, :, n].reshape(c * kl, rows * wo)  # a view: rows (c, j) evenly strided
-            gt = g3[n0 + n].T
-            for i in range(kh):
-                np.matmul(cn[:, i * wo:i * wo + ho * wo], gt, out=part)
-                acc[i] += part
-    return acc.reshape(kh, c, kl, o_n).transpose(1, 0, 2, 3).reshape(c * kh * kl, o_n)
+            cn = col[:, :, n].reshape(c * kl, r_n)  # a view: rows (c, j) evenly strided
+            if wide:
+                gw = np.zeros((o_n,) + rows + (wo,), F32)
+                gw[(slice(None),) + tuple(slice(0, o) for o in out)] = g3[n0 + n].reshape((o_n,) + tuple(out))
+                gt = gw.reshape(o_n, r_n)[:, :n_cols].T
+            else:
+                gt = g3[n0 + n].T
+            for j, off in enumerate(offs):
+                np.matmul(cn[:, off:off + n_cols], gt, out=part)
+                acc[j] += part
+    kr_n = len(offs)
+    return acc.reshape(kr_n, c, kl, o_n).transpose(1, 0, 2, 3).reshape(c * kr_n * kl, o_n)
 
 
 def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding):
@@ -403,7 +444,8 @@ def _bwd_weight_part(x5, g3, kernel, stride, padding, out) -> np.ndarray:
     batch, in_c = x5.shape[:2]
     p_n = g3.shape[2]
     ck = in_c * math.prod(kernel)
-    if len(kernel) == 2 and p_n >= 256 and _unfold_last_pays(kernel, stride, padding, padding, x5.shape[2:], out):
+    if p_n >= 256 and _unfold_last_pays(kernel, stride, padding, padding, x5.shape[2:], out, in_c, g3.shape[1]) \
+            and (len(kernel) == 2 or np.isfinite(x5).all()):
         return _bwd_weight_unfold_last(x5, g3, kernel, stride, padding, out)
     dwt = None  # dW^T (C*K, O): col @ dy^T is the faster orientation of this GEMM in OpenBLAS
     single = _identity_cols(kernel, stride, padding, padding) and p_n >= 512

@@ -8,6 +8,9 @@ row order matches the weights W (out_c, C*K). Per chunk:
   is filled in first and the GEMM adds to it) when P (output positions per image) is large;
   otherwise one GEMM W @ cols -> (out_c, nb*P), then a permute to (nb, out_c, P) that adds the
   bias on the way (per-image GEMMs with few columns tile badly; the permute is cheap).
+- conv_bwd_input at stride 1 (``_BWD_INPUT_AS_CONV``): a forward conv of dy with the weights
+  flipped along every kernel axis and in/out channels swapped (a tiny copy), padding k-1-p: im2col
+  of dy + GEMM, no col2im. Otherwise (and at stride > 1):
 - conv_bwd_input: dcols = W^T @ dy (per image from dy as it is, or one GEMM on dy permuted to
   (out_c, nb*P)), then the col2im GATHER: every dx element sums its (kk, p) taps in a fixed order
   (no atomics, so deterministic mode costs nothing).
@@ -17,6 +20,11 @@ row order matches the weights W (out_c, C*K). Per chunk:
   product per group, and a kernel sums the partials (and the earlier chunks) in double, in a
   fixed order.
 - conv_transpose: conv_bwd_input with the channel roles swapped; the bias starts the gather.
+
+im2col for ranks 1-3 uses a 32-bit kernel (``_FAST_IM2COL``) when every index fits in an int: each
+thread writes 4 consecutive columns as one float4 (when nb*P % 4 == 0) and walks the taps and its
+channels with no division. bwd_weight's groups can be forced to G equal segments per chunk
+(``_WEIGHT_GROUPS``; 0 keeps the rule below).
 
 A 1x1 kernel at stride 1 without padding needs no columns: x itself is (C, P) per image, and the
 per-image GEMMs use it directly. Chunks keep the workspace under ``_WORKSPACE`` bytes (at least
@@ -47,6 +55,8 @@ __all__ = ["conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose"]
 _FILE = "conv.cu"
 _WORKSPACE = 256 << 20   # bytes of columns (and partials) per call, at most; one image may exceed it
 _IMAGE_MIN_P = 1024      # per-image GEMMs (no permute) when an image has at least this many outputs
+_IMAGE_MAX_P = 8192      # ... and at most this many (unless pointwise): one wide GEMM was faster for
+                         # conv3d 16x32x32 on an H200 (0.391 vs 0.439 ms), per-image for 56x56
 _SEGMENT_MIN = 512       # bwd_weight: contraction length of one group, at least
 _TARGET_TILES = 256      # bwd_weight: aim for this many 128x128 output tiles over all groups
 _CHANNEL_GROUP = 4       # channels per thread pass in col2im (TL_CONV_CG in conv.cu)
@@ -54,7 +64,11 @@ _MAX_RANK = 8
 # Switches (benchmarks/conv_cuda.py --sweep times the alternatives; every choice is a function of the
 # shape and these constants only, so results stay bitwise repeatable):
 _FAST_IM2COL = True        # ranks 1-3 with 32-bit indices: the im2col_fast kernels (float4 stores)
-_BWD_INPUT_AS_CONV = True  # stride 1: dx = conv(dy, flipped W^T, padding k-1-p) (no col2im)
+# stride 1: dx = conv(dy, flipped W^T, padding k-1-p) (no col2im). Off: the zero padding of dy then
+# meets the weights (0 * inf = NaN where the spec drops those taps), so an inf weight would give NaN
+# near the border where the spec and the CPU give a number. Measured 0.27 ms against 0.36 ms at
+# the ResNet shape on an H200; kept for the sweep in benchmarks/conv_cuda.py.
+_BWD_INPUT_AS_CONV = False
 _WEIGHT_GROUPS = 0         # bwd_weight: 0 = the rule below; G > 0 = G equal segments per chunk
 _INT32_MAX = 2**31 - 1
 _SUFFIX = {1: "r1", 2: "r2", 3: "r3"}
@@ -177,8 +191,9 @@ def _forward(x, w, b, batch, in_c, out_c, spatial, out, kernel_, stride, padding
     if ck == 0:  # an empty sum: the bias alone
         return _bias_fill(y, b, batch, out_c, P)
     beta = 0.0 if b is None else 1.0
-    per_image = P >= _IMAGE_MIN_P
-    if per_image and _pointwise(kernel_, stride, padding, spatial, out):
+    pw = _pointwise(kernel_, stride, padding, spatial, out)
+    per_image = P >= _IMAGE_MIN_P and (pw or P <= _IMAGE_MAX_P)
+    if per_image and pw:
         if b is not None:
             _bias_fill(y, b, batch, out_c, P)
         # y_n (out_c, P) = W (out_c, in_c) @ x_n (in_c, P), all images in one batched GEMM.
@@ -215,8 +230,9 @@ def _bwd_input(dy, w, bias, batch, in_c, out_c, spatial, out, kernel_, stride, p
         return dx
     if out_c == 0 or K == 0:  # no terms: the bias alone
         return _bias_fill(dx, bias, batch, in_c, S)
-    per_image = P >= _IMAGE_MIN_P
-    if per_image and _pointwise(kernel_, stride, padding, spatial, out):
+    pw = _pointwise(kernel_, stride, padding, spatial, out)
+    per_image = P >= _IMAGE_MIN_P and (pw or P <= _IMAGE_MAX_P)
+    if per_image and pw:
         if bias is not None:
             _bias_fill(dx, bias, batch, in_c, S)
         # dx_n (in_c, P) = W^T @ dy_n: W stored (out_c, in_c), read transposed.
@@ -288,7 +304,9 @@ def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding)
         dw[:] = 0
         return dw
     pw = _pointwise(kernel_, stride, padding, spatial, out)
-    per_image = P >= _IMAGE_MIN_P and (pw or not _WEIGHT_GROUPS)
+    # Per-image partials only for pointwise convs (no columns): on an H200 the segment rule was as fast
+    # or faster everywhere else (ResNet 3x3: 0.340 vs 0.350 ms; conv3d: 0.567 vs 1.174 ms).
+    per_image = pw and P >= _IMAGE_MIN_P and not _WEIGHT_GROUPS
     pointwise = per_image and pw
     if per_image:  # one partial per image; columns unless x serves as its own
         seg, per = P, (0 if pointwise else ck * P) + mn
