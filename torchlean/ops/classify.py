@@ -81,6 +81,10 @@ def _class_targets(op: str, target: Any, shape: tuple[int, ...], classes: int, i
         ign = int(ignore_index)
     except (TypeError, ValueError):
         raise ArgumentError(f"{op}: ignore_index must be an integer, got {ignore_index!r}") from None
+    if t.size:  # the common case in one pass over min/max: every index a class, none ignored
+        lo, hi = int(t.min()), int(t.max())
+        if 0 <= lo and hi < classes and not lo <= ign <= hi:
+            return t
     ignored = t == ign
     bad = ~ignored & ((t < 0) | (t >= classes))
     if bad.any():

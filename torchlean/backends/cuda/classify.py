@@ -3,27 +3,44 @@
 Kernels in classify.cu. Each primitive is one launch (plus the upload of the targets as uint32):
 
 * gelu / gelu_tanh and their backward passes: grid-stride float4 loops, erfcf / expf (no fast math).
-* cross_entropy_rows: a warp per row for rows of at most 1024 columns (the row held in registers
-  when cols % 4 == 0, so it is read from DRAM once), a block of 512 threads per row beyond;
-  writes loss and lse only (8 bytes per row), never a (rows, cols) intermediate. Fixed-order
-  double accumulation and a launch shape fixed by the problem shape: bitwise repeatable in both
-  reduction modes, no atomics.
-* cross_entropy_rows_bwd: one pass (read x, write dx), float4 when cols % 4 == 0.
+* cross_entropy_rows: every path reads each logit once and writes loss and lse only (8 bytes per
+  row), never a (rows, cols) intermediate. Rows of at most 1024 columns: a warp per row, the row
+  held in registers (tl_ce_reg4: float4 loads when cols % 4 == 0 and x is 16-byte aligned; else
+  tl_ce_reg1). Longer rows: a block of 512 threads per row with an online (running max, rescaled
+  sum) pass (tl_ce_block4 / tl_ce_block1), or, for few rows (rows * nsplit blocks needed to fill
+  the device), nsplit blocks per row and a warp per row combining them (tl_ce_part* +
+  tl_ce_split_fin). Fixed-order accumulation (float trees per thread, double across threads) and
+  launch parameters (block size, nsplit, segment) that depend on (rows, cols) only: bitwise
+  repeatable in both reduction modes, no atomics.
+* cross_entropy_rows_bwd: one pass (read x, write dx): a warp per row with the row's loads all in
+  flight (tl_ce_bwd_reg4/1, cols <= 1024), else tiles of 16 values per thread over (row, tile)
+  (tl_ce_bwd_tile4/1).
+
+The targets go up through a pinned staging buffer and an asynchronous copy on the current stream
+(a pageable cupy.asarray is a synchronous copy: ~16 us for 8192 targets); see _targets.
 """
 
 from __future__ import annotations
 
+import threading
+
 import cupy
 import numpy as np
 
-from .kernels import BLOCK, F32, I64, empty, grid_for, kernel, sm_count
+from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
 
 __all__ = ["cross_entropy_rows", "cross_entropy_rows_bwd", "gelu", "gelu_bwd", "gelu_tanh", "gelu_tanh_bwd"]
 
 _FILE = "classify.cu"
-_WARP_ROW_MAX = 1024   # rows up to this length: a warp per row; longer: a block per row
-_ROW_BLOCK = 512       # threads per block in the block-per-row kernels
-_REG_MAX = 1024        # the register-held row kernel: 8 float4 per lane
+_REG_MAX = 1024        # rows up to this length: a warp per row, held in registers (32 floats per lane)
+_ROW_BLOCK = 512       # threads per block of the long-row forward kernels (cols > 1024)
+_SPLIT_TARGET = 256    # few long rows: aim at rows * nsplit >= this many blocks (about 2 per SM)
+_SPLIT_MIN_SEG = 8192  # ... but never segments shorter than this (a block's 512 threads x 16 values)
+_SPLIT_MAX = 32        # the combining warp takes one segment per lane
+# Long-row kernels get a block per work item (row, segment or tile) up to this many: the hardware
+# then hands out work as blocks finish (a grid-stride loop over fewer blocks leaves a tail of up to
+# one row per block). The grid never changes results: each item's order depends on blockDim only.
+_GRID_MAX = 65535
 
 
 def _unary(kname: str):
@@ -56,12 +73,58 @@ gelu_bwd = _bwd("tl_gelu_bwd_k")
 gelu_tanh_bwd = _bwd("tl_gelu_tanh_bwd_k")
 
 
+# -- targets: pinned staging, asynchronous upload -----------------------------------------------
+# A ring of pinned host buffers per device. The host targets are converted into a slot's buffer
+# (so the caller may modify its array as soon as we return), copied to a new device array on the
+# current stream, and an event is recorded after the copy; a slot is reused only after its event
+# has completed (normally long ago: there are _NSTAGE slots), and a slot grows only then, so no
+# pinned memory is freed or overwritten while a copy from it may still be pending.
+_NSTAGE = 8
+_stage_lock = threading.Lock()
+_stages: dict[int, list] = {}
+
+
 def _targets(targets):
-    return cupy.asarray(np.asarray(targets).astype(np.uint32))
+    t = np.asarray(targets)
+    n = int(t.size)
+    out = cupy.empty(n, dtype=cupy.uint32)
+    if n == 0:
+        return out
+    dev = cupy.cuda.runtime.getDevice()
+    stream = cupy.cuda.get_current_stream()
+    with _stage_lock:
+        ring = _stages.get(dev)
+        if ring is None:
+            ring = _stages[dev] = [1] + [None] * _NSTAGE  # [next slot (1-based), slots...]
+        i = ring[0]
+        ring[0] = i % _NSTAGE + 1
+        slot = ring[i]
+        if slot is not None:
+            slot[2].synchronize()  # the copy that last read this buffer has finished
+        if slot is None or slot[1] < n:
+            cap = max(1024, 1 << (n - 1).bit_length())
+            slot = ring[i] = [cupy.cuda.alloc_pinned_memory(cap * 4), cap,
+                              cupy.cuda.Event(block=False, disable_timing=True)]
+        host = np.frombuffer(slot[0], dtype=np.uint32, count=n)
+        np.copyto(host, t.reshape(-1), casting="unsafe")  # checked by the runtime: 0 <= t < 2**32
+        out.data.copy_from_host_async(host.ctypes.data, n * 4, stream)
+        slot[2].record(stream)
+    return out
 
 
 def _aligned(*arrays) -> bool:
     return all(a.data.ptr % 16 == 0 for a in arrays)
+
+
+def _split(rows: int, cols: int) -> tuple[int, int]:
+    """(nsplit, seg) for rows longer than _REG_MAX: several blocks per row only when the rows alone
+    leave the device idle. A function of (rows, cols) only, so results repeat bitwise on any GPU."""
+    nsplit = min(_SPLIT_MAX, cols // _SPLIT_MIN_SEG, -(-_SPLIT_TARGET // rows))
+    if nsplit < 2:
+        return 1, cols
+    seg = -(-cols // nsplit)
+    seg = (seg + 3) & ~3  # segment starts stay 16-byte aligned for the float4 kernel
+    return nsplit, seg
 
 
 def cross_entropy_rows(x, rows, cols, targets, label_smoothing):
@@ -71,13 +134,29 @@ def cross_entropy_rows(x, rows, cols, targets, label_smoothing):
     if rows == 0:
         return loss, lse
     tg = _targets(targets)
-    args = (x, I64(rows), I64(cols), tg, F32(label_smoothing), loss, lse)
-    if cols <= _REG_MAX and cols % 4 == 0 and _aligned(x):
-        kernel(_FILE, "tl_ce_reg")((grid_for(rows * 32),), (BLOCK,), args)
-    elif cols <= _WARP_ROW_MAX:
-        kernel(_FILE, "tl_ce_warp")((grid_for(rows * 32),), (BLOCK,), args)
-    else:
-        kernel(_FILE, "tl_ce_block")((min(rows, sm_count() * 8),), (_ROW_BLOCK,), args)
+    ls = F32(label_smoothing)
+    vec = "4" if cols % 4 == 0 and _aligned(x) else "1"
+    if cols <= _REG_MAX:
+        # a warp per row, the row in registers: one DRAM read, terms shifted by the true maximum
+        kernel(_FILE, f"tl_ce_reg{vec}")((grid_for(rows * 32),), (BLOCK,),
+                                          (x, I64(rows), I64(cols), tg, ls, loss, lse))
+        return loss, lse
+    nsplit, seg = _split(rows, cols)
+    if nsplit == 1:
+        # a block per row, one online pass (the row is read once, not once per reduction)
+        kernel(_FILE, f"tl_ce_block{vec}")((min(rows, _GRID_MAX),), (_ROW_BLOCK,),
+                                            (x, I64(rows), I64(cols), tg, ls, loss, lse))
+        return loss, lse
+    # few long rows: nsplit blocks per row write (max, sum, smoothing sum) states, a warp per row
+    # combines them in lane order
+    work = rows * nsplit
+    pm = cupy.empty(work, dtype=cupy.float32)
+    ps = cupy.empty(work, dtype=cupy.float64)
+    pq = cupy.empty(work, dtype=cupy.float64)
+    kernel(_FILE, f"tl_ce_part{vec}")((min(work, _GRID_MAX),), (_ROW_BLOCK,),
+                                       (x, I64(rows), I64(cols), I64(nsplit), I64(seg), ls, pm, ps, pq))
+    kernel(_FILE, "tl_ce_split_fin")((grid_for(rows * 32),), (BLOCK,),
+                                     (x, I64(rows), I64(cols), I64(nsplit), I64(seg), tg, ls, pm, ps, pq, loss, lse))
     return loss, lse
 
 
@@ -90,9 +169,12 @@ def cross_entropy_rows_bwd(x, lse, dloss, rows, cols, targets, label_smoothing):
     b = ls / F32(cols)                 # float32 arithmetic, as the contract assumes
     ab = (F32(1.0) - ls) + b
     args = (x, lse, dloss, I64(rows), I64(cols), tg, F32(b), F32(ab), dx)
-    vec = "4" if cols % 4 == 0 and _aligned(x, dx) else ""
-    if cols <= _WARP_ROW_MAX:
-        kernel(_FILE, f"tl_ce_bwd_warp{vec}")((grid_for(rows * 32),), (BLOCK,), args)
+    vec = "4" if cols % 4 == 0 and _aligned(x, dx) else "1"
+    if cols <= _REG_MAX:
+        # a warp per row, every load of the row issued before the first use
+        kernel(_FILE, f"tl_ce_bwd_reg{vec}")((grid_for(rows * 32),), (BLOCK,), args)
     else:
-        kernel(_FILE, f"tl_ce_bwd_block{vec}")((min(rows, sm_count() * 8),), (_ROW_BLOCK,), args)
+        # (row, tile) work items of BLOCK * 16 columns: all loads of a tile in flight, few rows still fill the GPU
+        tiles = rows * -(-cols // (BLOCK * 16))
+        kernel(_FILE, f"tl_ce_bwd_tile{vec}")((min(tiles, _GRID_MAX),), (BLOCK,), args)
     return dx
