@@ -194,7 +194,7 @@ def _gamma(k):
 
 @pytest.mark.parametrize("case", TORCH_CASES, ids=[f"{'T' if c[8] else ''}conv{c[0]}d-{c[4]}-s{c[6]}-p{c[7]}"
                                                     for c in TORCH_CASES])
-def test_agrees_with_torch(case, device):
+def test_agrees_with_torch(case, device, request):
     torch = pytest.importorskip("torch")
     rank, n, ci, co, sp, kn, st, pd, opd = case
     transposed = opd is not None
@@ -203,9 +203,11 @@ def test_agrees_with_torch(case, device):
     w = rng.standard_normal(((ci, co) if transposed else (co, ci)) + kn).astype(F32)
     b = rng.standard_normal(co).astype(F32)
     dev = "cuda" if device == "cuda" else "cpu"
-    if dev == "cuda":
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cuda.matmul.allow_tf32 = False
+    if dev == "cuda":  # true float32 in cuDNN and cuBLAS, restored after the test
+        saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+        request.addfinalizer(lambda: (setattr(torch.backends.cudnn, "allow_tf32", saved[0]),
+                                      setattr(torch.backends.cuda.matmul, "allow_tf32", saved[1])))
     T = [torch.tensor(a, device=dev, requires_grad=True) for a in (x, w, b)]
     L = [tl.tensor(a, device=device, requires_grad=True) for a in (x, w, b)]
     name = f"conv{'_transpose' if transposed else ''}{rank}d"
@@ -257,7 +259,8 @@ def test_conv2d_known_answer(device):
     w = _t([[[[1, 2], [3, 4]]]], device)
     y = TF.conv2d(x, w, stride=2).numpy()
     # window at (0,0): 0*1 + 1*2 + 4*3 + 5*4 = 34; (0,2): 2+6+18+28... computed by hand
-    expect = [[sum(np.arange(16).reshape(4, 4)[i:i + 2, j:j + 2].ravel() * [1, 2, 3, 4]) for j in (0, 2)] for i in (0, 2)]
+    img = np.arange(16).reshape(4, 4)
+    expect = [[sum(img[i:i + 2, j:j + 2].ravel() * [1, 2, 3, 4]) for j in (0, 2)] for i in (0, 2)]
     assert y.tolist() == [[expect]]
 
 
@@ -340,6 +343,42 @@ def test_cpu_chunking_and_paths(monkeypatch, col_bytes, waste, min_macs):
             assert verdict.ok, f"{name} with chunks of {col_bytes} bytes: {verdict.detail}"
 
 
+@pytest.mark.parametrize("plan", ["im2col", "unfold", "stack"])
+def test_cpu_each_conv_layout_meets_the_contracts(monkeypatch, plan):
+    """Force each GEMM layout of the CPU conv wherever it applies (the cost model picks one)."""
+    real = CPU_CONV._plan
+
+    def forced(kernel, stride, lo, hi, spatial, out, c, o_n):
+        monkeypatch.setattr(CPU_CONV, "_UNFOLD_MAX_WASTE", 1e9)
+        try:
+            if plan == "unfold":
+                ok = CPU_CONV._unfold_cost(kernel, stride, lo, hi, spatial, out, c, o_n) < math.inf
+            elif plan == "stack":
+                ok = CPU_CONV._unfold_cost(tuple(kernel) + (1,), tuple(stride) + (1,), tuple(lo) + (0,),
+                                           tuple(hi) + (0,),
+                                           tuple(spatial) + (1,), tuple(out) + (1,), c, o_n) < math.inf
+            else:
+                ok = True
+        finally:
+            monkeypatch.setattr(CPU_CONV, "_UNFOLD_MAX_WASTE", 1.5)
+        return plan if ok else real(kernel, stride, lo, hi, spatial, out, c, o_n)
+
+    monkeypatch.setattr(CPU_CONV, "_plan", forced)
+    rng = np.random.default_rng(["im2col", "unfold", "stack"].index(plan))
+    for n, ci, co, sp, kn, st, pd in [(3, 3, 4, (7, 6), (3, 2), (1, 1), (1, 1)), (2, 2, 3, (9,), (4,), (1,), (2,)),
+                                      (2, 3, 2, (5, 4, 6), (3, 2, 3), (1, 1, 2), (1, 2, 0)),
+                                      (2, 2, 3, (6, 5), (2, 3), (1, 1), (3, 0))]:
+        out = tuple((s + 2 * p - k) // t + 1 for s, k, t, p in zip(sp, kn, st, pd))
+        x = rng.standard_normal(n * ci * math.prod(sp)).astype(F32)
+        w = rng.standard_normal(co * ci * math.prod(kn)).astype(F32)
+        dy = rng.standard_normal(n * co * math.prod(out)).astype(F32)
+        dims = [n, ci, co, sp, kn, st, pd]
+        for name, args in [("conv", [x, w, rng.standard_normal(co).astype(F32)] + dims),
+                           ("conv_bwd_input", [dy, w] + dims)]:
+            verdict = run_case(TABLE[name], args, "cpu")[0]
+            assert verdict.ok, f"{name} by {plan}: {verdict.detail}"
+
+
 def test_cpu_images_in_parallel_are_repeatable(monkeypatch):
     """Parts of the batch in parallel threads: the same answers as one thread (within the contract;
     BLAS edge tiles may round differently when a chunk holds other images) and bitwise repeatable
@@ -366,6 +405,31 @@ def test_cpu_images_in_parallel_are_repeatable(monkeypatch):
         assert a.tobytes() == b.tobytes(), f"{name}: parallel runs differ"
         np.testing.assert_allclose(a, s, rtol=1e-5, atol=1e-5, err_msg=name)
     assert CPU_CONV._BLAS[0]() == before and CPU_CONV._BLAS_STATE["depth"] == 0
+
+
+def _bwd_input_all_phases(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
+    out = tuple((s + 2 * p - k) // t + 1 for s, k, t, p in zip(spatial, kernel, stride, padding))
+    dx = np.empty((batch, in_c) + tuple(spatial), F32)
+    CPU_CONV._bwd_input_by_phases(dx, dy.reshape((batch, out_c) + out), w.reshape((out_c, in_c) + tuple(kernel)),
+                                  kernel, stride, padding, spatial, out)
+    return dx.reshape(-1)
+
+
+@pytest.mark.parametrize("geometry", [(2, 3, 2, (7, 8), (3, 2), (2, 3), (1, 1)),
+                                      (1, 2, 3, (5, 6, 7), (3, 3, 2), (2, 1, 3), (1, 2, 0)),
+                                      (2, 2, 2, (9, 4), (2, 1), (3, 2), (0, 0)),
+                                      (1, 1, 2, (6, 6), (4, 4), (2, 2), (3, 1))])
+def test_cpu_bwd_input_phase_split_at_any_stride(monkeypatch, geometry):
+    """The phase split (used by default at stride 1 and in 1-D) is exact at every stride and rank:
+    prod(stride) stride-1 convs, stride > kernel leaving phases no tap reaches, padding >= kernel."""
+    n, ci, co, sp, kn, st, pd = geometry
+    out = tuple((s + 2 * p - k) // t + 1 for s, k, t, p in zip(sp, kn, st, pd))
+    rng = np.random.default_rng(len(sp) * 7 + st[0])
+    args = [rng.standard_normal(n * co * math.prod(out)).astype(F32),
+            rng.standard_normal(co * ci * math.prod(kn)).astype(F32), n, ci, co, sp, kn, st, pd]
+    monkeypatch.setattr(cpu_backend, "conv_bwd_input", _bwd_input_all_phases)
+    verdict = run_case(TABLE["conv_bwd_input"], args, "cpu")[0]
+    assert verdict.ok, verdict.detail
 
 
 @pytest.mark.parametrize("special", [1.0, np.inf, np.nan])
@@ -458,7 +522,8 @@ def _x(*shape):
 
 
 @pytest.mark.parametrize("call, exc, words", [
-    (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3), dilation=2), ArgumentError, ["conv2d", "dilation", "not supported"]),
+    (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3), dilation=2), ArgumentError,
+     ["conv2d", "dilation", "not supported"]),
     (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 1, 3, 3), groups=2), ArgumentError, ["conv2d", "groups", "not supported"]),
     (lambda: TF.conv_transpose2d(_x(1, 2, 5, 5), _x(2, 3, 3, 3), dilation=(1, 2)), ArgumentError,
      ["conv_transpose2d", "dilation"]),
@@ -473,12 +538,14 @@ def _x(*shape):
     (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3), padding="full"), ArgumentError, ["conv2d", "padding"]),
     (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3), padding=-1), ArgumentError, ["conv2d", "padding", ">= 0"]),
     (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3), stride=0), ArgumentError, ["conv2d", "stride", ">= 1"]),
-    (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3), stride=(1, 2, 3)), ArgumentError, ["conv2d", "stride", "2 ints"]),
+    (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3), stride=(1, 2, 3)), ArgumentError,
+     ["conv2d", "stride", "2 ints"]),
     (lambda: TF.conv2d(_x(1, 2, 2, 5), _x(3, 2, 3, 3)), ShapeError, ["conv2d", "too small", "(2, 5)"]),
     (lambda: TF.conv_transpose1d(_x(1, 2, 5), _x(2, 1, 3), stride=2, output_padding=2), ArgumentError,
      ["conv_transpose1d", "output_padding", "smaller than stride"]),
     (lambda: TF.conv_transpose1d(_x(1, 2, 1), _x(2, 1, 1), padding=1), ShapeError, ["conv_transpose1d", "empty"]),
-    (lambda: TF.conv_transpose1d(_x(1, 2, 5), _x(2, 1, 3), padding="same"), ArgumentError, ["conv_transpose1d", "padding"]),
+    (lambda: TF.conv_transpose1d(_x(1, 2, 5), _x(2, 1, 3), padding="same"), ArgumentError,
+     ["conv_transpose1d", "padding"]),
 ], ids=lambda v: None)
 def test_front_end_errors(call, exc, words):
     with pytest.raises(exc) as info:

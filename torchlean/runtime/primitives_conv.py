@@ -1,4 +1,4 @@
-"""Primitives of the convolution: conv, conv_bwd_input, conv_bwd_weight, conv_transpose (checked, then dispatched like those in ``primitives``).
+"""Primitives of the convolution: conv, conv_bwd_input, conv_bwd_weight, conv_transpose.
 
 Channels-first, row-major flat float32 buffers, any spatial rank r in 1..8, zero padding:
 
@@ -28,7 +28,8 @@ MAX_RANK = 8
 def _tuple(op: str, name: str, value: Any, rank: int | None) -> tuple[int, ...]:
     t = check_u32_tuple(op, name, value)
     if rank is not None and len(t) != rank:
-        raise ShapeError(f"{op}: argument {name} must have one entry per spatial axis ({rank}), got {len(t)}: {list(t)}")
+        raise ShapeError(f"{op}: argument {name} must have one entry per spatial axis ({rank}), "
+                         f"got {len(t)}: {list(t)}")
     return t
 
 
@@ -103,7 +104,8 @@ def conv_bwd_input(dy: Buffer, w: Buffer, batch: int, in_c: int, out_c: int, spa
 
 def conv_bwd_weight(x: Buffer, dy: Buffer, batch: int, in_c: int, out_c: int, spatial, kernel, stride,
                     padding) -> Buffer:
-    """dw (out_c, in_c, *kernel): dw[o,c,k] = sum_{n,p} dy[n,o,p] x[n,c,p*stride - padding + k] (x = 0 in the padding)."""
+    """dw (out_c, in_c, *kernel): dw[o,c,k] = sum_{n,p} dy[n,o,p] x[n,c,p*stride - padding + k]
+    (x = 0 in the padding)."""
     op = "conv_bwd_weight"
     bt, ic, oc, sp, kn, st, pd = _geometry(op, batch, in_c, out_c, spatial, kernel, stride, padding)
     out = _out_dims(op, sp, kn, st, pd)

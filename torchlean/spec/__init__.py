@@ -7,11 +7,13 @@ core), ``rng``, ``conv``, ``pool``, ``norm``, ``classify``.
 """
 
 from . import classify, conv, norm, pool, primitives, rng
-from .classify import *  # noqa: F401,F403
-from .conv import *  # noqa: F401,F403
-from .norm import *  # noqa: F401,F403
-from .pool import *  # noqa: F401,F403
-from .primitives import *  # noqa: F401,F403
-from .rng import *  # noqa: F401,F403
 
+# Built before the star imports: ``from .conv import *`` rebinds the name ``conv`` to the function.
 __all__ = [n for m in (primitives, rng, conv, pool, norm, classify) for n in m.__all__]
+
+from .classify import *  # noqa: E402,F401,F403
+from .conv import *  # noqa: E402,F401,F403
+from .norm import *  # noqa: E402,F401,F403
+from .pool import *  # noqa: E402,F401,F403
+from .primitives import *  # noqa: E402,F401,F403
+from .rng import *  # noqa: E402,F401,F403

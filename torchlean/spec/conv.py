@@ -105,10 +105,3 @@ def conv_transpose(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding
         with np.errstate(invalid="ignore", over="ignore"):
             y = (y.reshape((batch, out_c, int(np.prod(out)))) + _f(b).reshape(1, out_c, 1)).reshape(-1)
     return y
-
-
-# ``spec/__init__`` star-imports this module, so ``spec.conv`` becomes the *function* conv (the
-# primitive's name), and its ``__all__`` comprehension then reads ``conv.__all__``: give the
-# function the module's list so that line keeps working. (The clean fix belongs in
-# spec/__init__.py: take the modules' lists before the star imports.)
-conv.__all__ = __all__  # type: ignore[attr-defined]

@@ -13,11 +13,12 @@ any order. Any spatial rank; two ways to lay the input out for the GEMM:
   padded row, and the output adds those partials through strided views shifted by each offset.
   Its weight gradient is one GEMM per other-axis offset over a shifted column range (no copy).
 
-conv_bwd_input (finite weights) is split by the phase of dx positions modulo the stride into
-prod(stride) stride-1 convs of dy with the phase's taps flipped and channels swapped (each dx
-element written once, no scatter-adds); with an inf/NaN weight it takes dcol = W^T dy and col2im
-(a fixed-order sum of the K shifted slices), since a padded 0 times an inf weight is no term of
-the adjoint. conv_transpose is conv_bwd_input with the channel roles swapped, plus the bias.
+conv_bwd_input at stride 1 (or in 1-D) with finite weights is split by the phase of dx positions
+modulo the stride into prod(stride) stride-1 convs of dy with the phase's taps flipped and
+channels swapped (at stride 1: one conv; each dx element written once, no scatter-adds);
+otherwise it takes dcol = W^T dy and col2im (a fixed-order sum of the K shifted slices), which
+is as fast at stride > 1 and the only choice with an inf/NaN weight (a padded 0 times an inf
+weight is no term of the adjoint). conv_transpose is conv_bwd_input with the channel roles swapped, plus the bias.
 
 Chunks hold about ``_COL_BYTES`` of columns (at least one image); batches of two or more images
 run as contiguous parts on parallel threads with OpenBLAS at one thread each (see below).
@@ -31,7 +32,7 @@ import itertools
 import math
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
 import numpy as np
@@ -82,6 +83,7 @@ _PARALLEL_MIN_MACS = 1 << 24  # below ~16M multiply-adds the threads cost more t
 
 
 def _workers() -> int:
+    """How many parts to run at once: OpenBLAS's own thread count (1 where we cannot set it)."""
     if _BLAS is None:
         return 1
     with _BLAS_LOCK:
@@ -105,6 +107,18 @@ def _single_threaded_blas():
                 _BLAS[1](_BLAS_STATE["saved"])
 
 
+def _reset_after_fork() -> None:
+    """A forked child has none of the parent's threads: start a fresh pool and lock on demand."""
+    global _BLAS_LOCK
+    _POOL.clear()
+    _BLAS_LOCK = threading.Lock()
+    _BLAS_STATE["depth"] = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
 def _over_images(batch: int, macs: int, fn) -> list:
     """[fn(n0, n1) for each part of the batch], the parts run in parallel when that pays."""
     t = min(_workers(), batch) if macs >= _PARALLEL_MIN_MACS else 1
@@ -115,9 +129,11 @@ def _over_images(batch: int, macs: int, fn) -> list:
         _POOL.append(ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="torchlean-conv"))
     with _single_threaded_blas():
         futures = [_POOL[0].submit(fn, bounds[i], bounds[i + 1]) for i in range(1, t)]
-        first = fn(bounds[0], bounds[1])
+        try:
+            first = fn(bounds[0], bounds[1])
+        finally:
+            wait(futures)  # never leave a part running after an error in another
         return [first] + [f.result() for f in futures]
-
 
 
 def _out(spatial, kernel, stride, padding) -> tuple[int, ...]:
@@ -173,30 +189,50 @@ def _rows(g3: np.ndarray, n0: int, n1: int) -> np.ndarray:
 
 
 def _gemm_cost(m: int, flops: float) -> float:
-    """Rough time of a GEMM with m output rows: OpenBLAS loses efficiency below ~64 rows."""
-    return flops / min(1.0, m / 64)
+    """Rough time of a GEMM with m output rows: OpenBLAS's efficiency falls from ~100% at 256 rows
+    to ~75% at 64 and ~50% at 16 (measured, one thread, AVX-512 kernel)."""
+    eff = min(1.0, 0.5 + 0.125 * math.log2(max(m, 1) / 16)) if m < 256 else 1.0
+    return flops / max(eff, 0.25)
 
 
 _COPY = 25.0  # rough cost of copying (or adding) one float, in GEMM flops
 
 
-def _unfold_last_pays(kernel, stride, lo, hi, spatial, out, c: int, o_n: int) -> bool:
-    """Whether the last-axis unfold (below) applies and is expected to beat im2col: rank >= 2, a
-    kernel wider than 1 on some other axis, stride 1 on every other axis; then a rough cost model
-    (GEMM flops at their row count's efficiency + copies and adds) over both, with the unfold's
-    extra padded rows (capped by _UNFOLD_MAX_WASTE: their ratio to output rows)."""
+def _unfold_cost(kernel, stride, lo, hi, spatial, out, c: int, o_n: int) -> float:
+    """The rough cost of the last-axis unfold (inf where it does not apply: rank >= 2, stride 1 on
+    every axis but the last, at most _UNFOLD_MAX_WASTE padded rows per output row)."""
     if len(kernel) < 2 or math.prod(kernel[:-1]) == 1 or any(s != 1 for s in stride[:-1]):
-        return False
+        return math.inf
     rows = math.prod(s + a + b for s, a, b in zip(spatial[:-1], lo[:-1], hi[:-1]))
     waste = rows / max(math.prod(out[:-1]), 1)
     if waste > _UNFOLD_MAX_WASTE:
-        return False
+        return math.inf
     k_n, kr_n, p_n = math.prod(kernel), math.prod(kernel[:-1]), math.prod(out)
+    if _UNFOLD_MAX_WASTE > 1e6:
+        return 0.0  # forced on (tests)
     flops = 2.0 * o_n * c * k_n * p_n
-    im2col = _gemm_cost(o_n, flops) + _COPY * c * k_n * p_n
-    unfold = (_gemm_cost(kr_n * o_n, flops * waste) + _COPY * c * kernel[-1] * p_n * waste
-              + _COPY * (kr_n - 1) * o_n * p_n)
-    return _UNFOLD_MAX_WASTE > 1e6 or unfold < im2col
+    return (_gemm_cost(kr_n * o_n, flops * waste) + _COPY * c * kernel[-1] * p_n * waste
+            + _COPY * (kr_n - 1) * o_n * p_n)
+
+
+def _im2col_cost(kernel, out, c: int, o_n: int) -> float:
+    k_n, p_n = math.prod(kernel), math.prod(out)
+    return _gemm_cost(o_n, 2.0 * o_n * c * k_n * p_n) + _COPY * c * k_n * p_n
+
+
+def _plan(kernel, stride, lo, hi, spatial, out, c: int, o_n: int) -> str:
+    """"unfold" (the last-axis unfold), "stack" (the same with a unit axis appended: every kernel
+    offset stacked in the GEMM's rows, the padded input itself as the column matrix) or "im2col",
+    whichever the rough cost model finds cheapest."""
+    costs = {"im2col": _im2col_cost(kernel, out, c, o_n),
+             "unfold": _unfold_cost(kernel, stride, lo, hi, spatial, out, c, o_n),
+             "stack": _unfold_cost(tuple(kernel) + (1,), tuple(stride) + (1,), tuple(lo) + (0,), tuple(hi) + (0,),
+                                   tuple(spatial) + (1,), tuple(out) + (1,), c, o_n)}
+    return min(costs, key=costs.get)
+
+
+def _unfold_last_pays(kernel, stride, lo, hi, spatial, out, c: int, o_n: int) -> bool:
+    return _unfold_cost(kernel, stride, lo, hi, spatial, out, c, o_n) < _im2col_cost(kernel, out, c, o_n)
 
 
 def _last_axis_cols(xc: np.ndarray, kl: int, sl: int, lo, hi, rows, wo: int) -> np.ndarray:
@@ -279,8 +315,12 @@ def _conv_into(y: np.ndarray, x5: np.ndarray, w: np.ndarray, b, kernel, stride, 
 
 
 def _conv_part(y: np.ndarray, x5: np.ndarray, w: np.ndarray, b, kernel, stride, lo, hi, out) -> None:
-    if _unfold_last_pays(kernel, stride, lo, hi, x5.shape[2:], out, x5.shape[1], w.shape[0]):
+    plan = _plan(kernel, stride, lo, hi, x5.shape[2:], out, x5.shape[1], w.shape[0])
+    if plan == "unfold":
         return _conv_unfold_last(y, x5, w, b, kernel, stride, lo, hi, out)
+    if plan == "stack":  # a unit last axis: views, no copies
+        return _conv_unfold_last(y, x5[..., None], w[..., None], b, tuple(kernel) + (1,), tuple(stride) + (1,),
+                                 tuple(lo) + (0,), tuple(hi) + (0,), tuple(out) + (1,))
     batch = x5.shape[0]
     o_n = w.shape[0]
     w2 = w.reshape(o_n, -1)
@@ -300,8 +340,7 @@ def _conv_part(y: np.ndarray, x5: np.ndarray, w: np.ndarray, b, kernel, stride, 
 
 def conv(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding):
     out = _out(spatial, kernel, stride, padding)
-    k_n, p_n = math.prod(kernel), math.prod(out)
-    y = np.empty((batch, out_c, p_n), F32)
+    y = np.empty((batch, out_c, math.prod(out)), F32)
     if y.size == 0:
         return y.reshape(-1)
     with np.errstate(all="ignore"):
@@ -333,7 +372,6 @@ def _bwd_input_by_phases(dx5, g5, w5, kernel, stride, padding, spatial, out) -> 
     written once (no scatter-adds). For finite weights only: a padded 0 times an inf weight would
     make a NaN that is no term of the adjoint."""
     batch, in_c = dx5.shape[:2]
-    out_c = w5.shape[0]
     r = len(kernel)
     axes = [[_phase(s, k, p, n, o, phi) for phi in range(s)]
             for s, k, p, n, o in zip(stride, kernel, padding, spatial, out)]
@@ -364,24 +402,35 @@ def conv_bwd_input(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
     g3 = dy.reshape(batch, out_c, p_n)
     dx = np.empty((batch, in_c, s_n), F32)
     with np.errstate(all="ignore"):
-        if np.isfinite(w).all():
+        # phases: stride-1 convs of dy (best at stride 1, where it is one conv, and in 1-D);
+        # col2im: one wide GEMM + K strided adds (as fast or faster at stride > 1 in 2-D and up,
+        # and the only choice with an inf/NaN weight)
+        if (all(s == 1 for s in stride) or len(kernel) == 1) and np.isfinite(w).all():
             _bwd_input_by_phases(dx.reshape((batch, in_c) + tuple(spatial)), g3.reshape((batch, out_c) + out),
                                  w.reshape((out_c, in_c) + tuple(kernel)), kernel, stride, padding, spatial, out)
             return dx.reshape(-1)
-        # col2im: dcol = W^T dy, then each kernel offset's slice is added where its taps land.
-        w2t = np.ascontiguousarray(w.reshape(out_c, in_c * k_n).T)  # contiguous: a faster GEMM than the view
-        padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
-        inner = tuple(slice(p, p + s) for s, p in zip(spatial, padding))
-        every = (slice(None), slice(None))
-        for n0, n1 in _chunks(batch, in_c * k_n * p_n):
-            nb = n1 - n0
-            dcol = np.matmul(w2t, _rows(g3, n0, n1)).reshape((in_c, k_n, nb) + out)
-            dxp = np.zeros((nb, in_c) + padded, F32)
-            for j, k in enumerate(np.ndindex(*kernel)):
-                taps = tuple(slice(ki, ki + (o - 1) * s + 1, s) for ki, s, o in zip(k, stride, out))
-                dxp[every + taps] += dcol[:, j].swapaxes(0, 1)
-            dx[n0:n1] = dxp[every + inner].reshape(nb, in_c, s_n)
+        _over_images(batch, batch * in_c * k_n * p_n * out_c,
+                     lambda n0, n1: _col2im_part(dx[n0:n1], g3[n0:n1], w, kernel, stride, padding, spatial, out))
     return dx.reshape(-1)
+
+
+def _col2im_part(dx, g3, w, kernel, stride, padding, spatial, out) -> None:
+    """conv_bwd_input by col2im: dcol = W^T dy, then each kernel offset's slice is added where its
+    taps land (a fixed order); taps in the padding are dropped whole."""
+    batch, in_c, s_n = dx.shape
+    out_c, p_n, k_n = g3.shape[1], g3.shape[2], math.prod(kernel)
+    w2t = np.ascontiguousarray(w.reshape(out_c, in_c * k_n).T)  # contiguous: a faster GEMM than the view
+    padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
+    inner = tuple(slice(p, p + s) for s, p in zip(spatial, padding))
+    every = (slice(None), slice(None))
+    for n0, n1 in _chunks(batch, in_c * k_n * p_n):
+        nb = n1 - n0
+        dcol = np.matmul(w2t, _rows(g3, n0, n1)).reshape((in_c, k_n, nb) + out)
+        dxp = np.zeros((nb, in_c) + padded, F32)
+        for j, k in enumerate(np.ndindex(*kernel)):
+            taps = tuple(slice(ki, ki + (o - 1) * s + 1, s) for ki, s, o in zip(k, stride, out))
+            dxp[every + taps] += dcol[:, j].swapaxes(0, 1)
+        dx[n0:n1] = dxp[every + inner].reshape(nb, in_c, s_n)
 
 
 def _bwd_weight_unfold_last(x5, g3, kernel, stride, padding, out) -> np.ndarray:
