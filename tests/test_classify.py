@@ -35,7 +35,7 @@ from torchlean.runtime.determinism import deterministic_reductions, set_determin
 from torchlean.spec import rng as spec_rng
 from torchlean.testing.primitive_table import TABLE, run_case
 
-from test_vjp import _report, _within, fd_grads
+from test_vjp import assert_vjp_matches_fd
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -415,15 +415,7 @@ def test_vjp_matches_finite_differences(name, inputs, ours, ref, device):
         ref = _embed_ref(xs[0], pad=3)
     ref_out = np.asarray(ref(*[x.astype(np.float64) for x in xs]), np.float64)
     w = rng.standard_normal(ref_out.shape).astype(F32)
-    ts = [tl.tensor(x, device=device, requires_grad=True) for x in xs]
-    y = ours(*ts)
-    assert tuple(y.shape) == ref_out.shape, f"{name}: shape {y.shape} != {ref_out.shape}"
-    assert _within(y.numpy(), ref_out), f"{name} forward: " + _report(y.numpy(), ref_out)
-    y.backward(tl.tensor(w, device=device))
-    for k, (t, fd) in enumerate(zip(ts, fd_grads(ref, xs, w))):
-        assert t.grad is not None, f"{name}: input {k} got no gradient"
-        assert not _within(2.0 * fd, fd) and not _within(-fd, fd), f"{name}: gradient {k} too small to discriminate"
-        assert _within(t.grad.numpy(), fd), f"{name} d/dinput{k}: " + _report(t.grad.numpy(), fd)
+    assert_vjp_matches_fd(name, ours, ref, xs, ref_out, w, device)
 
 
 def test_cross_entropy_is_one_node_on_2d_input():

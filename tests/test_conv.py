@@ -23,7 +23,7 @@ import zlib
 
 import numpy as np
 import pytest
-from test_vjp import _report, _within, fd_grads
+from test_vjp import assert_vjp_matches_fd
 
 import torchlean as tl
 import torchlean.nn.functional as TF
@@ -135,15 +135,7 @@ def test_vjp_matches_finite_differences(name, shapes, ours, ref, device):
     xs = [rng.standard_normal(s).astype(F32) for s in shapes]
     ref_out = np.asarray(ref(*[x.astype(np.float64) for x in xs]))
     w = rng.standard_normal(ref_out.shape).astype(F32)
-    ts = [tl.tensor(x, device=device, requires_grad=True) for x in xs]
-    y = ours(*ts)
-    assert tuple(y.shape) == ref_out.shape, f"{name}: output shape {y.shape} != reference {ref_out.shape}"
-    assert _within(y.numpy(), ref_out), f"{name} forward: " + _report(y.numpy(), ref_out)
-    y.backward(tl.tensor(w, device=device))
-    for k, (t, fd) in enumerate(zip(ts, fd_grads(ref, xs, w))):
-        assert t.grad is not None, f"{name}: input {k} got no gradient"
-        assert not _within(2.0 * fd, fd) and not _within(-fd, fd), f"{name}: input {k}: gradient too small to check"
-        assert _within(t.grad.numpy(), fd), f"{name} d/dinput{k}: " + _report(t.grad.numpy(), fd)
+    assert_vjp_matches_fd(name, ours, ref, xs, ref_out, w, device)
 
 
 def test_vjp_computes_only_the_gradients_asked_for():

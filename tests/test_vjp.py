@@ -457,3 +457,20 @@ def test_maximum_of_x_with_itself_gives_full_gradient(device: str) -> None:
     # max(x, x): a tie everywhere, 0.5 + 0.5 accumulated into the one input.
     (g,) = _grad(lambda x: ops.maximum(x, x), [1.0, -2.0, 0.0], w=[3.0, 3.0, 3.0], device=device)
     np.testing.assert_array_equal(g, np.array([3.0, 3.0, 3.0], F32))
+
+
+def assert_vjp_matches_fd(name: str, ours: Callable[..., Any], ref: Callable[..., Any], xs: list[np.ndarray],
+                          ref_out: np.ndarray, w: np.ndarray, device: str) -> None:
+    """Forward of ``ours`` against ``ref_out``, then every input's VJP (cotangent w) against finite
+    differences of ``ref``, each large enough to reject 2 x fd and -fd (shared by the family tests)."""
+    import torchlean as tl_
+
+    ts = [tl_.tensor(x, device=device, requires_grad=True) for x in xs]
+    y = ours(*ts)
+    assert tuple(y.shape) == ref_out.shape, f"{name}: output shape {y.shape} != reference {ref_out.shape}"
+    assert _within(y.numpy(), ref_out), f"{name} forward: " + _report(y.numpy(), ref_out)
+    y.backward(tl_.tensor(w, device=device))
+    for k, (t, fd) in enumerate(zip(ts, fd_grads(ref, xs, w))):
+        assert t.grad is not None, f"{name}: input {k} got no gradient"
+        assert not _within(2.0 * fd, fd) and not _within(-fd, fd), f"{name}: input {k}: gradient too small to check"
+        assert _within(t.grad.numpy(), fd), f"{name} d/dinput{k}: " + _report(t.grad.numpy(), fd)
