@@ -54,9 +54,10 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
 
 
 # -- families: each ops module lists its PyTorch-named functions in FUNCTIONAL ----------------------
-from ..ops import classify as _classify, conv as _conv, norm as _norm, pool as _pool  # noqa: E402
+from ..ops import (attention as _attention, classify as _classify, conv as _conv, norm as _norm,  # noqa: E402
+                   pool as _pool, scan as _scan, spectral as _spectral)
 
-for _family in (_conv, _pool, _norm, _classify):
+for _family in (_conv, _pool, _norm, _classify, _spectral, _scan, _attention):
     for _n in getattr(_family, "FUNCTIONAL", ()):
         globals()[_n] = getattr(_family, _n)
         __all__.append(_n)

@@ -5,11 +5,14 @@ from .elementwise import (abs, add, clamp, div, exp, log, maximum, minimum, mul,
 from .index import gather_rows, gather_vec, getitem, index_select, scatter_add, scatter_add_rows
 from .linalg import bmm, linear, matmul
 from .nn import dropout, log_softmax, mse_loss, softmax
-from . import classify, conv, norm, pool  # noqa: F401
+from . import attention, classify, conv, norm, pool, scan, spectral  # noqa: F401
+from .attention import *  # noqa: F401,F403
 from .classify import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .pool import *  # noqa: F401,F403
+from .scan import *  # noqa: F401,F403
+from .spectral import *  # noqa: F401,F403
 from .reduce import mean, sum
 from .shape import (broadcast_to, cat, clone, concat1d, expand, flatten, permute, permute_bca, permute_cab,
                     reshape, slice0, slice1d, squeeze, swap_adjacent, swap_last2, t, to_device, transpose,

@@ -17,6 +17,7 @@ if "NUMBA_THREADING_LAYER" not in os.environ:
 
     numba.config.THREADING_LAYER = "workqueue"
 
+from .attention import *  # noqa: F401,F403
 from .classify import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
@@ -26,6 +27,8 @@ from .norm import *  # noqa: F401,F403
 from .pool import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .rng import bernoulli_mask, rand_normal, rand_uniform  # noqa: F401
+from .scan import *  # noqa: F401,F403
+from .spectral import *  # noqa: F401,F403
 
 NAME = "cpu"
 

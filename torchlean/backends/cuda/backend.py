@@ -7,9 +7,11 @@ from typing import Any, Callable
 
 import cupy
 
-from . import classify, conv, elementwise, index, layout, linalg, memory, norm, pool, reduce, rng
+from . import (attention, classify, conv, elementwise, index, layout, linalg, memory, norm, pool, reduce, rng, scan,
+               spectral)
 
-_MODULES = (elementwise, reduce, layout, index, linalg, memory, conv, pool, norm, classify)
+_MODULES = (elementwise, reduce, layout, index, linalg, memory, conv, pool, norm, classify, spectral, scan,
+            attention)
 _RNG = ("rand_uniform", "bernoulli_mask", "rand_normal")
 
 

@@ -1,0 +1,3 @@
+"""attention family (in progress)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""spectral family (in progress)."""
+
+__all__: list[str] = []

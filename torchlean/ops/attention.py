@@ -1,0 +1,4 @@
+"""attention family (in progress)."""
+
+__all__: list[str] = []
+FUNCTIONAL: list[str] = []

@@ -1,0 +1,3 @@
+"""scan family (in progress)."""
+
+__all__: list[str] = []

@@ -1,0 +1,1 @@
+"""Primitive table entries of the attention family."""
