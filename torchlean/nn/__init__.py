@@ -1,5 +1,8 @@
-"""``torchlean.nn``: the functional API for now (modules arrive with the models issue)."""
+"""``torchlean.nn``: modules, ``Parameter``, ``init`` and the functional API (PyTorch's names)."""
 
-from . import functional
+from . import functional, init
+from .modules import *  # noqa: F401,F403
+from .modules import __all__ as _modules_all
+from .parameter import Parameter
 
-__all__ = ["functional"]
+__all__ = ["functional", "init", "Parameter", *_modules_all]

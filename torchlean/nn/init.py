@@ -1,0 +1,116 @@
+"""``torchlean.nn.init``: PyTorch's initializers, drawn from torchlean's counter-based generator.
+
+Every function fills its tensor in place (under ``no_grad``) and returns it, as in PyTorch; the
+draws come from ``generator`` (default: the global one that ``torchlean.manual_seed`` seeds), so
+the same seed gives the same bits on every device. Fan-in/fan-out and gains follow PyTorch
+(``torch.nn.init``), so the distributions match; the bits do not (different generator).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .. import autograd
+from ..errors import ArgumentError, ShapeError
+from ..tensor import Tensor, rand, randn
+
+__all__ = ["calculate_gain", "uniform_", "normal_", "constant_", "zeros_", "ones_", "xavier_uniform_",
+           "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "trunc_normal_"]
+
+
+def calculate_gain(nonlinearity: str, param: Any = None) -> float:
+    linear = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+              "conv_transpose3d", "sigmoid")
+    if nonlinearity in linear:
+        return 1.0
+    if nonlinearity == "tanh":
+        return 5.0 / 3
+    if nonlinearity == "relu":
+        return math.sqrt(2.0)
+    if nonlinearity == "leaky_relu":
+        slope = 0.01 if param is None else float(param)
+        return math.sqrt(2.0 / (1 + slope ** 2))
+    if nonlinearity == "selu":
+        return 3.0 / 4
+    raise ArgumentError(f"calculate_gain: unsupported nonlinearity {nonlinearity!r}")
+
+
+def _fans(op: str, t: Tensor) -> tuple[int, int]:
+    if t.ndim < 2:
+        raise ShapeError(f"{op}: fan in and fan out need a tensor with at least 2 dimensions, got shape {t.shape}")
+    receptive = math.prod(t.shape[2:])
+    return t.shape[1] * receptive, t.shape[0] * receptive
+
+
+def _fill(t: Tensor, values: Tensor) -> Tensor:
+    with autograd.no_grad():
+        t.copy_(values)
+    return t
+
+
+def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Any = None) -> Tensor:
+    u = rand(*tensor.shape, device=tensor.device, generator=generator)
+    return _fill(tensor, u * (b - a) + a)
+
+
+def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator: Any = None) -> Tensor:
+    z = randn(*tensor.shape, device=tensor.device, generator=generator)
+    return _fill(tensor, z * std + mean)
+
+
+def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
+                  generator: Any = None) -> Tensor:
+    """Normal(mean, std) truncated to [a, b] by inverting the normal CDF on a uniform draw (as PyTorch)."""
+    from scipy.special import ndtr, ndtri
+
+    lo, hi = ndtr((a - mean) / std), ndtr((b - mean) / std)
+    u = rand(*tensor.shape, generator=generator).numpy().astype("float64")
+    x = ndtri(lo + (hi - lo) * u) * std + mean
+    return _fill(tensor, Tensor._wrap_host(x.clip(a, b).astype("float32"), "cpu").float().to(tensor.device))
+
+
+def constant_(tensor: Tensor, val: float) -> Tensor:
+    with autograd.no_grad():
+        tensor.fill_(val)
+    return tensor
+
+
+def zeros_(tensor: Tensor) -> Tensor:
+    return constant_(tensor, 0.0)
+
+
+def ones_(tensor: Tensor) -> Tensor:
+    return constant_(tensor, 1.0)
+
+
+def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator: Any = None) -> Tensor:
+    fan_in, fan_out = _fans("xavier_uniform_", tensor)
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    return uniform_(tensor, -bound, bound, generator)
+
+
+def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator: Any = None) -> Tensor:
+    fan_in, fan_out = _fans("xavier_normal_", tensor)
+    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
+
+
+def _kaiming_std(op: str, tensor: Tensor, a: float, mode: str, nonlinearity: str) -> float:
+    if mode not in ("fan_in", "fan_out"):
+        raise ArgumentError(f"{op}: mode must be 'fan_in' or 'fan_out', got {mode!r}")
+    fan_in, fan_out = _fans(op, tensor)
+    fan = fan_in if mode == "fan_in" else fan_out
+    if fan == 0:
+        raise ShapeError(f"{op}: cannot initialize a tensor with zero fan ({mode}), shape {tensor.shape}")
+    return calculate_gain(nonlinearity, a) / math.sqrt(fan)
+
+
+def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
+                     generator: Any = None) -> Tensor:
+    bound = math.sqrt(3.0) * _kaiming_std("kaiming_uniform_", tensor, a, mode, nonlinearity)
+    return uniform_(tensor, -bound, bound, generator)
+
+
+def kaiming_normal_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
+                    generator: Any = None) -> Tensor:
+    return normal_(tensor, 0.0, _kaiming_std("kaiming_normal_", tensor, a, mode, nonlinearity), generator)

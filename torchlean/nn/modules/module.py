@@ -1,0 +1,320 @@
+"""``Module``: PyTorch's module habits over torchlean tensors.
+
+Attributes that are ``Parameter``s, ``Module``s or registered buffers are recorded in ordered
+dicts (registration order = ``named_parameters`` order = ``state_dict`` order, as in PyTorch), so
+a PyTorch state dict of the same architecture loads by name. ``to(device)`` moves parameters in
+place (the same Parameter objects, so an optimizer built before the move keeps working).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable, Iterator, NamedTuple
+
+import numpy as np
+
+from ... import autograd
+from ...errors import ArgumentError, DTypeError, ShapeError, TorchLeanError
+from ...runtime.buffer import Buffer
+from ...runtime.device import canonical_device
+from ...tensor import Tensor, tensor
+from ..parameter import Parameter
+
+__all__ = ["Module", "IncompatibleKeys"]
+
+
+class IncompatibleKeys(NamedTuple):
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+def _as_host_array(key: str, value: Any) -> np.ndarray:
+    """A state-dict value as a host array: torchlean tensors, NumPy arrays, or PyTorch tensors."""
+    if isinstance(value, Tensor):
+        return value.numpy()
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch.Tensor (no torch import here)
+        value = value.detach().cpu().numpy()
+    try:
+        return np.asarray(value)
+    except Exception as exc:  # noqa: BLE001
+        raise DTypeError(f"load_state_dict: entry {key!r} is a {type(value).__name__}, not an array ({exc})") from None
+
+
+class Module:
+    """Base class of every layer: subclass it, assign submodules and Parameters in ``__init__``."""
+
+    training: bool
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if args or kwargs:
+            raise ArgumentError(f"Module.__init__: unexpected arguments {args} {kwargs}")
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "_modules", OrderedDict())
+
+    # -- attribute registration ----------------------------------------------------------
+    def _check_init(self, what: str) -> None:
+        if "_parameters" not in self.__dict__:
+            raise TorchLeanError(f"{type(self).__name__}: assign {what} after calling super().__init__()")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, Parameter):
+            self._check_init("parameters")
+            self._drop(name)
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._check_init("submodules")
+            self._drop(name)
+            self._modules[name] = value
+        elif "_parameters" in self.__dict__ and name in self._parameters:
+            if value is not None:
+                raise DTypeError(f"{type(self).__name__}: cannot assign a {type(value).__name__} to parameter "
+                                 f"{name!r} (expected a Parameter or None)")
+            self._parameters[name] = None
+        elif "_buffers" in self.__dict__ and name in self._buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise DTypeError(f"{type(self).__name__}: buffer {name!r} must be a tensor or None, "
+                                 f"got {type(value).__name__}")
+            self._buffers[name] = value
+        elif "_modules" in self.__dict__ and name in self._modules:
+            if value is not None:
+                raise DTypeError(f"{type(self).__name__}: cannot assign a {type(value).__name__} to submodule "
+                                 f"{name!r} (expected a Module or None)")
+            self._modules[name] = None
+        else:
+            object.__setattr__(self, name, value)
+
+    def _drop(self, name: str) -> None:
+        for d in (self.__dict__, self._parameters, self._buffers, self._modules):
+            d.pop(name, None)
+        self._non_persistent.discard(name)
+
+    def __getattr__(self, name: str) -> Any:  # only called when normal lookup fails
+        d = self.__dict__
+        for store in ("_parameters", "_buffers", "_modules"):
+            if store in d and name in d[store]:
+                return d[store][name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name: str) -> None:
+        for store in (self._parameters, self._buffers, self._modules):
+            if name in store:
+                del store[name]
+                self._non_persistent.discard(name)
+                return
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        if param is not None and not isinstance(param, Parameter):
+            raise DTypeError(f"register_parameter: {name!r} must be a Parameter or None, got {type(param).__name__}")
+        self._check_init("parameters")
+        self._drop(name)
+        self._parameters[name] = param
+
+    def register_buffer(self, name: str, tensor_: Tensor | None, persistent: bool = True) -> None:
+        if tensor_ is not None and not isinstance(tensor_, Tensor):
+            raise DTypeError(f"register_buffer: {name!r} must be a tensor or None, got {type(tensor_).__name__}")
+        self._check_init("buffers")
+        self._drop(name)
+        self._buffers[name] = tensor_
+        if not persistent:
+            self._non_persistent.add(name)
+
+    def add_module(self, name: str, module: "Module | None") -> None:
+        if module is not None and not isinstance(module, Module):
+            raise DTypeError(f"add_module: {name!r} must be a Module or None, got {type(module).__name__}")
+        self._check_init("submodules")
+        self._drop(name)
+        self._modules[name] = module
+
+    register_module = add_module
+
+    # -- traversal -----------------------------------------------------------------------
+    def named_modules(self, memo: set | None = None, prefix: str = "",
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, "Module"]]:
+        memo = set() if memo is None else memo
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
+        yield prefix, self
+        for name, m in self._modules.items():
+            if m is not None:
+                yield from m.named_modules(memo, f"{prefix}.{name}" if prefix else name, remove_duplicate)
+
+    def modules(self) -> Iterator["Module"]:
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self) -> Iterator[tuple[str, "Module"]]:
+        seen: set[int] = set()
+        for name, m in self._modules.items():
+            if m is not None and id(m) not in seen:
+                seen.add(id(m))
+                yield name, m
+
+    def children(self) -> Iterator["Module"]:
+        for _, m in self.named_children():
+            yield m
+
+    def _named_members(self, store: str, prefix: str, recurse: bool) -> Iterator[tuple[str, Tensor]]:
+        seen: set[int] = set()
+        mods = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        for mprefix, m in mods:
+            for name, v in getattr(m, store).items():
+                if v is None or id(v) in seen:
+                    continue
+                seen.add(id(v))
+                yield (f"{mprefix}.{name}" if mprefix else name), v
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Parameter]]:
+        return self._named_members("_parameters", prefix, recurse)
+
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Tensor]]:
+        return self._named_members("_buffers", prefix, recurse)
+
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def apply(self, fn: Callable[["Module"], None]) -> "Module":
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    # -- modes, gradients, devices -------------------------------------------------------
+    def train(self, mode: bool = True) -> "Module":
+        if not isinstance(mode, bool):
+            raise ArgumentError(f"train: mode must be a bool, got {type(mode).__name__}")
+        for m in self.modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self) -> "Module":
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Module":
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                with autograd.no_grad():
+                    p.grad.zero_()
+
+    def to(self, device: Any = None, dtype: Any = None) -> "Module":
+        """Move every parameter and buffer to ``device`` in place (the same Parameter objects)."""
+        if dtype is not None:
+            from ...tensor import _dtype
+
+            if _dtype("Module.to", dtype) != np.float32:
+                raise DTypeError(f"Module.to: parameters are float32 only, got dtype {dtype!r}")
+        if device is None:
+            return self
+        dev = canonical_device(device, "Module.to")
+        for m in self.modules():
+            for store in (m._parameters, m._buffers):
+                for t in store.values():
+                    if t is not None and t.device != dev:
+                        _move(t, dev)
+        return self
+
+    def cpu(self) -> "Module":
+        return self.to("cpu")
+
+    def cuda(self, device: int | None = None) -> "Module":
+        return self.to("cuda" if device is None else f"cuda:{device}")
+
+    def float(self) -> "Module":
+        return self
+
+    # -- state dict ----------------------------------------------------------------------
+    def state_dict(self, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> "OrderedDict[str, Tensor]":
+        """Parameters and persistent buffers by dotted name (detached tensors sharing the buffers)."""
+        out: OrderedDict[str, Tensor] = OrderedDict() if destination is None else destination
+        for mprefix, m in self.named_modules(prefix=prefix.rstrip(".")):
+            dot = f"{mprefix}." if mprefix else ""
+            for name, p in m._parameters.items():
+                if p is not None:
+                    out[dot + name] = p if keep_vars else p.detach()
+            for name, b in m._buffers.items():
+                if b is not None and name not in m._non_persistent:
+                    out[dot + name] = b if keep_vars else b.detach()
+        return out
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True) -> IncompatibleKeys:
+        """Copy values in by name (torchlean tensors, NumPy arrays or PyTorch tensors).
+
+        Shapes must match exactly (ShapeError naming the key); with ``strict`` a missing or an
+        unexpected key raises ArgumentError listing them all, before anything is copied.
+        """
+        own = self.state_dict(keep_vars=True)
+        given = dict(state_dict)
+        missing = [k for k in own if k not in given]
+        unexpected = [k for k in given if k not in own]
+        if strict and (missing or unexpected):
+            raise ArgumentError(f"load_state_dict ({type(self).__name__}): missing keys {missing}, "
+                                f"unexpected keys {unexpected}")
+        staged = []
+        for k, t in own.items():
+            if k not in given:
+                continue
+            arr = _as_host_array(k, given[k])
+            if tuple(arr.shape) != t.shape:
+                raise ShapeError(f"load_state_dict ({type(self).__name__}): {k!r} has shape {tuple(arr.shape)} in "
+                                 f"the state dict, the module expects {t.shape}")
+            staged.append((t, arr))
+        with autograd.no_grad():
+            for t, arr in staged:  # everything checked first: a bad entry changes nothing
+                if t._buf is None:
+                    t._host = arr.astype(t._host.dtype, copy=True)
+                else:
+                    t.copy_(tensor(arr.astype(np.float32), device=t.device))
+        return IncompatibleKeys(missing, unexpected)
+
+    # -- calling and printing ------------------------------------------------------------
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.forward is not defined")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.forward(*args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = []
+        for name, m in self._modules.items():
+            sub = repr(m).replace("\n", "\n  ")
+            lines.append(f"({name}): {sub}")
+        extra = self.extra_repr()
+        if not lines:
+            return f"{type(self).__name__}({extra})"
+        body = "\n  ".join(([extra] if extra else []) + lines)
+        return f"{type(self).__name__}(\n  {body}\n)"
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) | set(self._modules))
+
+
+def _move(t: Tensor, dev: str) -> None:
+    """Rebind t (and its grad) to a copy on ``dev``, keeping the Tensor object."""
+    if t._buf is not None:
+        t._buf = Buffer.from_numpy(t._buf.to_numpy(), dev)
+    t._device = dev
+    if t.grad is not None:
+        g = t.grad
+        t.grad = Tensor._wrap(Buffer.from_numpy(g._buf.to_numpy(), dev), g.shape)
