@@ -260,12 +260,13 @@ def test_multihead_attention_matches_pytorch(device, case, need_weights):
     xk = tl.tensor(k, device=device, requires_grad=True) if case == "cross_kdim" else xq
     xv = tl.tensor(v, device=device, requires_grad=True) if case == "cross_kdim" else xq
     out, w = ours(xq, xk, xv, need_weights=need_weights, **extra)
-    rows = np.ones(L, bool)
-    if case == "bool_mask":
-        rows[2] = False
-        assert np.all(out.numpy()[..., 2, :, :] if False else True)
     o = out.numpy()
-    sel = (lambda a: np.take(a, np.flatnonzero(rows), axis=(-2 if case == "unbatched" or kw["batch_first"] else 0)))
+    query_axis = -2 if kw["batch_first"] else 0  # (N, L, E) or (L, N, E); unbatched (L, E) has it at 0
+    rows = np.ones(L, bool)
+    if case == "bool_mask":  # the fully blocked query row 2: ours is exactly 0, PyTorch's NaN
+        rows[2] = False
+        assert not np.take(o, 2, axis=query_axis).any()
+    sel = (lambda a: np.take(a, np.flatnonzero(rows), axis=query_axis))
     assert_close_to_torch(sel(o), torch.tensor(sel(out_t.detach().numpy())), torch.tensor(sel(out_64.detach().numpy())),
                           f"MHA {case} output")
     if need_weights:
@@ -350,3 +351,73 @@ def test_seed_multi_head_attention_paths_agree_in_gradients(device):
         grads.append([xt.grad.numpy()] + [w.grad.numpy() for w in wts])
     for a, b in zip(*grads):
         assert np.abs(a - b).max() <= 1e-4 * (np.abs(a).max() + 1)
+
+
+# -- layers of issue 6 that exist already: conv, pool, norms, embedding ---------------------------
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_conv_norm_pool_stack_matches_pytorch(device, mode):
+    torch.manual_seed(0)
+    theirs = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                 torch.nn.MaxPool2d(2),
+                                 torch.nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1),
+                                 torch.nn.AvgPool2d(2), torch.nn.Identity())
+    ours = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1), nn.AvgPool2d(2),
+                         nn.Identity())
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    with torch.no_grad():
+        theirs[1].running_mean.uniform_(-0.5, 0.5)
+        theirs[1].running_var.uniform_(0.5, 2.0)
+        theirs[1].weight.uniform_(0.5, 1.5)
+    ours.load_state_dict(theirs.state_dict())
+    ours.to(device)
+    import copy
+
+    t64 = copy.deepcopy(theirs).double()
+    for m in (theirs, t64):
+        m.train(mode == "train")
+    ours.train(mode == "train")
+    x = np.random.default_rng(0).standard_normal((4, 3, 10, 10)).astype(np.float32)
+    y = ours(tl.tensor(x, device=device))
+    assert_close_to_torch(y.numpy(), theirs(torch.tensor(x)), t64(torch.tensor(x, dtype=torch.float64)), mode)
+    bn, tbn, t64bn = ours[1], theirs[1], t64[1]
+    assert_close_to_torch(bn.running_mean.numpy(), tbn.running_mean, t64bn.running_mean, "running_mean")
+    assert_close_to_torch(bn.running_var.numpy(), tbn.running_var, t64bn.running_var, "running_var")
+    assert int(bn.num_batches_tracked.numpy()) == int(tbn.num_batches_tracked)
+
+
+def test_layer_norm_and_embedding_modules_match_pytorch():
+    torch.manual_seed(1)
+    ln, tln = nn.LayerNorm(6), torch.nn.LayerNorm(6)
+    with torch.no_grad():
+        tln.weight.uniform_(0.5, 1.5)
+        tln.bias.uniform_(-1, 1)
+    ln.load_state_dict(tln.state_dict())
+    x = np.random.default_rng(2).standard_normal((3, 6)).astype(np.float32)
+    t64 = torch.nn.LayerNorm(6).double()
+    t64.load_state_dict(tln.state_dict())
+    assert_close_to_torch(ln(tl.tensor(x)).numpy(), tln(torch.tensor(x)), t64(torch.tensor(x, dtype=torch.float64)),
+                          "LayerNorm")
+    emb, temb = nn.Embedding(10, 4, padding_idx=0), torch.nn.Embedding(10, 4, padding_idx=0)
+    assert not emb.weight.numpy()[0].any()
+    emb.load_state_dict(temb.state_dict())
+    idx = np.array([[1, 0, 9], [3, 3, 2]])
+    np.testing.assert_array_equal(emb(tl.tensor(idx)).numpy(), temb(torch.tensor(idx)).detach().numpy())
+
+
+def test_batch_norm_cumulative_momentum_and_untracked():
+    bn, tbn = nn.BatchNorm1d(3, momentum=None), torch.nn.BatchNorm1d(3, momentum=None)
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        x = rng.standard_normal((8, 3)).astype(np.float32)
+        bn(tl.tensor(x))
+        tbn(torch.tensor(x))
+    np.testing.assert_allclose(bn.running_mean.numpy(), tbn.running_mean.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bn.running_var.numpy(), tbn.running_var.numpy(), rtol=1e-5, atol=1e-6)
+    free = nn.BatchNorm2d(2, track_running_stats=False, affine=False).eval()
+    assert list(free.state_dict()) == []
+    assert free(tl.randn(2, 2, 3, 3)).shape == (2, 2, 3, 3)
+    with pytest.raises(ShapeError, match="BatchNorm2d: expected a 4-D input"):
+        nn.BatchNorm2d(2)(tl.randn(2, 2))
+    with pytest.raises(ArgumentError, match="groups and dilation"):
+        nn.Conv2d(4, 4, 3, groups=2)
