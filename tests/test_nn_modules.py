@@ -263,9 +263,10 @@ def test_multihead_attention_matches_pytorch(device, case, need_weights):
     o = out.numpy()
     query_axis = -2 if kw["batch_first"] else 0  # (N, L, E) or (L, N, E); unbatched (L, E) has it at 0
     rows = np.ones(L, bool)
-    if case == "bool_mask":  # the fully blocked query row 2: ours is exactly 0, PyTorch's NaN
+    if case == "bool_mask":  # fully blocked query row 2: attention gives exactly 0 (PyTorch: NaN), then out_proj
         rows[2] = False
-        assert not np.take(o, 2, axis=query_axis).any()
+        np.testing.assert_array_equal(np.take(o, 2, axis=query_axis),
+                                      np.broadcast_to(ours.out_proj.bias.numpy(), (N, E)))
     sel = (lambda a: np.take(a, np.flatnonzero(rows), axis=query_axis))
     assert_close_to_torch(sel(o), torch.tensor(sel(out_t.detach().numpy())), torch.tensor(sel(out_64.detach().numpy())),
                           f"MHA {case} output")
