@@ -24,6 +24,7 @@ from .elementwise import *  # noqa: F401,F403
 from .index import *  # noqa: F401,F403
 from .layout import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
+from .optim import *  # noqa: F401,F403
 from .pool import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .rng import bernoulli_mask, rand_normal, rand_uniform  # noqa: F401
