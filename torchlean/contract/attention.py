@@ -1,3 +1,192 @@
-"""attention family (in progress)."""
+"""Contracts of the attention family: flash_attention_fwd and its backward passes.
 
-__all__: list[str] = []
+The kernels (CPU: float32 BLAS tiles; CUDA: register tiles with fmaf) share one error model,
+derived here term by term. Notation as in ``torchlean.contract``: u = 2**-24, LIB = 8u (one
+library exp/exp2/log, 4 ulp), gamma(k) = k u / (1 - k u).
+
+Forward, for one query row i and allowed key j (s' the exact masked score, m = max_j s'_j):
+* score: the dot product of d terms (any order, FMA or not): gamma(d) |scale| A_ij,
+  A_ij = sum_k |q_ik k_jk|; the scale (folded into q on CUDA together with log2 e: 3 roundings),
+  the mask addition and the base-2 conversions add 4u (|s_ij| + |mask_ij|):
+  delta_ij = gamma(d + 4) |scale| A_ij + 4u (|s'_ij| + |mask_ij|); a filled score (-1000) 4u 1000.
+* weight: exp(s' - m) with the computed row maximum of the tile so far, then multiplied by the
+  rescale factors exp(m_old - m_new) of every later tile (online softmax): the subtractions round
+  by at most u |s'_ij - m| in all (they telescope), each exp adds LIB and each rescale one
+  multiplication (u): eta_ij = delta_ij + 2u |s'_ij - m| + (R + 1)(LIB + 2u), R = ceil(n_k / 32) - 1
+  the most rescales (every backend's key tiles hold at least KEY_TILE_MIN = 32 keys). The computed
+  maximum is the maximum of the computed scores: its error cancels in the normalization.
+* out_i = sum_j w_j v_j / sum_j w_j with w_j = p_ij (1 + eta_ij) and both sums rounded in any
+  order (gamma(g), g = n_k + 2): with W = sum_j p_j eta_j + gamma(g) and E = max_j eta_j + gamma(g),
+    |err| <= (sum_j p_j (eta_j + gamma(g)) |v_j| + W sum_j p_j |v_j|) / (1 - 2E) + 2u |out| + TINY.
+* lse_i = m + log(l): log(sum_j exp(s'_j) (1 + eta_j)) is within sum_j p_j eta_j / (1 - E) of the
+  exact value; the sum (gamma(g)), the library log of l in [1, n_k] (LIB log n_k) and the final
+  additions / base conversions (4u (|lse| + |m|)) add to it. Rows with no allowed key: out exactly
+  0 and lse exactly -inf.
+
+Backward (from the given out and lse, so P = exp(s' - lse) is recomputed tile by tile):
+* P_ij: eta^b_ij = delta_ij + 2u |s'_ij - lse_i| + 2u |lse_i| + LIB + 2u (the subtraction, lse
+  converted to base 2, the exp, 2 more roundings).
+* D_i = sum_k dout_ik out_ik: gamma(d) sum |dout out|. dP_ij = dout_i . v_j: gamma(d) sum|dout_i v_j|.
+* dS_ij = P_ij (dP_ij - D_i): B_ij = P_ij ((eta^b_ij + 3u) |dP_ij - D_i| + (eps^P_ij + eps^D_i)(1 + eta^b_ij))
+  (the cancellation dP - D is bounded through the errors of its operands, never relative to the
+  result); exactly 0 on filled, blocked and causally excluded entries.
+* dQ = scale dS K: |scale| (B |K| + gamma(n_k + 2) |dS| |K|) + u|dQ| + TINY (n_k + 1);
+  dK = scale dS^T Q: |scale| (B^T |Q| + gamma(n_q + 2) |dS|^T |Q|) + u|dK| + TINY (n_q + 1);
+  dV = P^T dout: (eta^b P)^T |dout| + gamma(n_q + 1) P^T |dout| + TINY (n_q + 1).
+All first-order terms carry a (1 + 4E) margin for their products of (1 + eps) factors.
+The bound functions take an array module ``xp`` (NumPy here; benchmarks/attention_cuda.py passes
+CuPy to check benchmark-sized batches on the GPU).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import LIB, TINY, U, _register, gamma
+from ..spec import attention as S
+
+KEY_TILE_MIN = 32
+
+
+def _rescales(n_k: int) -> int:
+    return max(math.ceil(n_k / KEY_TILE_MIN) - 1, 0)
+
+
+def _score_err(q, k, mask, batch, n_q, n_k, d, scale, causal, mode, layout, xp):
+    """(s', allowed, filled, delta): the exact masked scores and their error bound per entry."""
+    s, allowed, filled = S.scores(q, k, None, mask, batch, n_q, n_k, d, scale, causal, mode, layout, xp)
+    q3 = xp.abs(xp.asarray(q, dtype=xp.float64).reshape(batch, n_q, d))
+    k3 = xp.abs(xp.asarray(k, dtype=xp.float64).reshape(batch, n_k, d))
+    a = xp.matmul(q3, xp.swapaxes(k3, 1, 2)) if d else xp.zeros((batch, n_q, n_k))
+    with np.errstate(all="ignore"):
+        delta = gamma(d + 4) * abs(float(scale)) * a + 4 * U * xp.abs(s)
+        if mode == "add":
+            m = S.mask_matrix(mask, batch, n_q, n_k, layout, xp)
+            delta = delta + 4 * U * xp.where(xp.isfinite(m), xp.abs(m), 0.0)
+        delta = xp.where(filled, 4 * U * 1000.0, delta)
+    return s, allowed, filled, delta
+
+
+def _clean(a, xp):
+    return xp.where(xp.isfinite(a), a, 0.0)
+
+
+def fwd_bound(ref, q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, xp=np):
+    out_ref, lse_ref = ref
+    batch, n_q, n_k, d = int(batch), int(n_q), int(n_k), int(d)
+    if batch * n_q == 0:
+        return xp.zeros(batch * n_q * d), xp.zeros(batch * n_q)
+    s, allowed, _, delta = _score_err(q, k, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, xp)
+    lse = xp.asarray(lse_ref, dtype=xp.float64).reshape(batch, n_q)
+    r = _rescales(n_k)
+    g = gamma(n_k + 2)
+    with np.errstate(all="ignore"):
+        t = xp.where(allowed, s, -xp.inf)
+        m = xp.max(t, axis=-1, keepdims=True) if n_k else xp.full((batch, n_q, 1), -xp.inf)
+        mf = xp.where(xp.isfinite(m), m, 0.0)
+        p = xp.where(allowed, xp.exp(s - mf), 0.0)
+        tot = xp.sum(p, axis=-1, keepdims=True)
+        p = _clean(p / xp.where(tot > 0, tot, 1.0), xp)
+        eta = _clean(xp.where(allowed, delta + 2 * U * xp.abs(s - mf), 0.0), xp) + (r + 1) * (LIB + 2 * U)
+        w = xp.sum(p * eta, axis=-1, keepdims=True) + g
+        e = xp.max(xp.where(p > 0, eta, 0.0), axis=-1, keepdims=True) + g if n_k else xp.zeros((batch, n_q, 1))
+        denom = xp.where(2 * e < 1, 1 - 2 * e, 0.0)
+        v3 = xp.abs(xp.asarray(v, dtype=xp.float64).reshape(batch, n_k, d))
+        pv = xp.matmul(p, v3)
+        pev = xp.matmul(p * (eta + g), v3)
+        o = xp.abs(xp.asarray(out_ref, dtype=xp.float64).reshape(batch, n_q, d))
+        out_b = _clean((pev + w * pv) / denom, xp) * (1 + 4 * e) + 2 * U * _clean(o, xp) + TINY
+        out_b = xp.where(denom > 0, out_b, xp.inf)
+        lse_b = (w[..., 0] / xp.where(e[..., 0] < 1, 1 - e[..., 0], 0.0) * (1 + 4 * e[..., 0])
+                 + LIB * math.log(max(n_k, 1)) + 4 * U * (_clean(xp.abs(lse), xp) + xp.abs(mf[..., 0])) + TINY)
+        empty = ~xp.any(allowed, axis=-1)
+        out_b = xp.where(empty[..., None], 0.0, out_b)
+        lse_b = xp.where(empty, 0.0, lse_b)
+    return out_b.reshape(-1), lse_b.reshape(-1)
+
+
+def _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp):
+    s, allowed, filled, delta = _score_err(q, k, mask, batch, n_q, n_k, d, scale, causal, mode, layout, xp)
+    lse3 = xp.asarray(lse, dtype=xp.float64).reshape(batch, n_q)[..., None]
+    v3 = xp.asarray(v, dtype=xp.float64).reshape(batch, n_k, d)
+    o3 = xp.asarray(out, dtype=xp.float64).reshape(batch, n_q, d)
+    g3 = xp.asarray(dout, dtype=xp.float64).reshape(batch, n_q, d)
+    with np.errstate(all="ignore"):
+        p = S.probabilities(s, allowed, lse3[..., 0], xp)
+        eta = _clean(xp.where(allowed, delta + 2 * U * xp.abs(s - lse3) + 2 * U * xp.abs(lse3), 0.0), xp) \
+            + LIB + 2 * U
+        dd = xp.sum(g3 * o3, axis=-1)[..., None]
+        eps_d = gamma(d) * xp.sum(xp.abs(g3 * o3), axis=-1)[..., None]
+        dp = xp.matmul(g3, xp.swapaxes(v3, 1, 2))
+        eps_p = gamma(d) * xp.matmul(xp.abs(g3), xp.swapaxes(xp.abs(v3), 1, 2))
+        live = allowed & ~filled
+        ds = xp.where(live, p * (dp - dd), 0.0)
+        b = xp.where(live, p * ((eta + 3 * U) * xp.abs(dp - dd) + (eps_p + eps_d) * (1 + eta)), 0.0)
+        e = float(xp.max(xp.where(p > 0, eta, 0.0))) if p.size else 0.0
+    return p, eta, ds, _clean(b, xp) * (1 + 4 * e), g3
+
+
+def _bwd_q_bound(ref, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp=np):
+    batch, n_q, n_k, d = int(batch), int(n_q), int(n_k), int(d)
+    if batch * n_q * d == 0:
+        return xp.zeros(batch * n_q * d)
+    _, _, ds, b, _ = _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp)
+    ka = xp.abs(xp.asarray(k, dtype=xp.float64).reshape(batch, n_k, d))
+    with np.errstate(all="ignore"):
+        r = abs(float(scale)) * (xp.matmul(b, ka) + gamma(n_k + 2) * xp.matmul(xp.abs(ds), ka))
+        return (_clean(r, xp).reshape(-1) + U * _clean(xp.abs(xp.asarray(ref, dtype=xp.float64)), xp)
+                + TINY * (n_k + 1))
+
+
+def _bwd_k_bound(ref, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp=np):
+    batch, n_q, n_k, d = int(batch), int(n_q), int(n_k), int(d)
+    if batch * n_k * d == 0:
+        return xp.zeros(batch * n_k * d)
+    _, _, ds, b, _ = _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp)
+    qa = xp.abs(xp.asarray(q, dtype=xp.float64).reshape(batch, n_q, d))
+    with np.errstate(all="ignore"):
+        r = abs(float(scale)) * (xp.matmul(xp.swapaxes(b, 1, 2), qa)
+                                 + gamma(n_q + 2) * xp.matmul(xp.swapaxes(xp.abs(ds), 1, 2), qa))
+        return (_clean(r, xp).reshape(-1) + U * _clean(xp.abs(xp.asarray(ref, dtype=xp.float64)), xp)
+                + TINY * (n_q + 1))
+
+
+def _bwd_v_bound(ref, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp=np):
+    batch, n_q, n_k, d = int(batch), int(n_q), int(n_k), int(d)
+    if batch * n_k * d == 0:
+        return xp.zeros(batch * n_k * d)
+    p, eta, _, _, g3 = _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp)
+    with np.errstate(all="ignore"):
+        ga = xp.abs(g3)
+        pt = xp.swapaxes(p, 1, 2)
+        r = xp.matmul(xp.swapaxes(p * eta, 1, 2), ga) + gamma(n_q + 1) * xp.matmul(pt, ga)
+        e = float(xp.max(xp.where(p > 0, eta, 0.0))) if p.size else 0.0
+        return _clean(r, xp).reshape(-1) * (1 + 4 * e) + U * _clean(xp.abs(xp.asarray(ref, dtype=xp.float64)), xp) \
+            + TINY * (n_q + 1)
+
+
+def _bwd_kv_bound(ref, *args, xp=np):
+    return _bwd_k_bound(ref[0], *args, xp=xp), _bwd_v_bound(ref[1], *args, xp=xp)
+
+
+bwd_q_bound, bwd_k_bound, bwd_v_bound, bwd_kv_bound = _bwd_q_bound, _bwd_k_bound, _bwd_v_bound, _bwd_kv_bound
+
+_FWD = ("(out, lse): eta_ij = gamma(d+4)|scale| sum_k|q_ik k_jk| + 4u(|s'| + |mask|) + 2u|s' - m| + "
+        "(R+1)(LIB+2u) per weight (R = ceil(n_k/32)-1 online rescales), W = sum_j p_j eta_j + gamma(n_k+2), "
+        "E = max eta + gamma(n_k+2): |err out| <= (sum_j p_j (eta_j + gamma) |v_j| + W sum_j p_j|v_j|)(1+4E)/(1-2E) "
+        "+ 2u|out| + TINY; |err lse| <= W(1+4E)/(1-E) + LIB log n_k + 4u(|lse| + |m|) + TINY; "
+        "rows without an allowed key: out 0, lse -inf exactly")
+_register("flash_attention_fwd", _FWD, fwd_bound)
+_BWD_COMMON = ("P = exp(s' - lse) with eta^b = delta + 2u|s' - lse| + 2u|lse| + LIB + 2u; "
+               "dS error B = P((eta^b+3u)|dP - D| + gamma(d)(sum|dout v| + sum|dout out|)(1+eta^b)), 0 on "
+               "filled/blocked entries")
+_register("flash_attention_bwd_q", "dQ = scale dS K: |err| <= |scale|(B|K| + gamma(n_k+2)|dS||K|) + u|dQ| + "
+          "TINY(n_k+1); " + _BWD_COMMON, _bwd_q_bound)
+_register("flash_attention_bwd_k", "dK = scale dS^T Q: |err| <= |scale|(B^T|Q| + gamma(n_q+2)|dS|^T|Q|) + u|dK| + "
+          "TINY(n_q+1); " + _BWD_COMMON, _bwd_k_bound)
+_register("flash_attention_bwd_v", "dV = P^T dout: |err| <= ((eta^b P)^T|dout| + gamma(n_q+1) P^T|dout|)(1+4E) + "
+          "u|dV| + TINY(n_q+1); " + _BWD_COMMON, _bwd_v_bound)
+_register("flash_attention_bwd_kv", "(dK, dV): the bounds of flash_attention_bwd_k and flash_attention_bwd_v",
+          _bwd_kv_bound)

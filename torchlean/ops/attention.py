@@ -1,4 +1,217 @@
-"""attention family (in progress)."""
+"""Differentiable attention: the ``flash_attention`` tape op and ``scaled_dot_product_attention``.
 
-__all__: list[str] = []
-FUNCTIONAL: list[str] = []
+One tape node per call over the flash primitives: the forward saves only its output and the row
+log-sum-exp (workspace, O(n) per head); the VJP recomputes attention tile by tile with
+``flash_attention_bwd_q`` (when q needs a gradient) and the fused ``flash_attention_bwd_kv``
+(when k or v does). Leading dims are folded into the batch without copies (tensors are
+contiguous), and a mask is passed with per-axis strides (0 on broadcast axes), never expanded.
+
+``scaled_dot_product_attention`` follows torch.nn.functional's signature. Where we differ:
+* ``dropout_p != 0`` and ``enable_gqa=True`` raise ArgumentError (not supported yet); so does a
+  value head dim Ev != E (the fused kernels take d_v = d).
+* q, k and v must have the same leading dims (PyTorch broadcasts them); the mask broadcasts
+  against (..., L, S) as in PyTorch. A mask whose broadcast over three or more leading dims
+  cannot be written as two strides is expanded over the leading dims (only then).
+* A boolean mask (True = take part) uses the hard mode; a float mask is added to the scores.
+  A row with no allowed key gives 0 and zero gradients (as PyTorch 2.5+; older math paths
+  gave NaN). The mask receives no gradient: a float mask that requires grad raises ArgumentError.
+* ``attn_mask`` together with ``is_causal=True`` raises ArgumentError (PyTorch raises too).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import autograd
+from ..errors import ArgumentError, DeviceError, DTypeError, ShapeError
+from ..runtime import primitives as P
+from ..runtime.buffer import Buffer
+from ._base import Tensor, fbuf, new, numel, same_device
+
+__all__ = ["flash_attention", "scaled_dot_product_attention"]
+FUNCTIONAL = ["scaled_dot_product_attention"]
+
+_MODES = ("fill", "hard", "add")
+
+
+def _layout(op: str, mshape: Sequence[int], lead: Sequence[int], n_q: int, n_k: int):
+    """(heads, s_n, s_h, s_q, s_k) reading a contiguous mask of shape ``mshape`` broadcast to
+    lead + (n_q, n_k), or None when the leading broadcast needs more than two strides."""
+    rank = len(lead) + 2
+    if len(mshape) > rank:
+        raise ShapeError(f"{op}: attn_mask of shape {tuple(mshape)} has more dims than the scores "
+                         f"{tuple(lead) + (n_q, n_k)}")
+    full = (1,) * (rank - len(mshape)) + tuple(mshape)
+    target = tuple(lead) + (n_q, n_k)
+    for a, t in zip(full, target):
+        if a != t and a != 1:
+            raise ShapeError(f"{op}: attn_mask of shape {tuple(mshape)} does not broadcast to the scores' shape "
+                             f"{target}")
+    strides, acc = [], 1
+    for a in reversed(full):
+        strides.append(acc)
+        acc *= a
+    strides = strides[::-1]
+    st = [0 if a == 1 and t != 1 else s for a, t, s in zip(full, target, strides)]
+    st = [0 if t == 1 else s for t, s in zip(target, st)]  # a size-1 axis never moves the offset
+    s_q, s_k = st[-2], st[-1]
+    # merge the leading axes into groups with one stride each: (size, stride) from the innermost
+    groups: list[list[int]] = []
+    for size, s in zip(reversed(lead), reversed(st[:-2])):
+        if size == 1:
+            continue
+        if groups and s == groups[-1][1] * groups[-1][0]:  # continues the group (or both broadcast: 0)
+            groups[-1][0] *= size
+        else:
+            groups.append([size, s])
+    if len(groups) > 2:
+        return None
+    if not groups:
+        return (1, 0, 0, s_q, s_k)
+    if len(groups) == 1:
+        return (1, groups[0][1], 0, s_q, s_k)
+    inner, outer = groups
+    return (inner[0], outer[1], inner[1], s_q, s_k)
+
+
+def _mask_buffer(op: str, mask: Any, device: str, mode: str | None) -> tuple[Buffer, str, tuple[int, ...]]:
+    """(buffer, mode, shape) of a mask: bool -> 0/1 (hard unless mode given), float -> as is."""
+    if isinstance(mask, Tensor):
+        if mask.device != device:
+            raise DeviceError(f"{op}: attn_mask is on {mask.device}, the inputs on {device}")
+        if mask._buf is None:
+            host = np.asarray(mask._host)
+            if host.dtype.kind != "b":
+                host = host.astype(np.float32)
+        else:
+            if mask.requires_grad and autograd.is_grad_enabled():
+                raise ArgumentError(f"{op}: attn_mask requires grad, but the mask receives no gradient "
+                                    "(not supported yet); detach it")
+            return mask._buf, mode or "add", tuple(mask.shape)
+    else:
+        try:
+            host = np.asarray(mask)
+        except (TypeError, ValueError):
+            raise DTypeError(f"{op}: attn_mask must be a tensor or array, got {type(mask).__name__}") from None
+        if host.dtype.kind not in "biuf":
+            raise DTypeError(f"{op}: attn_mask must hold bools or floats, got dtype {host.dtype}")
+    if host.dtype.kind == "b":
+        mode = mode or "hard"
+    else:
+        mode = mode or "add"
+    return Buffer.from_numpy(np.ascontiguousarray(host, dtype=np.float32).reshape(-1), device), mode, host.shape
+
+
+def _record(op: str, q: Tensor, k: Tensor, v: Tensor, out_shape, mask_b, mode, layout, causal: bool, scale: float,
+            batch: int, n_q: int, n_k: int, d: int, own_mask: bool) -> Tensor:
+    qb, kb, vb = fbuf(op, q), fbuf(op, k), fbuf(op, v)
+    out_b, lse_b = P.flash_attention_fwd(qb, kb, vb, mask_b, batch, n_q, n_k, d, scale, causal, mode, layout)
+    need_q, need_kv = q.requires_grad, k.requires_grad or v.requires_grad
+
+    def vjp(g: Buffer):
+        dq = dk = dv = None
+        args = (qb, kb, vb, mask_b, out_b, lse_b, g, batch, n_q, n_k, d, scale, causal, mode, layout)
+        if need_q:
+            dq = P.flash_attention_bwd_q(*args)
+        if need_kv:
+            dk, dv = P.flash_attention_bwd_kv(*args)
+        return dq, dk, dv
+
+    ws = (lse_b, mask_b) if own_mask else (lse_b,)
+    return autograd.record(op, new(out_b, out_shape), (q, k, v), vjp, workspace=ws)
+
+
+def _check_qkv(op: str, q: Any, k: Any, v: Any):
+    for name, t in (("query", q), ("key", k), ("value", v)):
+        if not isinstance(t, Tensor):
+            raise DTypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
+        if t._buf is None:
+            raise DTypeError(f"{op}: {name} must be a float32 tensor, got {t.dtype}")
+        if t.ndim < 2:
+            raise ShapeError(f"{op}: {name} must have shape (..., n, E) with at least 2 dims, got {t.shape}")
+    same_device(op, q, k, v)
+    if q.shape[:-2] != k.shape[:-2] or q.shape[:-2] != v.shape[:-2]:
+        raise ShapeError(f"{op}: query, key and value must have the same leading dims, got {q.shape}, {k.shape}, "
+                         f"{v.shape}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ShapeError(f"{op}: key and value must have the same length S, got {k.shape} and {v.shape}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ShapeError(f"{op}: query and key must have the same embedding dim E, got {q.shape} and {k.shape}")
+    if v.shape[-1] != q.shape[-1]:
+        raise ArgumentError(f"{op}: a value dim Ev = {v.shape[-1]} different from E = {q.shape[-1]} is not "
+                            "supported yet")
+
+
+def _scale(op: str, scale: Any, e: int) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(e) if e else 1.0
+    try:
+        return float(scale)
+    except (TypeError, ValueError):
+        raise ArgumentError(f"{op}: scale must be a number or None, got {scale!r}") from None
+
+
+def _attend(op: str, q: Tensor, k: Tensor, v: Tensor, mask: Any, causal: bool, scale: float, mode: str | None):
+    lead = q.shape[:-2]
+    n_q, d = q.shape[-2:]
+    n_k = k.shape[-2]
+    batch = numel(lead)
+    mask_b, layout, own = None, None, False
+    if mask is not None:
+        mask_b, mode, mshape = _mask_buffer(op, mask, q.device, mode)
+        own = not (isinstance(mask, Tensor) and mask._buf is mask_b)
+        layout = _layout(op, mshape, lead, n_q, n_k)
+        if layout is None:  # three or more leading groups: expand the mask over the leading dims only
+            full = (1,) * (len(lead) + 2 - len(mshape)) + tuple(mshape)
+            m = np.ascontiguousarray(np.broadcast_to(mask_b.to_numpy().reshape(full), tuple(lead) + full[-2:]))
+            if own:
+                mask_b.release()
+            mask_b, own = Buffer.from_numpy(m.reshape(-1), q.device), True
+            layout = _layout(op, m.shape, lead, n_q, n_k)
+    else:
+        mode = "none"
+    return _record(op, q, k, v, tuple(lead) + (n_q, d), mask_b, mode, layout, bool(causal), scale, batch, n_q, n_k,
+                   d, own)
+
+
+def flash_attention(q: Tensor, k: Tensor, v: Tensor, mask: Any = None, causal: bool = False, scale: float | None = None,
+                    mask_mode: str = "fill") -> Tensor:
+    """softmax(mask(q k^T * scale)) v over (batch, n, d) tensors (any leading dims), one tape node.
+
+    ``mask`` (broadcastable to (batch, n_q, n_k)) is read with ``mask_mode``: "fill" (the seed's:
+    0.0 blocks, the score becomes -1000), "hard" (0.0 blocks with weight 0) or "add" (added to
+    the scores). ``scale`` defaults to 1/sqrt(d). ``causal`` allows key j for query i iff j <= i.
+    """
+    op = "flash_attention"
+    _check_qkv(op, q, k, v)
+    if mask_mode not in _MODES:
+        raise ArgumentError(f"{op}: mask_mode must be one of {_MODES}, got {mask_mode!r}")
+    return _attend(op, q, k, v, mask, causal, _scale(op, scale, q.shape[-1]), mask_mode if mask is not None else None)
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Any = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> Tensor:
+    """PyTorch's scaled_dot_product_attention over (..., L, E), (..., S, E), (..., S, E) tensors.
+
+    ``attn_mask``: bool (True = take part; a row with none gives 0) or float (added to the
+    scores), broadcastable to (..., L, S). ``is_causal``: key j for query i iff j <= i. ``scale``
+    defaults to 1/sqrt(E). ``dropout_p`` must be 0 and ``enable_gqa`` False (not supported yet);
+    Ev must equal E. See the module docstring for the other differences from PyTorch.
+    """
+    op = "scaled_dot_product_attention"
+    try:
+        dp = float(dropout_p)
+    except (TypeError, ValueError):
+        raise ArgumentError(f"{op}: dropout_p must be a number, got {dropout_p!r}") from None
+    if dp != 0.0:
+        raise ArgumentError(f"{op}: argument dropout_p={dropout_p!r} is not supported yet (only dropout_p=0.0)")
+    if enable_gqa:
+        raise ArgumentError(f"{op}: argument enable_gqa=True is not supported yet (only enable_gqa=False)")
+    if attn_mask is not None and is_causal:
+        raise ArgumentError(f"{op}: attn_mask and is_causal=True cannot be given together (PyTorch raises too)")
+    _check_qkv(op, query, key, value)
+    return _attend(op, query, key, value, attn_mask, bool(is_causal), _scale(op, scale, query.shape[-1]), None)

@@ -1,3 +1,156 @@
-"""attention family (in progress)."""
+"""CUDA kernels of the attention family (attention.cu): tiled flash attention, forward and backward.
 
-__all__: list[str] = []
+* flash_attention_fwd: one launch of tl_attn_fwd_d{16,32,64,128} (the smallest instantiation
+  >= d; d > 128: the warp-per-row tl_attn_fwd_generic, d <= 1024). Writes out and lse only.
+* backward: D = rowsum(dout * out) (tl_attn_rowdot, batch*n_q floats), then tl_attn_bwd_q_d* (a
+  block per query tile, looping over key tiles) and/or tl_attn_bwd_kv_d* (a block per key tile,
+  looping over query tiles). bwd_k and bwd_v run the fused kv kernel and drop one output.
+Extra device memory: the outputs, lse and D: O(n d). Every element is produced by one block in a
+fixed order: deterministic in both reduction modes, no atomics. Mask mode "none" passes a null
+mask pointer that the kernels never read.
+"""
+
+from __future__ import annotations
+
+import cupy
+import numpy as np
+from cupy.cuda import driver
+
+from .kernels import BLOCK, F32, I64, empty, grid_for, kernel, sm_count
+
+__all__ = ["flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
+           "flash_attention_bwd_kv"]
+
+_FILE = "attention.cu"
+_NT = 128
+_LD = 68
+_TILE = 64
+_GENERIC_MAX_D = 1024
+_MODES = {"none": 0, "fill": 1, "hard": 2, "add": 3}
+_configured: set = set()
+
+
+def _dp(d: int) -> int | None:
+    for dp in (16, 32, 64, 128):
+        if d <= dp:
+            return dp
+    return None
+
+
+def _smem(kind: str, dp: int) -> int:
+    if kind == "fwd":
+        return 4 * (2 * dp * _LD + 64 * dp + 64 * _LD)
+    if kind == "q":
+        return 4 * (4 * dp * _LD + 64 * _LD)
+    return 4 * (4 * dp * _LD + 2 * 64 * _LD + 128)
+
+
+def _tiled(kind: str, dp: int):
+    name = {"fwd": "tl_attn_fwd_d", "q": "tl_attn_bwd_q_d", "kv": "tl_attn_bwd_kv_d"}[kind] + str(dp)
+    fn = kernel(_FILE, name)
+    smem = _smem(kind, dp)
+    key = (cupy.cuda.runtime.getDevice(), name)
+    if key not in _configured:
+        if smem > 48 * 1024:
+            driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+        _configured.add(key)
+    return fn, smem
+
+
+def _mask_args(mask, mode, layout, causal):
+    if mode == "none" or mask is None:
+        heads, s_n, s_h, s_q, s_k = 1, 0, 0, 0, 0
+        ptr = np.uintp(0)
+        m = 0
+    else:
+        heads, s_n, s_h, s_q, s_k = layout
+        ptr = mask
+        m = _MODES[mode]
+    return (ptr, I64(max(heads, 1)), I64(s_n), I64(s_h), I64(s_q), I64(s_k), np.int32(m), np.int32(1 if causal else 0))
+
+
+def _grid(items: int, smem: int) -> int:
+    per_sm = max(1, min(4, (227 * 1024) // max(smem, 1)))
+    return max(1, min(items, sm_count() * per_sm * 8))
+
+
+def _check_d(d: int) -> None:
+    if d > _GENERIC_MAX_D:
+        from ...errors import ArgumentError
+        raise ArgumentError(f"flash_attention: head dim d = {d} is above the CUDA backend's limit {_GENERIC_MAX_D}")
+
+
+def flash_attention_fwd(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    out = empty(batch * n_q * d)
+    lse = empty(batch * n_q)
+    if batch * n_q == 0:
+        return out, lse
+    _check_d(d)
+    margs = _mask_args(mask, mask_mode, mask_layout, causal)
+    dims = (I64(batch), I64(n_q), I64(n_k), np.int32(d), F32(scale))
+    dp = _dp(d)
+    if dp is not None:
+        fn, smem = _tiled("fwd", dp)
+        items = batch * ((n_q + _TILE - 1) // _TILE)
+        fn((_grid(items, smem),), (_NT,), (q, k, v) + margs + (out, lse) + dims, shared_mem=smem)
+    else:
+        kernel(_FILE, "tl_attn_fwd_generic")((grid_for(batch * n_q * 32),), (BLOCK,),
+                                             (q, k, v) + margs + (out, lse) + dims)
+    return out, lse
+
+
+def _rowdot(dout, out, rows, d):
+    dd = empty(rows)
+    kernel(_FILE, "tl_attn_rowdot")((grid_for(rows * 32),), (BLOCK,), (dout, out, dd, I64(rows), I64(d)))
+    return dd
+
+
+def _bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, want_q, want_kv):
+    dq = dk = dv = None
+    if want_q:
+        dq = cupy.zeros(batch * n_q * d, dtype=cupy.float32)
+    if want_kv:
+        dk = cupy.zeros(batch * n_k * d, dtype=cupy.float32)
+        dv = cupy.zeros(batch * n_k * d, dtype=cupy.float32)
+    if batch * n_q * n_k * d == 0:
+        return dq, dk, dv
+    _check_d(d)
+    dd = _rowdot(dout, out, batch * n_q, d)
+    margs = _mask_args(mask, mask_mode, mask_layout, causal)
+    dims = (I64(batch), I64(n_q), I64(n_k), np.int32(d), F32(scale))
+    dp = _dp(d)
+    if want_q:
+        if dp is not None:
+            fn, smem = _tiled("q", dp)
+            items = batch * ((n_q + _TILE - 1) // _TILE)
+            fn((_grid(items, smem),), (_NT,), (q, k, v) + margs + (lse, dd, dout, dq) + dims, shared_mem=smem)
+        else:
+            kernel(_FILE, "tl_attn_bwd_q_generic")((grid_for(batch * n_q * 32),), (BLOCK,),
+                                                   (q, k, v) + margs + (lse, dd, dout, dq) + dims)
+    if want_kv:
+        if dp is not None:
+            fn, smem = _tiled("kv", dp)
+            items = batch * ((n_k + _TILE - 1) // _TILE)
+            fn((_grid(items, smem),), (_NT,), (q, k, v) + margs + (lse, dd, dout, dk, dv) + dims, shared_mem=smem)
+        else:
+            kernel(_FILE, "tl_attn_bwd_kv_generic")((grid_for(batch * n_k * 32),), (BLOCK,),
+                                                    (q, k, v) + margs + (lse, dd, dout, dk, dv) + dims)
+    del dd
+    return dq, dk, dv
+
+
+def flash_attention_bwd_q(*args):
+    return _bwd(*args, True, False)[0]
+
+
+def flash_attention_bwd_kv(*args):
+    _, dk, dv = _bwd(*args, False, True)
+    return dk, dv
+
+
+def flash_attention_bwd_k(*args):
+    return _bwd(*args, False, True)[1]
+
+
+def flash_attention_bwd_v(*args):
+    return _bwd(*args, False, True)[2]

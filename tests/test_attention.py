@@ -1,0 +1,347 @@
+"""The attention family: flash attention primitives, the tape op and scaled_dot_product_attention.
+
+The primitive table (torchlean.testing.table_attention) already runs every primitive against its
+float64 spec and contract on every backend (random and edge cases: tile boundaries, n_q != n_k,
+d in {16, 32, 64, 128, 24, 80}, each mask mode, causal, broadcast masks, blocked rows, NaN).
+Here: known answers of the conventions, VJPs against finite differences, agreement with PyTorch,
+the O(n d) memory of the CPU path, fake kernels that the contracts must reject, and errors.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import torchlean as tl
+import torchlean.nn.functional as F
+from torchlean import contract, ops, spec
+from torchlean.backends import cpu as cpu_backend
+from torchlean.errors import ArgumentError, ShapeError, TorchLeanError
+from torchlean.runtime import Buffer
+from torchlean.runtime import primitives as P
+from torchlean.testing.primitive_table import TABLE, run_case
+from torchlean.testing.table_attention import FWD_EDGES, bwd_args, fwd_args
+
+from test_vjp import _report, _within, fd_grads
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+F32 = np.float32
+
+
+def up(a, device):
+    return None if a is None else Buffer.from_numpy(np.asarray(a, dtype=F32), device)
+
+
+def fwd(device, q, k, v, mask, b, nq, nk, d, scale, causal=False, mode="none", layout=None):
+    o, l_ = P.flash_attention_fwd(up(q, device), up(k, device), up(v, device), up(mask, device), b, nq, nk, d, scale,
+                                  causal, mode, layout)
+    return o.to_numpy().reshape(b, nq, d), l_.to_numpy().reshape(b, nq)
+
+
+def rand(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(F32)
+
+
+# -- known answers ---------------------------------------------------------------------------
+def test_fully_blocked_rows_hard_zero_fill_uniform_add_zero(device):
+    rng = np.random.default_rng(0)
+    b, n, d = 1, 4, 16
+    q, k, v = rand(rng, b, n, d), rand(rng, b, n, d), rand(rng, b, n, d)
+    mask = np.ones((b, n, n), F32)
+    mask[0, 2] = 0
+    o, l_ = fwd(device, q, k, v, mask, b, n, n, d, 0.25, False, "hard")
+    assert np.all(o[0, 2] == 0) and l_[0, 2] == -np.inf and np.all(np.isfinite(o[0, [0, 1, 3]]))
+    o, l_ = fwd(device, q, k, v, mask, b, n, n, d, 0.25, False, "fill")
+    np.testing.assert_allclose(o[0, 2], v[0].mean(axis=0), rtol=1e-5, atol=1e-6)  # uniform average
+    np.testing.assert_allclose(l_[0, 2], -1000.0 + np.log(n), rtol=1e-6)
+    addm = np.where(mask > 0, 0.0, -np.inf).astype(F32)
+    o, l_ = fwd(device, q, k, v, addm, b, n, n, d, 0.25, False, "add")
+    assert np.all(o[0, 2] == 0) and l_[0, 2] == -np.inf
+    # zero gradients for the blocked row
+    dout = rand(rng, b * n * d)
+    args = [up(a, device) for a in (q, k, v, mask)]
+    ob, lb = P.flash_attention_fwd(*args, b, n, n, d, 0.25, False, "hard", None)
+    dq = P.flash_attention_bwd_q(*args, ob, lb, up(dout, device), b, n, n, d, 0.25, False, "hard", None)
+    assert np.all(dq.to_numpy().reshape(b, n, d)[0, 2] == 0)
+
+
+def test_causal_first_row_copies_v0_and_no_keys_give_zeros(device):
+    rng = np.random.default_rng(1)
+    q, k, v = rand(rng, 2, 5, 8), rand(rng, 2, 7, 8), rand(rng, 2, 7, 8)
+    o, l_ = fwd(device, q, k, v, None, 2, 5, 7, 8, 0.3, True)
+    np.testing.assert_allclose(o[:, 0], v[:, 0], rtol=1e-6)  # row 0 sees key 0 only
+    o, l_ = fwd(device, q, np.zeros(0, F32), np.zeros(0, F32), None, 2, 5, 0, 8, 0.3, False)
+    assert np.all(o == 0) and np.all(l_ == -np.inf)
+
+
+def test_large_scale_stays_finite_and_nan_propagates_by_row(device):
+    rng = np.random.default_rng(2)
+    q, k, v = rand(rng, 1, 6, 16), rand(rng, 1, 9, 16), rand(rng, 1, 9, 16)
+    o, l_ = fwd(device, q, k, v, None, 1, 6, 9, 16, 1000.0)
+    assert np.all(np.isfinite(o)) and np.all(np.isfinite(l_))
+    q[0, 3, 5] = np.nan
+    o, l_ = fwd(device, q, k, v, None, 1, 6, 9, 16, 0.25)
+    assert np.all(np.isnan(o[0, 3])) and np.isnan(l_[0, 3])
+    assert np.all(np.isfinite(np.delete(o[0], 3, axis=0)))
+
+
+def test_broadcast_mask_layout_equals_dense(device):
+    rng = np.random.default_rng(3)
+    n_, h, nq, nk, d = 2, 3, 9, 13, 8
+    b = n_ * h
+    q, k, v = rand(rng, b, nq, d), rand(rng, b, nk, d), rand(rng, b, nk, d)
+    small = rng.standard_normal((n_, 1, 1, nk)).astype(F32)  # key padding, added
+    dense = np.broadcast_to(small, (n_, h, nq, nk)).reshape(b, nq, nk).copy()
+    o1, l1 = fwd(device, q, k, v, small, b, nq, nk, d, 0.3, False, "add", (h, nk, 0, 0, 1))
+    o2, l2 = fwd(device, q, k, v, dense, b, nq, nk, d, 0.3, False, "add", None)
+    np.testing.assert_array_equal(o1, o2)
+    np.testing.assert_array_equal(l1, l2)
+
+
+# -- VJPs against float64 finite differences ---------------------------------------------------
+def _ref_attention(mask, causal, mode, scale):
+    def ref(q, k, v):
+        b, nq, d = q.shape
+        nk = k.shape[1]
+        out, _ = spec.flash_attention_fwd(q.reshape(-1), k.reshape(-1), v.reshape(-1), mask, b, nq, nk, d, scale,
+                                          causal, mode if mask is not None else "none", None)
+        return out.reshape(b, nq, d)
+    return ref
+
+
+@pytest.mark.parametrize("mode, causal", [("none", False), ("none", True), ("fill", False), ("hard", False),
+                                          ("add", False), ("hard", True), ("fill", True)])
+def test_vjp_matches_finite_differences(mode, causal, device):
+    rng = np.random.default_rng(hash((mode, causal)) % 2**32)
+    b, nq, nk, d = 2, 3, 4, 3
+    q, k, v = rand(rng, b, nq, d), rand(rng, b, nk, d), rand(rng, b, nk, d)
+    mask = None
+    if mode != "none":
+        allow = rng.random((b, nq, nk)) < 0.7
+        allow[:, :, 0] = True
+        mask = (allow.astype(F32) if mode != "add"
+                else np.where(allow, rng.standard_normal((b, nq, nk)), -np.inf).astype(F32))
+    scale = 0.7
+    w = rand(rng, b, nq, d)
+    ts = [tl.tensor(a, device=device, requires_grad=True) for a in (q, k, v)]
+    tm = None if mask is None else tl.tensor(mask, device=device)
+    out = ops.flash_attention(*ts, mask=tm, causal=causal, scale=scale, mask_mode="fill" if mode == "none" else mode)
+    out.backward(tl.tensor(w, device=device))
+    m64 = None if mask is None else mask.astype(np.float64).reshape(-1)
+    fds = fd_grads(_ref_attention(m64, causal, mode, float(F32(scale))), [q, k, v], w)
+    for t, fd, name in zip(ts, fds, "qkv"):
+        ours = t.grad.numpy()
+        assert _within(ours, fd), f"d{name} ({mode}, causal={causal}): {_report(ours, fd)}"
+        assert not _within(2 * fd, fd) or np.abs(fd).max() < 1e-6
+
+
+def test_separate_bwd_components_equal_fused(device):
+    args = bwd_args(FWD_EDGES[13], rng=np.random.default_rng(0))
+    bufs = [up(a, device) if isinstance(a, np.ndarray) else a for a in args]
+    dk, dv = P.flash_attention_bwd_kv(*bufs)
+    np.testing.assert_array_equal(P.flash_attention_bwd_k(*bufs).to_numpy(), dk.to_numpy())
+    np.testing.assert_array_equal(P.flash_attention_bwd_v(*bufs).to_numpy(), dv.to_numpy())
+
+
+# -- PyTorch agreement -----------------------------------------------------------------------
+def _torch_dev(device):
+    return "cuda" if device == "cuda" and torch.cuda.is_available() else "cpu"
+
+
+CASES = [
+    dict(shape=(2, 3, 17, 8), s=11, mask=None, causal=False),
+    dict(shape=(2, 3, 17, 8), s=17, mask=None, causal=True),
+    dict(shape=(2, 3, 9, 16), s=13, mask=("bool", (9, 13)), causal=False),
+    dict(shape=(2, 3, 9, 16), s=13, mask=("float", (2, 1, 9, 13)), causal=False),
+    dict(shape=(2, 3, 9, 16), s=13, mask=("bool", (2, 1, 1, 13)), causal=False),
+    dict(shape=(2, 3, 9, 16), s=13, mask=("float", (1, 3, 9, 13)), causal=False, scale=0.05),
+    dict(shape=(4, 70, 24), s=66, mask=None, causal=False, scale=2.0),
+    dict(shape=(2, 2, 2, 5, 8), s=6, mask=("bool", (2, 1, 2, 5, 6)), causal=False),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['shape']}-{c['mask']}-{c['causal']}")
+def test_front_end_matches_torch(case, device):
+    rng = np.random.default_rng(7)
+    shape, s = case["shape"], case["s"]
+    lead, (l_, e) = shape[:-2], shape[-2:]
+    q = rand(rng, *shape)
+    k, v = rand(rng, *lead, s, e), rand(rng, *lead, s, e)
+    mask = None
+    if case["mask"] is not None:
+        kind, mshape = case["mask"]
+        mask = rng.random(mshape) < 0.7 if kind == "bool" else rand(rng, *mshape)
+        if kind == "bool":
+            mask[..., 0] = True
+    scale = case.get("scale")
+    w = rand(rng, *shape)
+    ts = [tl.tensor(a, device=device, requires_grad=True) for a in (q, k, v)]
+    out = F.scaled_dot_product_attention(*ts, attn_mask=None if mask is None else tl.tensor(mask, device=device),
+                                         is_causal=case["causal"], scale=scale)
+    out.backward(tl.tensor(w, device=device))
+    tdev = _torch_dev(device)
+    T = [torch.tensor(a, dtype=torch.float64, device=tdev, requires_grad=True) for a in (q, k, v)]
+    tm = None if mask is None else torch.tensor(mask, device=tdev, dtype=torch.bool if mask.dtype == bool
+                                                 else torch.float64)
+    ref = TF.scaled_dot_product_attention(*T, attn_mask=tm, is_causal=case["causal"], scale=scale)
+    ref.backward(torch.tensor(w, dtype=torch.float64, device=tdev))
+    # float32 against float64: a few hundred u of the largest magnitudes involved
+    tol = lambda r: 2e-5 * (np.abs(r) + np.abs(r).max()) + 1e-6  # noqa: E731
+    r = ref.detach().cpu().numpy()
+    assert out.shape == tuple(r.shape)
+    assert np.all(np.abs(out.numpy() - r) <= tol(r))
+    for t, tt, name in zip(ts, T, "qkv"):
+        g = tt.grad.cpu().numpy()
+        assert np.all(np.abs(t.grad.numpy() - g) <= tol(g)), f"grad {name}: {np.abs(t.grad.numpy() - g).max()}"
+    # torch float32 agrees too (the test device's torch, TF32 off)
+    T32 = [torch.tensor(a, device=tdev) for a in (q, k, v)]
+    tm32 = None if tm is None else (tm if tm.dtype == torch.bool else tm.float())
+    r32 = TF.scaled_dot_product_attention(*T32, attn_mask=tm32, is_causal=case["causal"], scale=scale).cpu().numpy()
+    assert np.all(np.abs(out.numpy() - r32) <= tol(r))
+
+
+def test_front_end_fully_masked_row_gives_zero_like_torch(device):
+    rng = np.random.default_rng(8)
+    q, k, v = rand(rng, 1, 3, 4), rand(rng, 1, 5, 4), rand(rng, 1, 5, 4)
+    m = np.ones((3, 5), bool)
+    m[1] = False
+    out = F.scaled_dot_product_attention(*(tl.tensor(a, device=device) for a in (q, k, v)),
+                                         attn_mask=tl.tensor(m, device=device)).numpy()
+    ref = TF.scaled_dot_product_attention(*(torch.tensor(a) for a in (q, k, v)), attn_mask=torch.tensor(m)).numpy()
+    assert np.all(out[0, 1] == 0) and np.all(ref[0, 1] == 0)
+
+
+# -- memory: the CPU path never holds an (n, n) matrix -----------------------------------------
+def test_cpu_memory_is_O_n_d():
+    rng = np.random.default_rng(9)
+    n, d = 4096, 64
+    q, k, v, g = (rand(rng, 1, n, d) for _ in range(4))
+    args = [Buffer.from_numpy(a.reshape(-1), "cpu") for a in (q, k, v)]
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        out, lse = P.flash_attention_fwd(*args, None, 1, n, n, d, 0.125, False, "none", None)
+        gb = Buffer.from_numpy(g.reshape(-1), "cpu")
+        P.flash_attention_bwd_q(*args, None, out, lse, gb, 1, n, n, d, 0.125, False, "none", None)
+        P.flash_attention_bwd_kv(*args, None, out, lse, gb, 1, n, n, d, 0.125, False, "none", None)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    nbytes = n * d * 4
+    assert peak < 16 * nbytes, f"peak {peak / 2**20:.1f} MiB; an n x n float32 matrix is {n * n * 4 / 2**20:.0f} MiB"
+
+
+# -- fake kernels: the contracts must reject them ----------------------------------------------
+def _genuine(name):
+    return getattr(cpu_backend, name)
+
+
+def _causal_off_by_one(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mode, layout, genuine=_genuine(
+        "flash_attention_fwd")):
+    """Ignores the causal flag."""
+    out, lse = genuine(q, k, v, mask, batch, n_q, n_k, d, scale, False, mode, layout)
+    return out, lse
+
+
+def _lse_off(*args, genuine=_genuine("flash_attention_fwd")):
+    out, lse = genuine(*args)
+    return out, lse + np.float32(1e-3)
+
+
+def _drop_tile(*args, genuine=_genuine("flash_attention_fwd")):
+    q, k, v, mask, batch, n_q, n_k, d, scale, causal, mode, layout = args
+    keep = n_k - 64
+    kk = k.reshape(batch, n_k, d)[:, :keep].reshape(-1).copy()
+    vv = v.reshape(batch, n_k, d)[:, :keep].reshape(-1).copy()
+    return genuine(q, kk, vv, None, batch, n_q, keep, d, scale, causal, "none", None)
+
+
+def _dq_wrong_sign_on_tile(*args, genuine=_genuine("flash_attention_bwd_q")):
+    dq = genuine(*args).copy()
+    dq[:16] = -dq[:16]
+    return dq
+
+
+_NOMASK = fwd_args(*(np.random.default_rng(5).standard_normal(s).astype(F32) for s in (130 * 16, 130 * 16, 130 * 16)),
+                   None, 1, 130, 130, 16, 0.25, False, "none", None)
+_CAUSAL = fwd_args(*_NOMASK[:4], 1, 130, 130, 16, 0.25, True, "none", None)
+FAKES = [
+    pytest.param("flash_attention_fwd", _drop_tile, _NOMASK, id="fwd-drops-a-key-tile"),
+    pytest.param("flash_attention_fwd", _causal_off_by_one, _CAUSAL, id="fwd-ignores-causal"),
+    pytest.param("flash_attention_fwd", _lse_off, _NOMASK, id="fwd-lse-off"),
+    pytest.param("flash_attention_bwd_q", _dq_wrong_sign_on_tile, bwd_args(_NOMASK), id="bwd_q-wrong-sign"),
+]
+
+
+def _causal_shifted(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mode, layout, genuine=_genuine(
+        "flash_attention_fwd")):
+    """A causal mask off by one (j <= i + 1), as an additive mask."""
+    j, i = np.arange(n_k)[None, :], np.arange(n_q)[:, None]
+    m = np.where(j <= i + 1, 0.0, -np.inf).astype(F32).reshape(-1)
+    return genuine(q, k, v, m, batch, n_q, n_k, d, scale, False, "add", (1, 0, 0, n_k, 1))
+
+
+FAKES.append(pytest.param("flash_attention_fwd", _causal_shifted, _CAUSAL, id="fwd-causal-off-by-one"))
+
+
+@pytest.mark.parametrize("name, fake, args", FAKES)
+def test_contract_catches_wrong_kernel(monkeypatch, name, fake, args):
+    info = TABLE[name]
+    assert run_case(info, args, "cpu")[0].ok
+    monkeypatch.setattr(cpu_backend, name, fake)
+    verdict = run_case(info, args, "cpu")[0]
+    assert not verdict.ok, f"the contract of {name} accepted a wrong kernel (ratio {verdict.ratio})"
+
+
+def test_contract_statements_exist():
+    for n in ("flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
+              "flash_attention_bwd_kv"):
+        assert contract.CONTRACTS[n].statement
+
+
+# -- errors ----------------------------------------------------------------------------------
+def test_primitive_errors():
+    b = Buffer.from_numpy(np.zeros(12, F32), "cpu")
+    with pytest.raises(ShapeError, match="flash_attention_fwd.*q"):
+        P.flash_attention_fwd(Buffer.from_numpy(np.zeros(5, F32), "cpu"), b, b, None, 1, 3, 3, 4, 1.0)
+    with pytest.raises(ArgumentError, match="mask_mode"):
+        P.flash_attention_fwd(b, b, b, None, 1, 3, 3, 4, 1.0, False, "soft")
+    with pytest.raises(ArgumentError, match="mask must be None"):
+        P.flash_attention_fwd(b, b, b, b, 1, 3, 3, 4, 1.0, False, "none")
+    with pytest.raises(ShapeError, match="mask"):
+        P.flash_attention_fwd(b, b, b, Buffer.from_numpy(np.zeros(4, F32), "cpu"), 1, 3, 3, 4, 1.0, False, "hard")
+    with pytest.raises(ShapeError, match="heads"):
+        P.flash_attention_fwd(b, b, b, b, 1, 3, 3, 4, 1.0, False, "hard", (2, 0, 0, 3, 1))
+    with pytest.raises(ArgumentError, match="causal"):
+        P.flash_attention_fwd(b, b, b, None, 1, 3, 3, 4, 1.0, 1)
+    with pytest.raises(ShapeError, match="n_q"):
+        P.flash_attention_fwd(b, b, b, None, 1, -3, 3, 4, 1.0)
+
+
+def test_front_end_errors():
+    q = tl.tensor(np.zeros((2, 3, 4), F32))
+    k = tl.tensor(np.zeros((2, 5, 4), F32))
+    with pytest.raises(ArgumentError, match="dropout_p"):
+        F.scaled_dot_product_attention(q, k, k, dropout_p=0.1)
+    with pytest.raises(ArgumentError, match="enable_gqa"):
+        F.scaled_dot_product_attention(q, k, k, enable_gqa=True)
+    with pytest.raises(ArgumentError, match="is_causal"):
+        F.scaled_dot_product_attention(q, k, k, attn_mask=tl.tensor(np.ones((3, 5), bool)), is_causal=True)
+    with pytest.raises(ShapeError, match="broadcast"):
+        F.scaled_dot_product_attention(q, k, k, attn_mask=tl.tensor(np.ones((4, 5), bool)))
+    with pytest.raises(ShapeError, match="scaled_dot_product_attention"):
+        F.scaled_dot_product_attention(q, tl.tensor(np.zeros((2, 5, 3), F32)), k)
+    with pytest.raises(ShapeError, match="leading"):
+        F.scaled_dot_product_attention(q, tl.tensor(np.zeros((1, 5, 4), F32)), tl.tensor(np.zeros((1, 5, 4), F32)))
+    with pytest.raises(ArgumentError, match="Ev"):
+        F.scaled_dot_product_attention(q, k, tl.tensor(np.zeros((2, 5, 6), F32)))
+    with pytest.raises(TorchLeanError):
+        F.scaled_dot_product_attention(tl.tensor(np.zeros(4, F32)), k, k)
+    m = tl.tensor(np.zeros((3, 5), F32), requires_grad=True)
+    with pytest.raises(ArgumentError, match="attn_mask"):
+        F.scaled_dot_product_attention(q, k, k, attn_mask=m)
+    assert "scaled_dot_product_attention" in dir(F)

@@ -1,0 +1,630 @@
+// Flash attention (forward, dQ, fused dK/dV) over float32 (batch, n, d) buffers.
+//
+// Tiled kernels (head dim padded to DP = 16, 32, 64 or 128; any d <= 128 runs in the next
+// instantiation with the tail zero-filled): 128 threads per block, tiles of 64 rows x 64 columns,
+// each thread a 4 x 8 register micro-tile of scores (rows rg*4 .. rg*4+3, columns cg*4 .. cg*4+3
+// and 32+cg*4 .. 32+cg*4+3, rg = tid / 8, cg = tid % 8, so the 8 threads of a row are adjacent
+// lanes and row reductions are 3 xor-shuffles). Operand tiles are stored transposed in shared
+// memory ([dim][row], row length TL_LD = 68 floats) so each k-step reads one float4 of rows and two
+// float4s of columns; inner products are explicit fmaf (the module compiles with --fmad=false).
+// Scores are kept in base 2: q is multiplied by c = scale * log2(e) as it is staged, and exp2f is
+// used throughout (lse is converted back to natural units when written).
+//
+// Mask modes: 0 none (the mask pointer is never read), 1 fill (entry 0 -> score -1000 nats),
+// 2 hard (entry 0 -> weight exactly 0), 3 add (entry added; -inf -> weight exactly 0). The mask
+// entry of (b, i, j) is mask[(b / heads) s_n + (b % heads) s_h + i s_q + j s_k]. Causal: key j
+// allowed for query i iff j <= i; key tiles entirely above the diagonal are skipped.
+//
+// Work: a 1-D grid-stride loop over (batch, tile) items; every output element is written by the
+// one block that owns its tile, accumulating in a fixed order: deterministic, no atomics.
+// Generic fallback kernels (one warp per row, any d <= 32 * TL_NPL) serve d > 128.
+
+#define TL_BR 64
+#define TL_BC 64
+#define TL_LD 68
+#define TL_NT 128
+#define TL_LOG2E 1.4426950408889634f
+#define TL_LN2 0.6931471805599453f
+#define TL_FILL2 (-1442.6950408889634f)  // -1000 nats in base 2
+
+struct TlAttnMask {
+    const float* mask;
+    long long heads, s_n, s_h, s_q, s_k;
+    int mode, causal;
+};
+
+__device__ __forceinline__ const float* tl_mask_base(const TlAttnMask& M, long long b) {
+    return M.mask + (b / M.heads) * M.s_n + (b % M.heads) * M.s_h;
+}
+
+// The masked base-2 score of (i, j), -inf when the key carries no weight; *live = false for a
+// filled score (its gradient does not reach q or k).
+__device__ __forceinline__ float tl_masked(float s, long long i, long long j, long long n_q, long long n_k,
+                                           const TlAttnMask& M, const float* mb, bool* live) {
+    *live = true;
+    if (i >= n_q || j >= n_k || (M.causal && j > i)) { *live = false; return -INFINITY; }
+    if (M.mode == 0) return s;
+    float mv = mb[i * M.s_q + j * M.s_k];
+    if (M.mode == 1) {
+        if (mv == 0.0f) { *live = false; return TL_FILL2; }
+        return s;
+    }
+    if (M.mode == 2) {
+        if (mv == 0.0f) { *live = false; return -INFINITY; }
+        return s;
+    }
+    if (mv == -INFINITY) { *live = false; return -INFINITY; }
+    return s + mv * TL_LOG2E;
+}
+
+// dst[c * TL_LD + r] = src[(row0 + r) * d + c] * mul for r < 64, c < DP (zero outside the data).
+// Consecutive threads take consecutive rows: conflict-free shared stores.
+template <int DP>
+__device__ __forceinline__ void tl_load_t(float* dst, const float* src, long long row0, long long nrows, int d,
+                                          float mul) {
+    for (int idx = threadIdx.x; idx < 64 * DP; idx += TL_NT) {
+        int r = idx & 63, c = idx >> 6;
+        float x = 0.0f;
+        if (row0 + r < nrows && c < d) x = src[(row0 + r) * d + c] * mul;
+        dst[c * TL_LD + r] = x;
+    }
+}
+
+// dst[r * DP + c] = src[(row0 + r) * d + c] (row-major, coalesced).
+template <int DP>
+__device__ __forceinline__ void tl_load_rows(float* dst, const float* src, long long row0, long long nrows, int d) {
+    for (int idx = threadIdx.x; idx < 64 * DP; idx += TL_NT) {
+        int r = idx / DP, c = idx - r * DP;
+        float x = 0.0f;
+        if (row0 + r < nrows && c < d) x = src[(row0 + r) * d + c];
+        dst[idx] = x;
+    }
+}
+
+// acc[r][c] += sum_k A[k][rg*4 + r] * B[k][col(c)] over k < DP, A and B transposed tiles.
+template <int DP>
+__device__ __forceinline__ void tl_mma_4x8(float acc[4][8], const float* A, const float* B, int rg, int cg) {
+#pragma unroll 4
+    for (int k = 0; k < DP; ++k) {
+        float4 a = *reinterpret_cast<const float4*>(A + k * TL_LD + rg * 4);
+        float4 b0 = *reinterpret_cast<const float4*>(B + k * TL_LD + cg * 4);
+        float4 b1 = *reinterpret_cast<const float4*>(B + k * TL_LD + 32 + cg * 4);
+        float av[4] = {a.x, a.y, a.z, a.w};
+        float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int c = 0; c < 8; ++c) acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
+    }
+}
+
+__device__ __forceinline__ int tl_col(int cg, int c) { return (c < 4) ? cg * 4 + c : 32 + cg * 4 + (c - 4); }
+
+// -- forward -------------------------------------------------------------------------------
+template <int DP>
+__device__ void tl_attn_fwd_tiled(const float* __restrict__ q, const float* __restrict__ k,
+                                  const float* __restrict__ v, TlAttnMask M, float* __restrict__ out,
+                                  float* __restrict__ lse, long long batch, long long n_q, long long n_k, int d,
+                                  float scale) {
+    extern __shared__ float4 tl_smem4[];
+    float* smem = reinterpret_cast<float*>(tl_smem4);
+    float* QsT = smem;               // [DP][TL_LD], q * c
+    float* KsT = QsT + DP * TL_LD;   // [DP][TL_LD]
+    float* Vs = KsT + DP * TL_LD;    // [64][DP]
+    float* Ps = Vs + 64 * DP;        // [64][TL_LD]
+    const int tid = threadIdx.x, cg = tid & 7, rg = tid >> 3;
+    const float c2 = scale * TL_LOG2E;
+    const long long ntq = (n_q + TL_BR - 1) / TL_BR;
+    for (long long item = blockIdx.x; item < batch * ntq; item += gridDim.x) {
+        const long long b = item / ntq, i0 = (item - b * ntq) * TL_BR;
+        const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
+        __syncthreads();  // the previous item's readers are done with the tiles
+        tl_load_t<DP>(QsT, q + b * n_q * d, i0, n_q, d, c2);
+        float m[4], l[4], o[4][DP / 8];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+#pragma unroll
+            for (int t = 0; t < DP / 8; ++t) o[r][t] = 0.0f;
+        }
+        const long long kend = M.causal ? min(n_k, i0 + TL_BR) : n_k;
+        for (long long j0 = 0; j0 < kend; j0 += TL_BC) {
+            __syncthreads();
+            tl_load_t<DP>(KsT, k + b * n_k * d, j0, n_k, d, 1.0f);
+            tl_load_rows<DP>(Vs, v + b * n_k * d, j0, n_k, d);
+            __syncthreads();
+            float s[4][8];
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int c = 0; c < 8; ++c) s[r][c] = 0.0f;
+            tl_mma_4x8<DP>(s, QsT, KsT, rg, cg);
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const long long i = i0 + rg * 4 + r;
+                float mx = -INFINITY;
+#pragma unroll
+                for (int c = 0; c < 8; ++c) {
+                    bool live;
+                    s[r][c] = tl_masked(s[r][c], i, j0 + tl_col(cg, c), n_q, n_k, M, mb, &live);
+                    mx = fmaxf(mx, s[r][c]);
+                }
+                mx = fmaxf(mx, __shfl_xor_sync(TL_FULL_MASK, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(TL_FULL_MASK, mx, 2));
+                mx = fmaxf(mx, __shfl_xor_sync(TL_FULL_MASK, mx, 4));
+                const float m_new = fmaxf(m[r], mx);
+                const float m_use = (m_new == -INFINITY) ? 0.0f : m_new;
+                const float alpha = exp2f(m[r] - m_use);
+                m[r] = m_new;
+                float ps = 0.0f;
+#pragma unroll
+                for (int c = 0; c < 8; ++c) {
+                    s[r][c] = exp2f(s[r][c] - m_use);
+                    ps += s[r][c];
+                }
+                l[r] = l[r] * alpha + ps;
+#pragma unroll
+                for (int t = 0; t < DP / 8; ++t) o[r][t] *= alpha;
+                float* prow = Ps + (rg * 4 + r) * TL_LD;
+                *reinterpret_cast<float4*>(prow + cg * 4) = make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
+                *reinterpret_cast<float4*>(prow + 32 + cg * 4) = make_float4(s[r][4], s[r][5], s[r][6], s[r][7]);
+            }
+            __syncthreads();
+            // O += P V: thread columns t*32 + cg*4 + e (e < 4), t < DP/32
+#pragma unroll 2
+            for (int j = 0; j < TL_BC; j += 4) {
+                float pv[4][4];
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    float4 p4 = *reinterpret_cast<const float4*>(Ps + (rg * 4 + r) * TL_LD + j);
+                    pv[r][0] = p4.x; pv[r][1] = p4.y; pv[r][2] = p4.z; pv[r][3] = p4.w;
+                }
+#pragma unroll
+                for (int jj = 0; jj < 4; ++jj) {
+#pragma unroll
+                    for (int t = 0; t < DP / 32; ++t) {
+                        float4 vv = *reinterpret_cast<const float4*>(Vs + (j + jj) * DP + t * 32 + cg * 4);
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) {
+                            o[r][t * 4 + 0] = fmaf(pv[r][jj], vv.x, o[r][t * 4 + 0]);
+                            o[r][t * 4 + 1] = fmaf(pv[r][jj], vv.y, o[r][t * 4 + 1]);
+                            o[r][t * 4 + 2] = fmaf(pv[r][jj], vv.z, o[r][t * 4 + 2]);
+                            o[r][t * 4 + 3] = fmaf(pv[r][jj], vv.w, o[r][t * 4 + 3]);
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            float lt = l[r];
+            lt += __shfl_xor_sync(TL_FULL_MASK, lt, 1);
+            lt += __shfl_xor_sync(TL_FULL_MASK, lt, 2);
+            lt += __shfl_xor_sync(TL_FULL_MASK, lt, 4);
+            const long long i = i0 + rg * 4 + r;
+            if (i < n_q) {
+                const bool ok = !(lt == 0.0f);  // NaN rows stay NaN; rows without weight give 0
+                float* orow = out + (b * n_q + i) * d;
+#pragma unroll
+                for (int t = 0; t < DP / 32; ++t)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        int col = t * 32 + cg * 4 + e;
+                        if (col < d) orow[col] = ok ? o[r][t * 4 + e] / lt : 0.0f;
+                    }
+                if (cg == 0) lse[b * n_q + i] = ok ? (m[r] + log2f(lt)) * TL_LN2 : -INFINITY;
+            }
+        }
+    }
+}
+
+// -- D = rowsum(dout * out): one warp per row, fixed order --------------------------------------
+extern "C" __global__ void tl_attn_rowdot(const float* __restrict__ dout, const float* __restrict__ out,
+                                          float* __restrict__ dd, long long rows, long long d) {
+    const int lane = threadIdx.x & 31;
+    const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    for (long long r = TL_TID >> 5; r < rows; r += warps) {
+        float acc = 0.0f;
+        for (long long c = lane; c < d; c += 32) acc = fmaf(dout[r * d + c], out[r * d + c], acc);
+        acc = tl_warp_sum_f(acc);
+        if (lane == 0) dd[r] = acc;
+    }
+}
+
+// -- dQ: a block owns a query tile and loops over key tiles -----------------------------------
+template <int DP>
+__device__ void tl_attn_bwd_q_tiled(const float* __restrict__ q, const float* __restrict__ k,
+                                    const float* __restrict__ v, TlAttnMask M, const float* __restrict__ lse,
+                                    const float* __restrict__ dd, const float* __restrict__ dout,
+                                    float* __restrict__ dq, long long batch, long long n_q, long long n_k, int d,
+                                    float scale) {
+    extern __shared__ float4 tl_smem4[];
+    float* smem = reinterpret_cast<float*>(tl_smem4);
+    float* QsT = smem;                // q * c
+    float* GsT = QsT + DP * TL_LD;    // dout
+    float* KsT = GsT + DP * TL_LD;
+    float* VsT = KsT + DP * TL_LD;
+    float* Ss = VsT + DP * TL_LD;     // dS [64 queries][TL_LD]
+    const int tid = threadIdx.x, cg = tid & 7, rg = tid >> 3;
+    const float c2 = scale * TL_LOG2E;
+    const long long ntq = (n_q + TL_BR - 1) / TL_BR;
+    for (long long item = blockIdx.x; item < batch * ntq; item += gridDim.x) {
+        const long long b = item / ntq, i0 = (item - b * ntq) * TL_BR;
+        const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
+        __syncthreads();
+        tl_load_t<DP>(QsT, q + b * n_q * d, i0, n_q, d, c2);
+        tl_load_t<DP>(GsT, dout + b * n_q * d, i0, n_q, d, 1.0f);
+        float l2[4], dr[4], acc[4][DP / 8];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const long long i = i0 + rg * 4 + r;
+            l2[r] = (i < n_q) ? lse[b * n_q + i] * TL_LOG2E : -INFINITY;
+            dr[r] = (i < n_q) ? dd[b * n_q + i] : 0.0f;
+#pragma unroll
+            for (int t = 0; t < DP / 8; ++t) acc[r][t] = 0.0f;
+        }
+        const long long kend = M.causal ? min(n_k, i0 + TL_BR) : n_k;
+        for (long long j0 = 0; j0 < kend; j0 += TL_BC) {
+            __syncthreads();
+            tl_load_t<DP>(KsT, k + b * n_k * d, j0, n_k, d, 1.0f);
+            tl_load_t<DP>(VsT, v + b * n_k * d, j0, n_k, d, 1.0f);
+            __syncthreads();
+            float s[4][8], dp[4][8];
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int c = 0; c < 8; ++c) { s[r][c] = 0.0f; dp[r][c] = 0.0f; }
+            tl_mma_4x8<DP>(s, QsT, KsT, rg, cg);
+            tl_mma_4x8<DP>(dp, GsT, VsT, rg, cg);
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const long long i = i0 + rg * 4 + r;
+                float dsv[8];
+#pragma unroll
+                for (int c = 0; c < 8; ++c) {
+                    bool live;
+                    float t = tl_masked(s[r][c], i, j0 + tl_col(cg, c), n_q, n_k, M, mb, &live);
+                    float p = (live && l2[r] != -INFINITY) ? exp2f(t - l2[r]) : 0.0f;
+                    dsv[c] = live ? p * (dp[r][c] - dr[r]) : 0.0f;
+                }
+                float* srow = Ss + (rg * 4 + r) * TL_LD;
+                *reinterpret_cast<float4*>(srow + cg * 4) = make_float4(dsv[0], dsv[1], dsv[2], dsv[3]);
+                *reinterpret_cast<float4*>(srow + 32 + cg * 4) = make_float4(dsv[4], dsv[5], dsv[6], dsv[7]);
+            }
+            __syncthreads();
+            // acc[r][t] += sum_j dS[row][j] K[j][cg + 8t]
+#pragma unroll 2
+            for (int j = 0; j < TL_BC; j += 4) {
+                float sv[4][4];
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    float4 s4 = *reinterpret_cast<const float4*>(Ss + (rg * 4 + r) * TL_LD + j);
+                    sv[r][0] = s4.x; sv[r][1] = s4.y; sv[r][2] = s4.z; sv[r][3] = s4.w;
+                }
+#pragma unroll
+                for (int t = 0; t < DP / 8; ++t) {
+                    float4 k4 = *reinterpret_cast<const float4*>(KsT + (cg + 8 * t) * TL_LD + j);
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) {
+                        acc[r][t] = fmaf(sv[r][0], k4.x, acc[r][t]);
+                        acc[r][t] = fmaf(sv[r][1], k4.y, acc[r][t]);
+                        acc[r][t] = fmaf(sv[r][2], k4.z, acc[r][t]);
+                        acc[r][t] = fmaf(sv[r][3], k4.w, acc[r][t]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const long long i = i0 + rg * 4 + r;
+            if (i < n_q) {
+#pragma unroll
+                for (int t = 0; t < DP / 8; ++t) {
+                    int col = cg + 8 * t;
+                    if (col < d) dq[(b * n_q + i) * d + col] = acc[r][t] * scale;
+                }
+            }
+        }
+    }
+}
+
+// -- dK, dV: a block owns a key tile and loops over query tiles --------------------------------
+template <int DP>
+__device__ void tl_attn_bwd_kv_tiled(const float* __restrict__ q, const float* __restrict__ k,
+                                     const float* __restrict__ v, TlAttnMask M, const float* __restrict__ lse,
+                                     const float* __restrict__ dd, const float* __restrict__ dout,
+                                     float* __restrict__ dk, float* __restrict__ dv, long long batch, long long n_q,
+                                     long long n_k, int d, float scale) {
+    extern __shared__ float4 tl_smem4[];
+    float* smem = reinterpret_cast<float*>(tl_smem4);
+    float* KsT = smem;                // [DP][TL_LD] keys
+    float* VsT = KsT + DP * TL_LD;
+    float* QsT = VsT + DP * TL_LD;    // q * c, [DP][TL_LD] queries
+    float* GsT = QsT + DP * TL_LD;    // dout
+    float* Ps = GsT + DP * TL_LD;     // [64 keys][TL_LD queries]
+    float* Ss = Ps + 64 * TL_LD;      // dS, same layout
+    float* L2 = Ss + 64 * TL_LD;      // [64] lse in base 2
+    float* Dd = L2 + 64;              // [64]
+    const int tid = threadIdx.x, cg = tid & 7, rg = tid >> 3;
+    const float c2 = scale * TL_LOG2E;
+    const long long ntk = (n_k + TL_BC - 1) / TL_BC;
+    for (long long item = blockIdx.x; item < batch * ntk; item += gridDim.x) {
+        const long long b = item / ntk, j0 = (item - b * ntk) * TL_BC;
+        const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
+        __syncthreads();
+        tl_load_t<DP>(KsT, k + b * n_k * d, j0, n_k, d, 1.0f);
+        tl_load_t<DP>(VsT, v + b * n_k * d, j0, n_k, d, 1.0f);
+        float ak[4][DP / 8], av[4][DP / 8];
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int t = 0; t < DP / 8; ++t) { ak[r][t] = 0.0f; av[r][t] = 0.0f; }
+        const long long istart = M.causal ? (j0 / TL_BR) * TL_BR : 0;
+        for (long long i0 = istart; i0 < n_q; i0 += TL_BR) {
+            __syncthreads();
+            tl_load_t<DP>(QsT, q + b * n_q * d, i0, n_q, d, c2);
+            tl_load_t<DP>(GsT, dout + b * n_q * d, i0, n_q, d, 1.0f);
+            if (tid < 64) {
+                const long long i = i0 + tid;
+                L2[tid] = (i < n_q) ? lse[b * n_q + i] * TL_LOG2E : -INFINITY;
+                Dd[tid] = (i < n_q) ? dd[b * n_q + i] : 0.0f;
+            }
+            __syncthreads();
+            // transposed scores: rows = keys (rg*4 + r), columns = queries tl_col(cg, c)
+            float s[4][8], dp[4][8];
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int c = 0; c < 8; ++c) { s[r][c] = 0.0f; dp[r][c] = 0.0f; }
+            tl_mma_4x8<DP>(s, KsT, QsT, rg, cg);
+            tl_mma_4x8<DP>(dp, VsT, GsT, rg, cg);
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const long long j = j0 + rg * 4 + r;
+                float pv[8], sv[8];
+#pragma unroll
+                for (int c = 0; c < 8; ++c) {
+                    const int ic = tl_col(cg, c);
+                    bool live;
+                    float t = tl_masked(s[r][c], i0 + ic, j, n_q, n_k, M, mb, &live);
+                    const float l2 = L2[ic];
+                    float p = (t != -INFINITY && l2 != -INFINITY) ? exp2f(t - l2) : 0.0f;
+                    pv[c] = p;
+                    sv[c] = live ? p * (dp[r][c] - Dd[ic]) : 0.0f;
+                }
+                float* prow = Ps + (rg * 4 + r) * TL_LD;
+                float* srow = Ss + (rg * 4 + r) * TL_LD;
+                *reinterpret_cast<float4*>(prow + cg * 4) = make_float4(pv[0], pv[1], pv[2], pv[3]);
+                *reinterpret_cast<float4*>(prow + 32 + cg * 4) = make_float4(pv[4], pv[5], pv[6], pv[7]);
+                *reinterpret_cast<float4*>(srow + cg * 4) = make_float4(sv[0], sv[1], sv[2], sv[3]);
+                *reinterpret_cast<float4*>(srow + 32 + cg * 4) = make_float4(sv[4], sv[5], sv[6], sv[7]);
+            }
+            __syncthreads();
+            // av[r][t] += sum_i P[key][i] dout[i][cg + 8t]; ak[r][t] += sum_i dS[key][i] (q c)[i][cg + 8t]
+#pragma unroll 1
+            for (int i = 0; i < TL_BR; i += 4) {
+                float pp[4][4], ss[4][4];
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    float4 p4 = *reinterpret_cast<const float4*>(Ps + (rg * 4 + r) * TL_LD + i);
+                    float4 s4 = *reinterpret_cast<const float4*>(Ss + (rg * 4 + r) * TL_LD + i);
+                    pp[r][0] = p4.x; pp[r][1] = p4.y; pp[r][2] = p4.z; pp[r][3] = p4.w;
+                    ss[r][0] = s4.x; ss[r][1] = s4.y; ss[r][2] = s4.z; ss[r][3] = s4.w;
+                }
+#pragma unroll
+                for (int t = 0; t < DP / 8; ++t) {
+                    float4 g4 = *reinterpret_cast<const float4*>(GsT + (cg + 8 * t) * TL_LD + i);
+                    float4 q4 = *reinterpret_cast<const float4*>(QsT + (cg + 8 * t) * TL_LD + i);
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) {
+                        av[r][t] = fmaf(pp[r][0], g4.x, av[r][t]);
+                        av[r][t] = fmaf(pp[r][1], g4.y, av[r][t]);
+                        av[r][t] = fmaf(pp[r][2], g4.z, av[r][t]);
+                        av[r][t] = fmaf(pp[r][3], g4.w, av[r][t]);
+                        ak[r][t] = fmaf(ss[r][0], q4.x, ak[r][t]);
+                        ak[r][t] = fmaf(ss[r][1], q4.y, ak[r][t]);
+                        ak[r][t] = fmaf(ss[r][2], q4.z, ak[r][t]);
+                        ak[r][t] = fmaf(ss[r][3], q4.w, ak[r][t]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const long long j = j0 + rg * 4 + r;
+            if (j < n_k) {
+#pragma unroll
+                for (int t = 0; t < DP / 8; ++t) {
+                    int col = cg + 8 * t;
+                    if (col < d) {
+                        dk[(b * n_k + j) * d + col] = ak[r][t] * TL_LN2;  // (sum dS q c) ln 2 = scale sum dS q
+                        dv[(b * n_k + j) * d + col] = av[r][t];
+                    }
+                }
+            }
+        }
+    }
+}
+
+#define TL_ATTN_MASK_ARGS const float* mask, long long heads, long long s_n, long long s_h, long long s_q, \
+    long long s_k, int mode, int causal
+#define TL_ATTN_MASK {mask, heads, s_n, s_h, s_q, s_k, mode, causal}
+
+#define TL_ATTN_INSTANCE(DP)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(TL_NT) tl_attn_fwd_d##DP(                                    \
+        const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, float* out, float* lse,             \
+        long long batch, long long n_q, long long n_k, int d, float scale) {                                   \
+        TlAttnMask M = TL_ATTN_MASK;                                                                           \
+        tl_attn_fwd_tiled<DP>(q, k, v, M, out, lse, batch, n_q, n_k, d, scale);                                \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(TL_NT) tl_attn_bwd_q_d##DP(                                  \
+        const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, const float* lse, const float* dd,  \
+        const float* dout, float* dq, long long batch, long long n_q, long long n_k, int d, float scale) {     \
+        TlAttnMask M = TL_ATTN_MASK;                                                                           \
+        tl_attn_bwd_q_tiled<DP>(q, k, v, M, lse, dd, dout, dq, batch, n_q, n_k, d, scale);                     \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(TL_NT) tl_attn_bwd_kv_d##DP(                                 \
+        const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, const float* lse, const float* dd,  \
+        const float* dout, float* dk, float* dv, long long batch, long long n_q, long long n_k, int d,         \
+        float scale) {                                                                                         \
+        TlAttnMask M = TL_ATTN_MASK;                                                                           \
+        tl_attn_bwd_kv_tiled<DP>(q, k, v, M, lse, dd, dout, dk, dv, batch, n_q, n_k, d, scale);                \
+    }
+
+TL_ATTN_INSTANCE(16)
+TL_ATTN_INSTANCE(32)
+TL_ATTN_INSTANCE(64)
+TL_ATTN_INSTANCE(128)
+
+// -- generic fallback (d > 128): one warp per row, lane holds dims lane + 32 t ------------------
+#define TL_NPL 32  // d <= 1024
+
+__device__ __forceinline__ float tl_warp_dot(const float* a, const float* __restrict__ row, int d, int lane) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int t = 0; t < TL_NPL; ++t) {
+        int c = lane + 32 * t;
+        if (c < d) acc = fmaf(a[t], row[c], acc);
+    }
+    return tl_warp_sum_f(acc);
+}
+
+extern "C" __global__ void tl_attn_fwd_generic(const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS,
+                                               float* out, float* lse, long long batch, long long n_q,
+                                               long long n_k, int d, float scale) {
+    TlAttnMask M = TL_ATTN_MASK;
+    const int lane = threadIdx.x & 31;
+    const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    const float c2 = scale * TL_LOG2E;
+    for (long long row = TL_TID >> 5; row < batch * n_q; row += warps) {
+        const long long b = row / n_q, i = row - b * n_q;
+        const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
+        float qa[TL_NPL], o[TL_NPL];
+#pragma unroll
+        for (int t = 0; t < TL_NPL; ++t) {
+            int c = lane + 32 * t;
+            qa[t] = (c < d) ? q[row * d + c] * c2 : 0.0f;
+            o[t] = 0.0f;
+        }
+        float m = -INFINITY, l = 0.0f;
+        const long long kend = M.causal ? min(n_k, i + 1) : n_k;
+        for (long long j = 0; j < kend; ++j) {
+            bool live;
+            float s = tl_masked(tl_warp_dot(qa, k + (b * n_k + j) * d, d, lane), i, j, n_q, n_k, M, mb, &live);
+            const float m_new = fmaxf(m, s);
+            const float m_use = (m_new == -INFINITY) ? 0.0f : m_new;
+            const float alpha = exp2f(m - m_use), p = exp2f(s - m_use);
+            m = m_new;
+            l = l * alpha + p;
+            const float* vr = v + (b * n_k + j) * d;
+#pragma unroll
+            for (int t = 0; t < TL_NPL; ++t) {
+                int c = lane + 32 * t;
+                o[t] = fmaf(p, (c < d) ? vr[c] : 0.0f, o[t] * alpha);
+            }
+        }
+        const bool ok = !(l == 0.0f);
+#pragma unroll
+        for (int t = 0; t < TL_NPL; ++t) {
+            int c = lane + 32 * t;
+            if (c < d) out[row * d + c] = ok ? o[t] / l : 0.0f;
+        }
+        if (lane == 0) lse[row] = ok ? (m + log2f(l)) * TL_LN2 : -INFINITY;
+    }
+}
+
+extern "C" __global__ void tl_attn_bwd_q_generic(const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS,
+                                                 const float* lse, const float* dd, const float* dout, float* dq,
+                                                 long long batch, long long n_q, long long n_k, int d, float scale) {
+    TlAttnMask M = TL_ATTN_MASK;
+    const int lane = threadIdx.x & 31;
+    const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    const float c2 = scale * TL_LOG2E;
+    for (long long row = TL_TID >> 5; row < batch * n_q; row += warps) {
+        const long long b = row / n_q, i = row - b * n_q;
+        const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
+        float qa[TL_NPL], ga[TL_NPL], acc[TL_NPL];
+#pragma unroll
+        for (int t = 0; t < TL_NPL; ++t) {
+            int c = lane + 32 * t;
+            qa[t] = (c < d) ? q[row * d + c] * c2 : 0.0f;
+            ga[t] = (c < d) ? dout[row * d + c] : 0.0f;
+            acc[t] = 0.0f;
+        }
+        const float l2 = lse[row] * TL_LOG2E, dr = dd[row];
+        const long long kend = M.causal ? min(n_k, i + 1) : n_k;
+        for (long long j = 0; j < kend; ++j) {
+            bool live;
+            float s = tl_masked(tl_warp_dot(qa, k + (b * n_k + j) * d, d, lane), i, j, n_q, n_k, M, mb, &live);
+            float dp = tl_warp_dot(ga, v + (b * n_k + j) * d, d, lane);
+            float p = (live && l2 != -INFINITY) ? exp2f(s - l2) : 0.0f;
+            float ds = live ? p * (dp - dr) : 0.0f;
+            const float* kr = k + (b * n_k + j) * d;
+#pragma unroll
+            for (int t = 0; t < TL_NPL; ++t) {
+                int c = lane + 32 * t;
+                if (c < d) acc[t] = fmaf(ds, kr[c], acc[t]);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < TL_NPL; ++t) {
+            int c = lane + 32 * t;
+            if (c < d) dq[row * d + c] = acc[t] * scale;
+        }
+    }
+}
+
+extern "C" __global__ void tl_attn_bwd_kv_generic(const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS,
+                                                  const float* lse, const float* dd, const float* dout, float* dk,
+                                                  float* dv, long long batch, long long n_q, long long n_k, int d,
+                                                  float scale) {
+    TlAttnMask M = TL_ATTN_MASK;
+    const int lane = threadIdx.x & 31;
+    const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    const float c2 = scale * TL_LOG2E;
+    for (long long row = TL_TID >> 5; row < batch * n_k; row += warps) {
+        const long long b = row / n_k, j = row - b * n_k;
+        const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
+        float va[TL_NPL], ak[TL_NPL], av[TL_NPL];
+#pragma unroll
+        for (int t = 0; t < TL_NPL; ++t) {
+            int c = lane + 32 * t;
+            va[t] = (c < d) ? v[row * d + c] : 0.0f;
+            ak[t] = 0.0f;
+            av[t] = 0.0f;
+        }
+        for (long long i = M.causal ? j : 0; i < n_q; ++i) {
+            const float* qr = q + (b * n_q + i) * d;
+            const float* gr = dout + (b * n_q + i) * d;
+            float qs[TL_NPL];
+#pragma unroll
+            for (int t = 0; t < TL_NPL; ++t) {
+                int c = lane + 32 * t;
+                qs[t] = (c < d) ? qr[c] * c2 : 0.0f;
+            }
+            bool live;
+            float s = tl_masked(tl_warp_dot(qs, k + row * d, d, lane), i, j, n_q, n_k, M, mb, &live);
+            float dp = tl_warp_dot(va, gr, d, lane);
+            const float l2 = lse[b * n_q + i] * TL_LOG2E;
+            float p = (s != -INFINITY && l2 != -INFINITY) ? exp2f(s - l2) : 0.0f;
+            float ds = live ? p * (dp - dd[b * n_q + i]) : 0.0f;
+#pragma unroll
+            for (int t = 0; t < TL_NPL; ++t) {
+                int c = lane + 32 * t;
+                if (c < d) {
+                    av[t] = fmaf(p, gr[c], av[t]);
+                    ak[t] = fmaf(ds, qs[t], ak[t]);
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < TL_NPL; ++t) {
+            int c = lane + 32 * t;
+            if (c < d) {
+                dk[row * d + c] = ak[t] * TL_LN2;
+                dv[row * d + c] = av[t];
+            }
+        }
+    }
+}
