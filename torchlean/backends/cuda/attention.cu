@@ -1,7 +1,8 @@
 // Flash attention (forward, dQ, fused dK/dV) over float32 (batch, n, d) buffers.
 //
-// Tiled kernels (head dim padded to DP = 16, 32, 64 or 128; any d <= 128 runs in the next
-// instantiation with the tail zero-filled): 128 threads per block, tiles of 64 rows x 64 columns,
+// Tiled kernels (head dim padded to DP = 32, 64 or 128; any d <= 128 runs in the next
+// instantiation with the tail zero-filled; DP >= 32 because the forward's P V step gives each
+// thread float4 columns t*32 + cg*4 for t < DP/32): 128 threads per block, tiles of 64 rows x 64 columns,
 // each thread a 4 x 8 register micro-tile of scores (rows rg*4 .. rg*4+3, columns cg*4 .. cg*4+3
 // and 32+cg*4 .. 32+cg*4+3, rg = tid / 8, cg = tid % 8, so the 8 threads of a row are adjacent
 // lanes and row reductions are 3 xor-shuffles). Operand tiles are stored transposed in shared
@@ -472,7 +473,6 @@ __device__ void tl_attn_bwd_kv_tiled(const float* __restrict__ q, const float* _
         tl_attn_bwd_kv_tiled<DP>(q, k, v, M, lse, dd, dout, dk, dv, batch, n_q, n_k, d, scale);                \
     }
 
-TL_ATTN_INSTANCE(16)
 TL_ATTN_INSTANCE(32)
 TL_ATTN_INSTANCE(64)
 TL_ATTN_INSTANCE(128)

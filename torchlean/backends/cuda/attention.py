@@ -1,6 +1,6 @@
 """CUDA kernels of the attention family (attention.cu): tiled flash attention, forward and backward.
 
-* flash_attention_fwd: one launch of tl_attn_fwd_d{16,32,64,128} (the smallest instantiation
+* flash_attention_fwd: one launch of tl_attn_fwd_d{32,64,128} (the smallest instantiation
   >= d; d > 128: the warp-per-row tl_attn_fwd_generic, d <= 1024). Writes out and lse only.
 * backward: D = rowsum(dout * out) (tl_attn_rowdot, batch*n_q floats), then tl_attn_bwd_q_d* (a
   block per query tile, looping over key tiles) and/or tl_attn_bwd_kv_d* (a block per key tile,
@@ -31,7 +31,7 @@ _configured: set = set()
 
 
 def _dp(d: int) -> int | None:
-    for dp in (16, 32, 64, 128):
+    for dp in (32, 64, 128):  # the forward's P V column mapping needs DP >= 32
         if d <= dp:
             return dp
     return None

@@ -7,6 +7,10 @@
 #define TL_TID ((long long)blockIdx.x * blockDim.x + threadIdx.x)
 #define TL_STRIDE ((long long)blockDim.x * gridDim.x)
 #define TL_FULL_MASK 0xffffffffu
+// NVRTC has no <math.h>: INFINITY (which nvcc's headers define) is spelled out here for every file.
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
 
 __device__ __forceinline__ double tl_warp_sum_d(double v) {
     // Fixed butterfly order: bitwise repeatable.
