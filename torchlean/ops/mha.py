@@ -118,15 +118,18 @@ def multi_head_attention(x: Tensor, wq: Tensor, wk: Tensor, wv: Tensor, wo: Tens
         mshape = np.shape(_host_mask(op, mask))
         if len(mshape) < 2 or mshape[-2:] != (n, n):
             raise ShapeError(f"{op}: expected a mask of shape (n, n) = ({n}, {n}) (or with leading dims), got {mshape}")
+    if mask is not None:  # a 0/1 mask: taken from the host, placed next to x (the seed passes host masks)
+        mask = (_host_mask(op, mask) != 0).astype(np.float32)
     if causal:
         tri = np.tril(np.ones((n, n), dtype=np.float32))
-        mask = tri if mask is None else (_host_mask(op, mask) != 0) * tri
+        mask = tri if mask is None else mask * tri
     q, k, v = (split_heads(matmul(x, w), num_heads) for w in (wq, wk, wv))
     scale = 1.0 / math.sqrt(d_model // num_heads)
     if use_flash:
         from .attention import flash_attention
 
-        o = flash_attention(q, k, v, mask=mask, scale=scale, mask_mode="fill")
+        o = flash_attention(q, k, v, mask=None if mask is None else tensor(mask, device=x.device), scale=scale,
+                            mask_mode="fill")
     else:
         o, _ = composed_attention(q, k, v, scale, mask, "fill")
     return matmul(merge_heads(o), wo)

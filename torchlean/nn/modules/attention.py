@@ -180,7 +180,8 @@ class MultiheadAttention(Module):
 
             sdpa_mask = None
             if mode == "hard":
-                sdpa_mask = tensor(np.broadcast_to(mask, np.broadcast_shapes(mask.shape, (1, 1, L, S))).copy())
+                sdpa_mask = tensor(np.broadcast_to(mask, np.broadcast_shapes(mask.shape, (1, 1, L, S))).copy(),
+                                   device=q.device)
             elif mode == "add":
                 sdpa_mask = mask
             o = sdpa(q, k, v, attn_mask=sdpa_mask, scale=scale)
