@@ -15,7 +15,7 @@ from .runtime.rng import Generator, default_generator, get_rng_state, manual_see
 from .tensor import (Tensor, arange, as_tensor, bernoulli, bool_, float32, full, int64, ones, ones_like, rand,
                      randn, tensor, zeros, zeros_like)
 from . import _methods  # noqa: F401  (binds operators and methods onto Tensor)
-from . import nn, ops
+from . import nn, ops, optim
 from .ops import (abs, bmm, cat, clamp, exp, flatten, index_select, log, matmul, maximum, mean, minimum, permute,
                   reshape, sigmoid, softmax, log_softmax, sqrt, squeeze, sum, tanh, transpose, unsqueeze)
 

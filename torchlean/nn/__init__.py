@@ -1,8 +1,8 @@
 """``torchlean.nn``: modules, ``Parameter``, ``init`` and the functional API (PyTorch's names)."""
 
-from . import functional, init
+from . import functional, init, utils
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
 from .parameter import Parameter
 
-__all__ = ["functional", "init", "Parameter", *_modules_all]
+__all__ = ["functional", "init", "utils", "Parameter", *_modules_all]

@@ -1,0 +1,488 @@
+"""Optimizers (SGD, Adam, AdamW), schedulers, clip_grad_norm_ and the fused step primitives.
+
+* every optimizer against torch.optim for 20 steps on the same parameters and gradients
+  (float32): |ours - torch| <= TOL_K u (|p| + lr) per step taken (the kernels round as torch's CPU
+  kernels do, fma included; the remaining difference is torch's CPU sqrt (MKL, not correctly
+  rounded: 0.75 ulp measured) and the rounding differences that it feeds into later steps);
+* the fused primitives: known answers (step 1, zero gradients), bitwise equality with a NumPy
+  transcription of PyTorch's kernel sequence, and fake kernels that the contracts reject (the
+  generic random/edge tests are in test_primitives_parity.py through the table);
+* state dicts: a resumed run is bitwise equal to an uninterrupted one; a torch optimizer's state
+  dict loads; schedulers equal to torch's for 50 steps; clip_grad_norm_ equal to torch's;
+* errors (PyTorch's checks, our unsupported options, the primitives' argument checks).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import torchlean as tl
+from torchlean import optim
+from torchlean.errors import ArgumentError, DeviceError, ShapeError, TorchLeanError
+from torchlean.nn.utils import NonFiniteNormError, clip_grad_norm_
+from torchlean.optim import lr_scheduler
+from torchlean.runtime import Buffer
+from torchlean.runtime import primitives as P
+from torchlean.runtime import primitives_optim as PO
+from torchlean.testing.primitive_table import TABLE, run_case
+
+pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore:The epoch parameter:UserWarning")]
+
+F32 = np.float32
+U = 2.0**-24
+TOL_K = 8  # measured worst: 2.5 (Adam), SGD bitwise
+SHAPES = [(5, 3), (3,), (7,), (2, 2, 3)]
+
+
+def same_bits(a, b) -> bool:
+    a, b = np.asarray(a, F32).reshape(-1), np.asarray(b, F32).reshape(-1)
+    an, bn = np.isnan(a), np.isnan(b)
+    return a.shape == b.shape and bool(np.array_equal(an, bn) and np.array_equal(a.view(np.uint32)[~an],
+                                                                               b.view(np.uint32)[~bn]))
+
+
+def make_params(device, seed=0, shapes=SHAPES):
+    rng = np.random.default_rng(seed)
+    host = [rng.standard_normal(s).astype(F32) for s in shapes]
+    ours = [tl.nn.Parameter(tl.tensor(h, device=device)) for h in host]
+    theirs = [torch.nn.Parameter(torch.tensor(h)) for h in host]
+    return ours, theirs
+
+
+def set_grads(ours, theirs, rng, zero_some=False):
+    for k, (p, t) in enumerate(zip(ours, theirs)):
+        g = (rng.standard_normal(p.shape) * 2.0).astype(F32)
+        if zero_some and k == 1:
+            g[:] = 0.0
+        p.grad = tl.tensor(g, device=p.device)
+        t.grad = torch.tensor(g)
+
+
+def assert_close(ours, theirs, lr, steps, what):
+    for i, (p, t) in enumerate(zip(ours, theirs)):
+        a, b = p.numpy().astype(np.float64), t.detach().numpy().astype(np.float64)
+        tol = TOL_K * U * (np.abs(b) + lr) * steps
+        err = np.abs(a - b)
+        assert (err <= tol).all(), (f"{what}: param {i} after {steps} steps: max |ours - torch| = {err.max():.3g}, "
+                                    f"tolerance {tol[np.argmax(err - tol)]:.3g}")
+
+
+CONFIGS = [
+    ("SGD", dict(lr=0.1)),
+    ("SGD", dict(lr=0.05, momentum=0.9)),
+    ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.3, weight_decay=0.01)),
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1)),
+    ("Adam", dict(lr=1e-2)),
+    ("Adam", dict(lr=1e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
+    ("Adam", dict(lr=0.1, betas=(0.3, 0.5))),   # lerp weight >= 0.5: torch's other lerp form
+    ("AdamW", dict(lr=1e-2)),
+    ("AdamW", dict(lr=1e-2, weight_decay=0.5, betas=(0.9, 0.95))),
+]
+
+
+@pytest.mark.parametrize("name, kw", CONFIGS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CONFIGS)])
+def test_optimizer_matches_torch(name, kw, device):
+    ours, theirs = make_params(device)
+    opt, topt = getattr(optim, name)(ours, **kw), getattr(torch.optim, name)(theirs, **kw)
+    rng = np.random.default_rng(1)
+    for step in range(1, 21):
+        set_grads(ours, theirs, rng, zero_some=step % 5 == 0)
+        opt.step()
+        topt.step()
+        assert_close(ours, theirs, kw["lr"], step, f"{name}{kw}")
+    # the state too: moments (Adam) or momentum buffers (SGD)
+    for p, t in zip(ours, theirs):
+        st, tst = opt.state[p], topt.state[t]
+        assert set(st) == set(tst)
+        for key in st:
+            a = st[key].numpy()
+            b = tst[key].numpy()
+            assert np.allclose(a, b, rtol=64 * U, atol=1e-30), key
+
+
+def test_sgd_is_bitwise_torch():
+    # SGD's kernels round exactly as torch's (fma where torch's vector kernel fuses) and torch's
+    # SGD takes no sqrt: bitwise equal on sizes that are multiples of the vector width.
+    ours, theirs = make_params("cpu", 3, [(64,), (16, 8)])
+    kw = dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01)
+    opt, topt = optim.SGD(ours, **kw), torch.optim.SGD(theirs, **kw)
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        set_grads(ours, theirs, rng)
+        opt.step()
+        topt.step()
+    for p, t in zip(ours, theirs):
+        assert same_bits(p.numpy(), t.detach().numpy())
+
+
+def test_module_training_loop_matches_torch(device):
+    """A Linear model trained with Adam and StepLR, gradients from torchlean's backward."""
+    tl.manual_seed(0)
+    model = tl.nn.Sequential(tl.nn.Linear(6, 8), tl.nn.Tanh(), tl.nn.Linear(8, 2)).to(device)
+    tmodel = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    tmodel.load_state_dict({k: torch.tensor(v.numpy()) for k, v in model.state_dict().items()})
+    opt, topt = optim.Adam(model.parameters(), lr=0.01), torch.optim.Adam(tmodel.parameters(), lr=0.01)
+    sched, tsched = lr_scheduler.StepLR(opt, 5, 0.5), torch.optim.lr_scheduler.StepLR(topt, 5, 0.5)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((16, 6)).astype(F32), rng.standard_normal((16, 2)).astype(F32)
+    for step in range(1, 16):
+        opt.zero_grad()
+        loss = ((model(tl.tensor(x, device=device)) - tl.tensor(y, device=device)) ** 2).mean()
+        loss.backward()
+        for p, t in zip(model.parameters(), tmodel.parameters()):
+            t.grad = torch.tensor(p.grad.numpy())
+        opt.step()
+        topt.step()
+        sched.step()
+        tsched.step()
+        assert sched.get_last_lr() == tsched.get_last_lr()
+        assert_close(list(model.parameters()), list(tmodel.parameters()), 0.01, step, "training loop")
+    assert all(p.grad is None for p in model.parameters()) is False
+    opt.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+
+
+# -- the fused primitives ---------------------------------------------------------------------------
+def torch_sequence_adam(p, g, m, v, lr, b1, b2, eps, wd, step, decoupled):
+    """PyTorch's CPU kernel sequence in NumPy float32 (fma as float64 product + one rounding)."""
+    def fma(a, b, c):
+        return (np.asarray(a, np.float64) * np.asarray(b, np.float64) + np.asarray(c, np.float64)).astype(F32)
+
+    if wd != 0:
+        if decoupled:
+            p = p * F32(1 - lr * wd)
+        else:
+            g = fma(p, F32(wd), g)
+    w = F32(1 - b1)
+    m = fma(w, g - m, m) if w < 0.5 else fma(w - F32(1), g - m, g)
+    v = fma(F32(1 - b2) * g, g, v * F32(b2))
+    den = np.sqrt(v) / F32((1 - b2**step) ** 0.5) + F32(eps)
+    return p + (F32(-lr / (1 - b1**step)) * m) / den, m, v
+
+
+@pytest.mark.parametrize("decoupled, wd, b1", [(False, 0.0, 0.9), (False, 0.1, 0.9), (True, 0.1, 0.9),
+                                                (False, 0.0, 0.2)])
+def test_adam_step_rounds_as_torch_sequence(decoupled, wd, b1, device):
+    rng = np.random.default_rng(5)
+    n = 1027  # not a multiple of the float4 / SIMD width
+    p, g, m = (rng.standard_normal(n).astype(F32) for _ in range(3))
+    v = np.abs(rng.standard_normal(n)).astype(F32)
+    out = P.adam_step(*(Buffer.from_numpy(a, device) for a in (p, g, m, v)), n, 1e-3, b1, 0.999, 1e-8, wd, 3,
+                      decoupled)
+    ref = torch_sequence_adam(p, g, m, v, 1e-3, b1, 0.999, 1e-8, wd, 3, decoupled)
+    for o, r in zip(out, ref):
+        assert same_bits(o.to_numpy(), r)
+
+
+def test_adam_step_known_answers(device):
+    # step 1 from zero moments: m = (1 - b1) g, v = (1 - b2) g^2, p' = p - lr g / (|g| + eps)
+    g = np.array([0.5, -2.0, 0.0, 1e-3], F32)
+    p = np.array([1.0, 1.0, -3.0, 0.0], F32)
+    z = np.zeros(4, F32)
+    pn, mn, vn = P.adam_step(*(Buffer.from_numpy(a, device) for a in (p, g, z, z)), 4, 0.1, 0.9, 0.999, 1e-8, 0.0,
+                             1, False)
+    np.testing.assert_allclose(pn.to_numpy(), p - 0.1 * g / (np.abs(g) + 1e-8), rtol=4 * U)
+    np.testing.assert_allclose(mn.to_numpy(), 0.1 * g, rtol=2 * U)
+    np.testing.assert_allclose(vn.to_numpy(), 0.001 * g.astype(np.float64) ** 2, rtol=4 * U)
+    assert pn.to_numpy()[2] == -3.0  # zero gradient: unchanged
+    # plain SGD: p - lr g; nesterov first step: p - lr (g + momentum g)
+    pn, bn = P.sgd_step(Buffer.from_numpy(p, device), Buffer.from_numpy(g, device), None, 4, 0.5, 0.0, 0.0, 0.0,
+                        False, True)
+    assert same_bits(pn.to_numpy(), p - F32(0.5) * g) and same_bits(bn.to_numpy(), g)
+    pn, _ = P.sgd_step(Buffer.from_numpy(p, device), Buffer.from_numpy(g, device), None, 4, 0.5, 0.5, 0.0, 0.0,
+                       True, True)
+    np.testing.assert_allclose(pn.to_numpy(), p - 0.5 * 1.5 * g, rtol=2 * U)
+
+
+def test_inputs_are_not_modified(device):
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal(9).astype(F32) for _ in range(4)]
+    bufs = [Buffer.from_numpy(a, device) for a in arrays]
+    P.adam_step(*bufs, 9, 0.1, 0.9, 0.999, 1e-8, 0.1, 2, True)
+    P.sgd_step(bufs[0], bufs[1], bufs[2], 9, 0.1, 0.9, 0.0, 0.1, True, False)
+    for b, a in zip(bufs, arrays):
+        assert same_bits(b.to_numpy(), a)
+
+
+def _mutated(monkeypatch, name, fn):
+    monkeypatch.setattr(PO, name, fn)
+    info = TABLE["adam_step"]
+    fails = 0
+    for seed in range(20):
+        args = info.sample(np.random.default_rng(seed), (30,), "normal")
+        args[10] = 100  # step: bias corrections matter
+        fails += not run_case(info, args, "cpu")[0].ok
+    return fails
+
+
+def test_contract_rejects_wrong_kernels(monkeypatch):
+    honest = PO.adam_coefficients
+    assert _mutated(monkeypatch, "adam_coefficients", honest) == 0
+    # betas rounded to float32 before the bias corrections (not what torch does)
+    f = _mutated(monkeypatch, "adam_coefficients",
+                 lambda lr, b1, b2, e, wd, s, d: honest(lr, float(F32(b1)), float(F32(b2)), e, wd, s, d))
+    assert f >= 5
+    # off-by-one step count
+    assert _mutated(monkeypatch, "adam_coefficients",
+                    lambda lr, b1, b2, e, wd, s, d: honest(lr, b1, b2, e, wd, s + 1, d)) >= 5
+    # the second bias correction without its square root
+    def no_sqrt(lr, b1, b2, e, wd, s, d):
+        c = list(honest(lr, b1, b2, e, wd, s, d))
+        c[5] = float(F32(c[5] * c[5]))
+        return tuple(c)
+    assert _mutated(monkeypatch, "adam_coefficients", no_sqrt) >= 5
+
+
+def test_sgd_contract_rejects_missing_dampening():
+    info = TABLE["sgd_step"]
+    args = info.sample(np.random.default_rng(0), (30,), "normal")
+    args[4:10] = [0.1, 0.9, 0.5, 0.0, False, False]
+    assert run_case(info, args, "cpu")[0].ok
+    ref = run_case(info, args, "cpu")[2]
+    sargs = [a.astype(np.float64) if isinstance(a, np.ndarray) else a for a in args]
+    tol = info.contract.bound(ref, *sargs)
+    wrong = list(args)
+    wrong[6] = 0.0
+    out = run_case(info, wrong, "cpu")[1]
+    from torchlean import contract
+    assert not contract.compare(out, ref, tol).ok
+
+
+def test_adam_step_parallel_path_matches_sequential():
+    # the CPU kernel runs in parallel chunks from 2**17 elements: same bits as one thread
+    from torchlean.backends.cpu import optim as cpu_optim
+    rng = np.random.default_rng(7)
+    n = (1 << 17) + 5
+    p, g, m = (rng.standard_normal(n).astype(F32) for _ in range(3))
+    v = np.abs(rng.standard_normal(n)).astype(F32)
+    coef = PO.adam_coefficients(1e-3, 0.9, 0.999, 1e-8, 0.01, 4, False)
+    par = cpu_optim.adam_step(p, g, m, v, n, *coef)
+    ref = torch_sequence_adam(p, g, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.01, 4, False)
+    for o, r in zip(par, ref):
+        assert same_bits(o, r)
+
+
+# -- state dicts ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, kw", [("Adam", dict(lr=0.01, weight_decay=0.1)), ("AdamW", {}),
+                                      ("SGD", dict(lr=0.1, momentum=0.9))])
+def test_state_dict_resume_is_bitwise(name, kw):
+    def grads(k):
+        rng = np.random.default_rng(100 + k)
+        return [rng.standard_normal(s).astype(F32) for s in SHAPES]
+
+    full, _ = make_params("cpu")
+    opt = getattr(optim, name)(full, **kw)
+    for k in range(20):
+        for p, g in zip(full, grads(k)):
+            p.grad = tl.tensor(g)
+        opt.step()
+        if k == 9:
+            saved = opt.state_dict()
+            saved_params = [p.numpy().copy() for p in full]
+    part = [tl.nn.Parameter(tl.tensor(a)) for a in saved_params]
+    opt2 = getattr(optim, name)(part, lr=123.0)  # the state dict brings the hyperparameters back
+    opt2.load_state_dict(saved)
+    assert opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+    for k in range(10, 20):
+        for p, g in zip(part, grads(k)):
+            p.grad = tl.tensor(g)
+        opt2.step()
+    for a, b in zip(full, part):
+        assert same_bits(a.numpy(), b.numpy())
+    assert saved["state"][0].keys() == opt.state_dict()["state"][0].keys()
+    assert saved["param_groups"][0]["params"] == list(range(len(SHAPES)))
+
+
+def test_load_torch_state_dict():
+    ours, theirs = make_params("cpu")
+    topt = torch.optim.Adam(theirs, lr=0.01, weight_decay=0.05)
+    rng = np.random.default_rng(8)
+    for _ in range(10):
+        for t in theirs:
+            t.grad = torch.tensor(rng.standard_normal(t.shape).astype(F32))
+        topt.step()
+    for p, t in zip(ours, theirs):
+        p._buf = Buffer.from_numpy(t.detach().numpy(), "cpu")
+    opt = optim.Adam(ours)
+    opt.load_state_dict(topt.state_dict())
+    assert opt.param_groups[0]["weight_decay"] == 0.05
+    assert float(opt.state[ours[0]]["step"]) == 10.0
+    for k in range(1, 11):
+        set_grads(ours, theirs, rng)
+        opt.step()
+        topt.step()
+        assert_close(ours, theirs, 0.01, k, "after loading torch's state dict")
+    # and ours loads into torch (tensors converted)
+    sd = opt.state_dict()
+    conv = {"state": {k: {kk: torch.tensor(vv.numpy()) for kk, vv in st.items()} for k, st in sd["state"].items()},
+            "param_groups": sd["param_groups"]}
+    topt2 = torch.optim.Adam(theirs)
+    topt2.load_state_dict(conv)
+    assert float(topt2.state[theirs[0]]["step"]) == 20.0
+
+
+def test_state_dict_errors():
+    ours, _ = make_params("cpu")
+    opt = optim.Adam(ours)
+    with pytest.raises(ArgumentError, match="parameter groups"):
+        opt.load_state_dict({"state": {}, "param_groups": []})
+    with pytest.raises(ArgumentError, match="parameters"):
+        opt.load_state_dict({"state": {}, "param_groups": [dict(opt.state_dict()["param_groups"][0], params=[0])]})
+
+
+# -- schedulers -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cls, kw", [("StepLR", dict(step_size=7, gamma=0.3)),
+                                     ("CosineAnnealingLR", dict(T_max=12, eta_min=1e-4)),
+                                     ("CosineAnnealingLR", dict(T_max=50))])
+def test_scheduler_matches_torch(cls, kw):
+    ours, theirs = make_params("cpu")
+    opt = optim.SGD([{"params": ours[:2]}, {"params": ours[2:], "lr": 0.5}], lr=0.1)
+    topt = torch.optim.SGD([{"params": theirs[:2]}, {"params": theirs[2:], "lr": 0.5}], lr=0.1)
+    s, ts = getattr(lr_scheduler, cls)(opt, **kw), getattr(torch.optim.lr_scheduler, cls)(topt, **kw)
+    assert s.get_last_lr() == ts.get_last_lr()
+    for k in range(50):
+        opt.step()
+        topt.step()
+        s.step()
+        ts.step()
+        assert s.get_last_lr() == ts.get_last_lr(), k
+        assert [g["lr"] for g in opt.param_groups] == [g["lr"] for g in topt.param_groups]
+        if k == 20:
+            sd = s.state_dict()
+    s2 = getattr(lr_scheduler, cls)(optim.SGD(ours, lr=0.1), **kw)
+    s2.load_state_dict(sd)
+    assert s2.last_epoch == 21 and s2.base_lrs == [0.1, 0.5]
+    # closed form through step(epoch)
+    s.step(30)
+    ts.step(30)
+    assert s.get_last_lr() == ts.get_last_lr()
+
+
+# -- clip_grad_norm_ --------------------------------------------------------------------------------
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf, "inf", 3.0])
+@pytest.mark.parametrize("max_norm", [1.0, 1e6])
+def test_clip_grad_norm_matches_torch(norm_type, max_norm, device):
+    # torch refuses the inf norm of an empty gradient (no identity); ours takes it as 0
+    shapes = [(40,), (3, 5), (1,)] + ([(0,)] if norm_type not in (math.inf, "inf") else [])
+    ours, theirs = make_params(device, 4, shapes)
+    set_grads(ours, theirs, np.random.default_rng(9))
+    total = clip_grad_norm_(ours, max_norm, norm_type)
+    ttotal = torch.nn.utils.clip_grad_norm_(theirs, max_norm, norm_type)
+    assert total.shape == ()
+    rt = 16 * U if norm_type in (2.0, 1.0, math.inf, "inf") else 64 * U
+    assert abs(total.item() - ttotal.item()) <= rt * ttotal.item()
+    for p, t in zip(ours, theirs):
+        np.testing.assert_allclose(p.grad.numpy(), t.grad.numpy(), rtol=2 * rt, atol=1e-30)
+    if max_norm == 1e6:  # coefficient clamped to 1: gradients unchanged bit for bit
+        for p, t in zip(ours, theirs):
+            assert same_bits(p.grad.numpy(), t.grad.numpy())
+
+
+def test_clip_grad_norm_nonfinite(device):
+    p = tl.nn.Parameter(tl.tensor(np.zeros(4, F32), device=device))
+    t = torch.nn.Parameter(torch.zeros(4))
+    g = np.array([1.0, np.nan, 2.0, np.inf], F32)
+    for nt in (2.0, math.inf):
+        p.grad, t.grad = tl.tensor(g, device=device), torch.tensor(g)
+        a, b = clip_grad_norm_(p, 1.0, nt).item(), torch.nn.utils.clip_grad_norm_(t, 1.0, nt).item()
+        assert math.isnan(a) and math.isnan(b)
+        p.grad = tl.tensor(g, device=device)
+        with pytest.raises(NonFiniteNormError, match="error_if_nonfinite"):
+            clip_grad_norm_([p], 1.0, nt, error_if_nonfinite=True)
+    p.grad = tl.tensor(np.array([1.0, -np.inf, 2.0, 0.0], F32), device=device)
+    assert clip_grad_norm_(p, 1.0, math.inf).item() == math.inf
+    assert clip_grad_norm_([], 1.0).item() == 0.0
+    assert issubclass(NonFiniteNormError, TorchLeanError)
+    with pytest.raises(ArgumentError, match="norm_type"):
+        clip_grad_norm_(p, 1.0, 0)
+
+
+# -- errors -----------------------------------------------------------------------------------------
+def test_constructor_errors():
+    ours, _ = make_params("cpu")
+    with pytest.raises(ArgumentError, match="Invalid learning rate"):
+        optim.Adam(ours, lr=-1.0)
+    with pytest.raises(ArgumentError, match="Invalid learning rate"):
+        optim.SGD(ours, lr=-0.1)
+    with pytest.raises(ArgumentError, match="Invalid epsilon"):
+        optim.AdamW(ours, eps=-1e-8)
+    for betas, idx in (((1.0, 0.9), 0), ((0.9, -0.1), 1), ((-0.5, 0.9), 0), ((0.9, 1.0), 1)):
+        with pytest.raises(ArgumentError, match=f"beta parameter at index {idx}"):
+            optim.Adam(ours, betas=betas)
+    with pytest.raises(ArgumentError, match="Invalid weight_decay"):
+        optim.Adam(ours, weight_decay=-1.0)
+    with pytest.raises(ArgumentError, match="empty parameter list"):
+        optim.Adam([])
+    with pytest.raises(ArgumentError, match="more than one parameter group"):
+        optim.SGD([{"params": ours[:2]}, {"params": ours[1:]}], lr=0.1)
+    with pytest.raises(ArgumentError, match="Nesterov"):
+        optim.SGD(ours, lr=0.1, nesterov=True)
+    with pytest.raises(ArgumentError, match="Invalid momentum"):
+        optim.SGD(ours, lr=0.1, momentum=-0.5)
+    for kw in (dict(amsgrad=True), dict(maximize=True), dict(foreach=True), dict(fused=True), dict(capturable=True)):
+        with pytest.raises(ArgumentError, match="not supported"):
+            optim.Adam(ours, **kw)
+    with pytest.raises(ArgumentError, match="not supported"):
+        optim.SGD(ours, maximize=True)
+    optim.Adam(ours, foreach=False, fused=None)  # no-ops, accepted
+    with pytest.raises(ArgumentError, match="Tensor"):
+        optim.Adam(ours[0])
+    opt = optim.Adam(ours[:2])
+    with pytest.raises(ArgumentError, match="set"):
+        opt.add_param_group({"params": set(ours[2:])})
+    opt.add_param_group({"params": ours[2:], "lr": 0.5})
+    assert opt.param_groups[1]["lr"] == 0.5 and opt.param_groups[1]["betas"] == (0.9, 0.999)
+    with pytest.raises(ArgumentError, match="more than one"):
+        opt.add_param_group({"params": [ours[0]]})
+    with pytest.raises(ArgumentError, match="not an Optimizer"):
+        lr_scheduler.StepLR(object(), 3)
+    with pytest.raises(ArgumentError, match="step_size"):
+        lr_scheduler.StepLR(opt, 0)
+
+
+def test_primitive_errors():
+    b3, b4 = Buffer.from_numpy(np.ones(3, F32)), Buffer.from_numpy(np.ones(4, F32))
+    with pytest.raises(ShapeError, match="adam_step: argument v must hold 3"):
+        P.adam_step(b3, b3, b3, b4, 3, 0.1, 0.9, 0.999, 1e-8, 0.0, 1, False)
+    with pytest.raises(ArgumentError, match="adam_step: argument step"):
+        P.adam_step(b3, b3, b3, b3, 3, 0.1, 0.9, 0.999, 1e-8, 0.0, 0, False)
+    with pytest.raises(ArgumentError, match="adam_step: argument beta1"):
+        P.adam_step(b3, b3, b3, b3, 3, 0.1, 1.0, 0.999, 1e-8, 0.0, 1, False)
+    with pytest.raises(ArgumentError, match="adam_step: argument lr must be finite"):
+        P.adam_step(b3, b3, b3, b3, 3, math.inf, 0.9, 0.999, 1e-8, 0.0, 1, False)
+    with pytest.raises(ArgumentError, match="adam_step: argument eps"):
+        P.adam_step(b3, b3, b3, b3, 3, 0.1, 0.9, 0.999, -1.0, 0.0, 1, False)
+    with pytest.raises(ArgumentError, match="adam_step: argument decoupled"):
+        P.adam_step(b3, b3, b3, b3, 3, 0.1, 0.9, 0.999, 1e-8, 0.0, 1, "yes")
+    with pytest.raises(ArgumentError, match="sgd_step: argument buf may be None only"):
+        P.sgd_step(b3, b3, None, 3, 0.1, 0.9, 0.0, 0.0, False, False)
+    with pytest.raises(ShapeError, match="sgd_step: argument g must hold 3"):
+        P.sgd_step(b3, b4, None, 3, 0.1, 0.0, 0.0, 0.0, False, True)
+    with pytest.raises(ArgumentError, match="sgd_step: argument momentum must be a real"):
+        P.sgd_step(b3, b3, None, 3, 0.1, "0.9", 0.0, 0.0, False, True)
+
+
+def test_mixed_devices_are_refused(cuda_device):
+    b = Buffer.from_numpy(np.ones(3, F32))
+    c = Buffer.from_numpy(np.ones(3, F32), cuda_device)
+    with pytest.raises(DeviceError, match="adam_step"):
+        P.adam_step(b, c, b, b, 3, 0.1, 0.9, 0.999, 1e-8, 0.0, 1, False)
+
+
+def test_step_with_closure_and_missing_grads():
+    ours, _ = make_params("cpu")
+    opt = optim.SGD(ours, lr=0.1)
+    before = [p.numpy().copy() for p in ours]
+    ours[0].grad = tl.tensor(np.ones(ours[0].shape, F32))
+    calls = []
+    loss = opt.step(lambda: calls.append(1) or 3.5)
+    assert loss == 3.5 and calls == [1]
+    assert same_bits(ours[1].numpy(), before[1])  # no grad: untouched
+    assert same_bits(ours[0].numpy(), before[0] - F32(0.1))
+    opt.zero_grad(set_to_none=False)
+    assert (ours[0].grad.numpy() == 0).all()

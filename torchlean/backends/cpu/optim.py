@@ -1,0 +1,123 @@
+"""CPU kernels of the fused optimizer steps: adam_step and sgd_step (Numba, one pass).
+
+Each element is read once and written once (p, g, m, v in; p, m, v out), in float32 arithmetic
+arranged as PyTorch's CPU kernels arrange it (see runtime/primitives_optim.py): a fused
+multiply-add where torch's vectorized kernel uses one (an LLVM ``fma`` intrinsic: one rounding,
+the same bits as CUDA's fmaf), one rounding per operation elsewhere. The coefficients arrive
+already rounded to float32. Tensors of at least ``_PAR_MIN`` elements run in parallel chunks
+(elementwise: the result does not depend on the split).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+F32 = np.float32
+
+__all__ = ["adam_step", "sgd_step"]
+
+_CHUNK = 1 << 15      # elements per parallel task
+_PAR_MIN = 1 << 17    # below this, one thread (a parallel launch costs more than it saves)
+
+
+@intrinsic
+def _fmaf(typingctx, a, b, c):
+    """fma(a, b, c) on float32: a * b + c with one rounding (llvm.fma.f32)."""
+    sig = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.fma(*args)
+
+    return sig, codegen
+
+
+@njit(inline="always", error_model="numpy")
+def _adam_range(p, g, m, v, po, mo, vo, lo, hi, wd, decay, w1, b2, w2, bc2s, eps, nss, mode):
+    small = w1 < F32(0.5)       # torch's lerp: self + w (end - self) for |w| < 0.5 ...
+    w1m1 = w1 - F32(1.0)        # ... else end + (w - 1) (end - self)
+    for i in range(lo, hi):
+        pi = p[i]
+        gi = g[i]
+        if mode == 1:
+            gi = _fmaf(pi, wd, gi)          # grad.add(param, alpha=wd)
+        elif mode == 2:
+            pi = pi * decay                 # param.mul_(1 - lr * wd)
+        mi = m[i]
+        d = gi - mi
+        if small:
+            mi = _fmaf(w1, d, mi)           # exp_avg.lerp_(grad, 1 - beta1)
+        else:
+            mi = _fmaf(w1m1, d, gi)
+        vi = _fmaf(w2 * gi, gi, v[i] * b2)  # exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        den = np.sqrt(vi) / bc2s + eps      # (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
+        po[i] = pi + (nss * mi) / den       # param.addcdiv_(exp_avg, denom, value=-step_size)
+        mo[i] = mi
+        vo[i] = vi
+
+
+@njit(cache=True, error_model="numpy")
+def _adam_seq(p, g, m, v, po, mo, vo, wd, decay, w1, b2, w2, bc2s, eps, nss, mode):
+    _adam_range(p, g, m, v, po, mo, vo, 0, p.size, wd, decay, w1, b2, w2, bc2s, eps, nss, mode)
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def _adam_par(p, g, m, v, po, mo, vo, wd, decay, w1, b2, w2, bc2s, eps, nss, mode):
+    n = p.size
+    for c in prange((n + _CHUNK - 1) // _CHUNK):
+        lo = c * _CHUNK
+        _adam_range(p, g, m, v, po, mo, vo, lo, min(n, lo + _CHUNK), wd, decay, w1, b2, w2, bc2s, eps, nss, mode)
+
+
+@njit(inline="always", error_model="numpy")
+def _sgd_range(p, g, b, po, bo, lo, hi, wd, mom, keep, nlr, mode):
+    has_wd = (mode & 1) != 0
+    first = (mode & 2) != 0
+    nesterov = (mode & 4) != 0
+    for i in range(lo, hi):
+        pi = p[i]
+        gi = g[i]
+        if has_wd:
+            gi = _fmaf(pi, wd, gi)              # grad.add(param, alpha=wd)
+        if first:
+            bi = gi                             # buf = grad.clone()
+        else:
+            bi = _fmaf(gi, keep, b[i] * mom)    # buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+        if nesterov:
+            di = _fmaf(bi, mom, gi)             # grad.add(buf, alpha=momentum)
+        else:
+            di = bi
+        po[i] = _fmaf(di, nlr, pi)              # param.add_(grad, alpha=-lr)
+        bo[i] = bi
+
+
+@njit(cache=True, error_model="numpy")
+def _sgd_seq(p, g, b, po, bo, wd, mom, keep, nlr, mode):
+    _sgd_range(p, g, b, po, bo, 0, p.size, wd, mom, keep, nlr, mode)
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def _sgd_par(p, g, b, po, bo, wd, mom, keep, nlr, mode):
+    n = p.size
+    for c in prange((n + _CHUNK - 1) // _CHUNK):
+        lo = c * _CHUNK
+        _sgd_range(p, g, b, po, bo, lo, min(n, lo + _CHUNK), wd, mom, keep, nlr, mode)
+
+
+def adam_step(p, g, m, v, n, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode):
+    po, mo, vo = np.empty(n, F32), np.empty(n, F32), np.empty(n, F32)
+    if n:
+        fn = _adam_par if n >= _PAR_MIN else _adam_seq
+        fn(p, g, m, v, po, mo, vo, F32(wd), F32(decay), F32(w1), F32(beta2), F32(w2), F32(bc2_sqrt), F32(eps),
+           F32(neg_step_size), int(mode))
+    return po, mo, vo
+
+
+def sgd_step(p, g, buf, n, wd, momentum, keep, neg_lr, mode):
+    po, bo = np.empty(n, F32), np.empty(n, F32)
+    if n:
+        b = g if buf is None else buf  # first step: buf is not read
+        fn = _sgd_par if n >= _PAR_MIN else _sgd_seq
+        fn(p, g, b, po, bo, F32(wd), F32(momentum), F32(keep), F32(neg_lr), int(mode))
+    return po, bo

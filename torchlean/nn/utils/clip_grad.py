@@ -1,0 +1,117 @@
+"""``clip_grad_norm_``: PyTorch's gradient clipping by total norm, deterministic.
+
+total = norm of the per-gradient norms (PyTorch's two-level form); clip_coef = max_norm /
+(total + 1e-6) in float32, clamped to at most 1; every gradient is multiplied by it (always, as
+PyTorch does, so a coefficient of exactly 1 leaves the gradients' bits unchanged). Every sum runs
+in an order fixed by the shapes (the reduce_sum primitive per gradient, then the gradients in
+parameter order), so the result is bitwise repeatable. Nothing is copied to the host unless
+``error_if_nonfinite`` asks for the check.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Iterable
+
+import numpy as np
+
+from ... import autograd
+from ...errors import ArgumentError, TorchLeanError
+from ...runtime import primitives as P
+from ...runtime.buffer import Buffer, full
+from ...tensor import Tensor
+
+__all__ = ["clip_grad_norm_", "NonFiniteNormError"]
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+class NonFiniteNormError(TorchLeanError, RuntimeError):
+    """clip_grad_norm_(error_if_nonfinite=True) found a NaN or infinite total norm."""
+
+
+def _norm_type(value: Any) -> float:
+    if isinstance(value, str) and value.lower() in ("inf", "+inf"):
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentError(f"clip_grad_norm_: norm_type must be a positive number or inf, got {value!r}")
+    p = float(value)
+    if not p > 0:
+        raise ArgumentError(f"clip_grad_norm_: norm_type {value!r} is not supported (use a p > 0 or inf)")
+    return p
+
+
+def _grad_norm(g: Buffer, p: float) -> tuple[Buffer, Buffer | None]:
+    """(norm of g as a length-1 buffer, NaN marker for the inf norm or None)."""
+    n = g.size
+    if p == 2.0:
+        return P.sqrt(P.reduce_sum(P.mul(g, g))), None
+    if p == 1.0:
+        return P.reduce_sum(P.abs(g)), None
+    if math.isinf(p):
+        # reduce_max ignores NaN (fmax): a NaN marker (0 or NaN) restores PyTorch's NaN result.
+        c = P.clamp(g, -_F32_MAX, _F32_MAX)
+        return P.reduce_max_axis1(P.abs(g), 1, n), P.reduce_sum(P.sub(c, c))
+    return _pow(P.reduce_sum(_pow(P.abs(g), p)), 1.0 / p), None
+
+
+def _pow(x: Buffer, e: float) -> Buffer:
+    """x**e for x >= 0 as exp(e log x) (0 at x = 0, inf at inf): within a few ulp of PyTorch's pow."""
+    return P.exp(P.scale(P.log(x), e))
+
+
+def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
+                    foreach: bool | None = None) -> Tensor:
+    """Clip the gradients of ``parameters`` (a tensor or an iterable of tensors) in place so that
+    their total ``norm_type`` norm is at most ``max_norm``; returns the total norm (a 0-d tensor)
+    before clipping. ``foreach`` is accepted and changes nothing. norm_type: any p > 0 or inf
+    (PyTorch's 0 and -inf are not supported: ArgumentError)."""
+    if isinstance(parameters, Tensor):
+        parameters = [parameters]
+    params: Iterable[Tensor] = list(parameters)
+    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real):
+        raise ArgumentError(f"clip_grad_norm_: max_norm must be a real number, got {max_norm!r}")
+    p = _norm_type(norm_type)
+    grads = [t.grad for t in params if isinstance(t, Tensor) and t.grad is not None]
+    if not grads:
+        return Tensor._wrap(full(1, 0.0, "cpu"), ())
+    dev = grads[0].device
+    with autograd.no_grad():
+        total = nan_acc = None
+        for g in grads:
+            gb = g._float_buffer("clip_grad_norm_")
+            if g.device != dev:
+                raise ArgumentError(f"clip_grad_norm_: gradients on several devices ({dev} and {g.device}) "
+                                    f"are not supported")
+            n_i, marker = _grad_norm(gb, p)
+            if marker is not None:
+                nan_acc = marker if nan_acc is None else P.add(nan_acc, marker)
+            if math.isinf(p):
+                total = n_i if total is None else P.max(total, n_i)
+            elif p == 2.0:
+                sq = P.mul(n_i, n_i)
+                total = sq if total is None else P.add(total, sq)
+            elif p == 1.0:
+                total = n_i if total is None else P.add(total, n_i)
+            else:
+                t_p = _pow(n_i, p)
+                total = t_p if total is None else P.add(total, t_p)
+        if p == 2.0:
+            total = P.sqrt(total)
+        elif math.isinf(p):
+            total = P.add(total, nan_acc)
+        elif p != 1.0:
+            total = _pow(total, 1.0 / p)
+        total_t = Tensor._wrap(total, ())
+        if error_if_nonfinite:
+            value = float(total.to_numpy()[0])
+            if not math.isfinite(value):
+                raise NonFiniteNormError(
+                    f"clip_grad_norm_: the total norm of order {norm_type} of the gradients is {value}, so they "
+                    f"cannot be clipped; set error_if_nonfinite=False to clip anyway")
+        coef = P.clamp(P.div(full(1, float(max_norm), dev), P.add_scalar(total, 1e-6)), -math.inf, 1.0)
+        coef_t = Tensor._wrap(coef, ())
+        for g in grads:
+            g.mul_(coef_t)
+    return total_t

@@ -1,0 +1,106 @@
+"""``Adam`` and ``AdamW``: PyTorch's update rules, one fused ``adam_step`` per parameter."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .. import autograd
+from ..errors import ArgumentError
+from ..runtime import primitives as P
+from ..runtime.buffer import zeros
+from ..tensor import Tensor
+from .optimizer import Optimizer, _check_real, _step_tensor, _step_value
+
+__all__ = ["Adam", "AdamW"]
+
+_FLAGS = {"amsgrad": (False,), "maximize": (False,), "foreach": (None, False), "fused": (None, False),
+          "capturable": (False,), "differentiable": (False,)}
+
+
+class Adam(Optimizer):
+    """``Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
+    maximize=False, foreach=None, capturable=False, differentiable=False, fused=None,
+    decoupled_weight_decay=False)``: PyTorch's single-tensor Adam, within an ulp or two per step
+    (see runtime/primitives_optim.py). amsgrad, maximize, capturable and differentiable are not
+    supported (ArgumentError); foreach/fused accept None or False and change nothing. State per
+    parameter: ``step`` (a 0-d CPU tensor), ``exp_avg``, ``exp_avg_sq``."""
+
+    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0, amsgrad: bool = False, *, maximize: bool = False,
+                 foreach: bool | None = None, capturable: bool = False, differentiable: bool = False,
+                 fused: bool | None = None, decoupled_weight_decay: bool = False) -> None:
+        try:
+            betas = (betas[0], betas[1])
+        except (TypeError, IndexError):
+            raise ArgumentError(f"{type(self).__name__}: betas must be a pair of floats, got {betas!r}") from None
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
+                        foreach=foreach, capturable=capturable, differentiable=differentiable, fused=fused,
+                        decoupled_weight_decay=decoupled_weight_decay)
+        self._check_group(defaults)
+        super().__init__(params, defaults)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        name = type(self).__name__
+        if _check_real(name, "lr", group["lr"]) < 0.0:
+            raise ArgumentError(f"{name}: Invalid learning rate: {group['lr']}")
+        if _check_real(name, "eps", group["eps"]) < 0.0:
+            raise ArgumentError(f"{name}: Invalid epsilon value: {group['eps']}")
+        b = group["betas"]
+        if not isinstance(b, (tuple, list)) or len(b) != 2:
+            raise ArgumentError(f"{name}: betas must be a pair of floats, got {b!r}")
+        for i in (0, 1):
+            if not 0.0 <= _check_real(name, f"betas[{i}]", b[i]) < 1.0:
+                raise ArgumentError(f"{name}: Invalid beta parameter at index {i}: {b[i]}")
+        if _check_real(name, "weight_decay", group["weight_decay"]) < 0.0:
+            raise ArgumentError(f"{name}: Invalid weight_decay value: {group['weight_decay']}")
+        self._refuse(group, _FLAGS)
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """One Adam step over every parameter that has a gradient; returns the closure's loss."""
+        loss = self._closure_loss(closure)
+        adam_step = P.adam_step
+        state = self.state
+        with autograd.no_grad():
+            for group in self.param_groups:
+                lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+                wd, decoupled = group["weight_decay"], bool(group.get("decoupled_weight_decay", False))
+                for p in group["params"]:
+                    g = p.grad
+                    if g is None:
+                        continue
+                    pb = p._buf
+                    st = state[p]
+                    if not st:
+                        step = 1
+                        m = zeros(pb.size, pb.device)
+                        v = zeros(pb.size, pb.device)
+                        pn, mn, vn = adam_step(pb, g._float_buffer("Adam.step"), m, v, pb.size, lr, beta1, beta2,
+                                               eps, wd, step, decoupled)
+                        m.release()
+                        v.release()
+                        st["step"] = _step_tensor(1.0)
+                        st["exp_avg"] = Tensor._wrap(mn, p.shape)
+                        st["exp_avg_sq"] = Tensor._wrap(vn, p.shape)
+                    else:
+                        step = _step_value(st["step"]) + 1.0
+                        ea, es = st["exp_avg"], st["exp_avg_sq"]
+                        pn, mn, vn = adam_step(pb, g._float_buffer("Adam.step"), ea._buf, es._buf, pb.size, lr, beta1,
+                                               beta2, eps, wd, int(step), decoupled)
+                        st["step"] = _step_tensor(step)
+                        ea._buf = mn
+                        es._buf = vn
+                    p._buf = pn
+        return loss
+
+
+class AdamW(Adam):
+    """``AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, ...)``:
+    Adam with decoupled weight decay p <- p (1 - lr wd), PyTorch's rule."""
+
+    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
+                 foreach: bool | None = None, capturable: bool = False, differentiable: bool = False,
+                 fused: bool | None = None) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, foreach=foreach,
+                         capturable=capturable, differentiable=differentiable, fused=fused,
+                         decoupled_weight_decay=True)

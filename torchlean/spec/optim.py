@@ -1,0 +1,55 @@
+"""Float64 references of the fused optimizer steps: adam_step (Adam and AdamW) and sgd_step.
+
+Written from the textbook formulas (Kingma & Ba; PyTorch's SGD docs), in a different algebraic
+form from the kernels (beta * m + (1 - beta) * g instead of a lerp, sqrt(v / bc2) instead of
+sqrt(v) / sqrt(bc2)), so that a slip in the kernels' arrangement cannot hide in a shared routine.
+Hyperparameters are the primitive's host doubles, used as they are (the kernels round the
+coefficients derived from them to float32; the contract counts those roundings).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["adam_step", "sgd_step"]
+
+
+def _f64(a):
+    return np.asarray(a, dtype=np.float64).reshape(-1)
+
+
+def adam_step(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step, decoupled):
+    """(p_new, m_new, v_new) of one Adam (decoupled=False) or AdamW (decoupled=True) step."""
+    p, g, m, v = _f64(p), _f64(g), _f64(m), _f64(v)
+    lr, beta1, beta2, eps, wd = float(lr), float(beta1), float(beta2), float(eps), float(weight_decay)
+    with np.errstate(all="ignore"):
+        if wd != 0.0:
+            if decoupled:
+                p = p * (1.0 - lr * wd)
+            else:
+                g = g + wd * p
+        m_new = beta1 * m + (1.0 - beta1) * g
+        v_new = beta2 * v + (1.0 - beta2) * (g * g)
+        bc1 = 1.0 - beta1 ** float(step)
+        bc2 = 1.0 - beta2 ** float(step)
+        m_hat = m_new / bc1
+        v_hat = v_new / bc2
+        p_new = p - lr * m_hat / (np.sqrt(v_hat) + eps)
+    return p_new, m_new, v_new
+
+
+def sgd_step(p, g, buf, n, lr, momentum, dampening, weight_decay, nesterov, first):
+    """(p_new, buf_new) of one SGD step; ``first`` starts the momentum buffer at the gradient
+    (buf is then ignored and may be None)."""
+    p, g = _f64(p), _f64(g)
+    lr, mom, damp, wd = float(lr), float(momentum), float(dampening), float(weight_decay)
+    with np.errstate(all="ignore"):
+        if wd != 0.0:
+            g = g + wd * p
+        if first:
+            b = g.copy()
+        else:
+            b = mom * _f64(buf) + (1.0 - damp) * g
+        d = g + mom * b if nesterov else b
+        p_new = p - lr * d
+    return p_new, b

@@ -1,0 +1,71 @@
+"""Primitive table entries of the optim family: adam_step and sgd_step.
+
+Random draws use finite kinds (normal, wide, int): with infinities the spec's algebraic form
+(beta m + (1 - beta) g) and the kernels' lerp meet inf - inf differently, which is IEEE behaviour,
+not a kernel defect; NaN propagation, zero and huge/tiny values are edge cases. v (a second
+moment) is drawn >= 0, the contract's precondition.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .primitive_table import F32, PrimitiveInfo, _add, values
+
+_KINDS = ("normal", "wide", "int")
+
+
+def _hyper(rng, choices):
+    return choices[int(rng.integers(0, len(choices)))]
+
+
+def _adam(rng, d, kind):
+    n = d[0]
+    p, g, m = values(rng, n, kind), values(rng, n, kind), values(rng, n, kind)
+    v = values(rng, n, kind, positive=True)
+    lr = float(10.0 ** rng.uniform(-4, 0))
+    return [p, g, m, v, n, lr, _hyper(rng, (0.9, 0.0, 0.5, 0.6, 0.99)), _hyper(rng, (0.999, 0.9, 0.0, 0.5)),
+            _hyper(rng, (1e-8, 1e-6, 0.1)), _hyper(rng, (0.0, 0.01, 0.5)), _hyper(rng, (1, 2, 10, 1000)),
+            bool(rng.integers(0, 2))]
+
+
+def _sgd(rng, d, kind):
+    n = d[0]
+    p, g, b = values(rng, n, kind), values(rng, n, kind), values(rng, n, kind)
+    lr = float(10.0 ** rng.uniform(-4, 0))
+    return [p, g, b, n, lr, _hyper(rng, (0.0, 0.9, 0.5, 0.99)), _hyper(rng, (0.0, 0.1, 0.5)),
+            _hyper(rng, (0.0, 0.01, 0.5)), bool(rng.integers(0, 2)), bool(rng.integers(0, 2))]
+
+
+def f32(*v):
+    return np.array(v, dtype=F32)
+
+
+_Z0 = np.zeros(0, F32)
+_P = f32(1.0, -2.0, 0.5, 3.0, -0.25, 1e-30, 1e18, -7.0)
+_G = f32(0.0, 0.0, 1e-30, -1e18, 1e18, 2.5, -1e-20, np.nan)
+_M = f32(0.0, 0.1, -0.2, 1e17, 0.0, -3.0, 1e-38, 0.5)
+_V = f32(0.0, 0.01, 1e-40, 1e36, 0.0, 2.0, 1e-45, 1.0)
+_adam_edges = [
+    [_Z0, _Z0, _Z0, _Z0, 0, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1, False],
+    [f32(0.0, 1.0, -1.0), np.zeros(3, F32), np.zeros(3, F32), np.zeros(3, F32), 3, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1,
+     False],                                                                # zero grads, step 1: p unchanged
+    [f32(1.5), f32(-0.5), f32(0.0), f32(0.0), 1, 0.1, 0.9, 0.999, 1e-8, 0.0, 1, False],  # size 1, step 1
+    [_P, _G, _M, _V, 8, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1, False],            # huge, tiny, subnormal, NaN
+    [_P, _G, _M, _V, 8, 1e-2, 0.9, 0.999, 1e-8, 0.1, 7, False],            # Adam's L2 term
+    [_P, _G, _M, _V, 8, 1e-2, 0.9, 0.999, 1e-8, 0.1, 7, True],             # AdamW's decay
+    [_P, _G, _M, _V, 8, 1.0, 0.0, 0.0, 1e-3, 0.0, 3, False],               # beta 0: m = g, v = g^2
+    [f32(1.0, 2.0), f32(0.5, 0.0), f32(0.0, 0.0), f32(0.0, 0.0), 2, 1e-3, 0.9, 0.999, 0.0, 0.0, 1, False],  # eps 0
+]
+_B = f32(0.0, 1.0, -1e17, 1e-38, 4.0, -0.5, 2.0, 0.0)
+_sgd_edges = [
+    [_Z0, _Z0, _Z0, 0, 0.1, 0.9, 0.0, 0.0, False, False],
+    [_Z0, _Z0, None, 0, 0.1, 0.0, 0.0, 0.0, False, True],
+    [_P, _G, None, 8, 0.1, 0.0, 0.0, 0.0, False, True],                    # plain SGD, no buffer
+    [_P, _G, _B, 8, 0.1, 0.9, 0.0, 0.01, True, False],                     # nesterov with weight decay
+    [_P, _G, _B, 8, 0.01, 0.9, 0.5, 0.0, False, False],                    # dampening
+    [_P, np.zeros(8, F32), _B, 8, 1.0, 0.9, 0.0, 0.0, False, True],        # zero grads, first step
+]
+
+_add(PrimitiveInfo("adam_step", _adam, 1, edge_cases=_adam_edges, max_dim=40, kinds=_KINDS))
+_add(PrimitiveInfo("sgd_step", _sgd, 1, edge_cases=_sgd_edges, max_dim=40, kinds=_KINDS))
