@@ -19,6 +19,11 @@
 // Work: a 1-D grid-stride loop over (batch, tile) items; every output element is written by the
 // one block that owns its tile, accumulating in a fixed order: deterministic, no atomics.
 // Generic fallback kernels (one warp per row, any d <= 32 * TL_NPL) serve d > 128.
+//
+// tl_attn_fwd2_d* (below tl_attn_fwd_d*; the launcher's default) is the faster forward: 128 query
+// rows per block (64 at DP = 128), row-major Q/K tiles, an 8 x 8 micro-tile and cp.async-staged
+// K/V tiles. All tiled kernels take `vec`: 1 reads tiles as coalesced float4 rows (the launcher
+// passes it only when d % 4 == 0 and every operand pointer is 16-byte aligned), 0 scalar loads.
 
 #define TL_BR 64
 #define TL_BC 64
@@ -59,10 +64,28 @@ __device__ __forceinline__ float tl_masked(float s, long long i, long long j, lo
 }
 
 // dst[c * TL_LD + r] = src[(row0 + r) * d + c] * mul for r < 64, c < DP (zero outside the data).
-// Consecutive threads take consecutive rows: conflict-free shared stores.
+// vec (d % 4 == 0, 16-byte aligned rows): each thread loads a float4 along d, lane pairs share a
+// 32-byte sector (r = (idx >> 1) & 63, chunk = (idx & 1) + 2 (idx >> 7)), so a warp reads 16 full
+// sectors; the transposed shared stores of a warp hit 16 consecutive rows at two chunk offsets
+// 16 banks apart: conflict-free. Otherwise consecutive threads take consecutive rows (scalar).
 template <int DP>
 __device__ __forceinline__ void tl_load_t(float* dst, const float* src, long long row0, long long nrows, int d,
-                                          float mul) {
+                                          float mul, int vec) {
+    if (vec) {
+        for (int idx = threadIdx.x; idx < 16 * DP; idx += TL_NT) {
+            const int r = (idx >> 1) & 63, c = ((idx & 1) + 2 * (idx >> 7)) * 4;
+            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (row0 + r < nrows && c < d) {
+                x = *reinterpret_cast<const float4*>(src + (row0 + r) * d + c);
+                x.x = x.x * mul; x.y = x.y * mul; x.z = x.z * mul; x.w = x.w * mul;
+            }
+            dst[(c + 0) * TL_LD + r] = x.x;
+            dst[(c + 1) * TL_LD + r] = x.y;
+            dst[(c + 2) * TL_LD + r] = x.z;
+            dst[(c + 3) * TL_LD + r] = x.w;
+        }
+        return;
+    }
     for (int idx = threadIdx.x; idx < 64 * DP; idx += TL_NT) {
         int r = idx & 63, c = idx >> 6;
         float x = 0.0f;
@@ -106,7 +129,7 @@ template <int DP>
 __device__ void tl_attn_fwd_tiled(const float* __restrict__ q, const float* __restrict__ k,
                                   const float* __restrict__ v, TlAttnMask M, float* __restrict__ out,
                                   float* __restrict__ lse, long long batch, long long n_q, long long n_k, int d,
-                                  float scale) {
+                                  float scale, int vec) {
     extern __shared__ float4 tl_smem4[];
     float* smem = reinterpret_cast<float*>(tl_smem4);
     float* QsT = smem;               // [DP][TL_LD], q * c
@@ -120,7 +143,7 @@ __device__ void tl_attn_fwd_tiled(const float* __restrict__ q, const float* __re
         const long long b = item / ntq, i0 = (item - b * ntq) * TL_BR;
         const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
         __syncthreads();  // the previous item's readers are done with the tiles
-        tl_load_t<DP>(QsT, q + b * n_q * d, i0, n_q, d, c2);
+        tl_load_t<DP>(QsT, q + b * n_q * d, i0, n_q, d, c2, vec);
         float m[4], l[4], o[4][DP / 8];
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
@@ -132,7 +155,7 @@ __device__ void tl_attn_fwd_tiled(const float* __restrict__ q, const float* __re
         const long long kend = M.causal ? min(n_k, i0 + TL_BR) : n_k;
         for (long long j0 = 0; j0 < kend; j0 += TL_BC) {
             __syncthreads();
-            tl_load_t<DP>(KsT, k + b * n_k * d, j0, n_k, d, 1.0f);
+            tl_load_t<DP>(KsT, k + b * n_k * d, j0, n_k, d, 1.0f, vec);
             tl_load_rows<DP>(Vs, v + b * n_k * d, j0, n_k, d);
             __syncthreads();
             float s[4][8];
@@ -220,6 +243,202 @@ __device__ void tl_attn_fwd_tiled(const float* __restrict__ q, const float* __re
     }
 }
 
+// -- forward, version 2 ------------------------------------------------------------------------
+// 128 threads, BR = 16 RT query rows x 64 keys per step, each thread an RT x 8 register micro-tile
+// of scores: rows rg*RT + r (rg = tid / 8), key columns cg + 8c (cg = tid % 8, c < 8), so the 8
+// threads of a row are adjacent lanes (row reductions: 3 xor-shuffles). Q (scaled by c) and K are
+// row-major in shared memory with row pitch DP + 4: a k-step of 4 reads one float4 per row (the 8
+// lanes of a quarter-warp share it: broadcast) and one float4 per column (8 consecutive key rows at
+// pitch DP + 4: distinct banks). P goes to shared memory transposed ([key][query], pitch BR + 4,
+// float4 stores of 4 rows, conflict-free) and O += P V reads one float4 of P and DP/32 float4s of
+// V per key (O columns t*32 + cg*4 + e). K and V tiles are staged with cp.async (16-byte, coalesced
+// along d) into single buffers, staggered: V_j loads while S_j = Q K_j^T is computed, K_{j+1}
+// while the softmax and P V of tile j run. Without vec (d % 4 != 0 or unaligned rows) the same
+// buffers are filled by scalar loads. The key tile stays 64 wide (same online-softmax rescales).
+__device__ __forceinline__ void tl_cp_async16(float* dst, const float* src) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(src) : "memory");
+}
+__device__ __forceinline__ void tl_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void tl_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// dst[r * pitch + c] = src[(row0 + r) * d + c] * mul for r < ROWS, c < DP (zero outside the data);
+// with vec and mul == 1 through cp.async (the caller commits and waits), else through registers.
+template <int DP, int ROWS, bool ASYNC>
+__device__ __forceinline__ void tl_stage(float* dst, int pitch, const float* src, long long row0, long long nrows,
+                                         int d, float mul, int vec) {
+    if (vec) {
+        for (int idx = threadIdx.x; idx < ROWS * (DP / 4); idx += TL_NT) {
+            const int r = idx / (DP / 4), c = (idx - r * (DP / 4)) * 4;
+            float* dp = dst + r * pitch + c;
+            if (row0 + r < nrows && c < d) {
+                const float* sp = src + (row0 + r) * d + c;
+                if (ASYNC) {
+                    tl_cp_async16(dp, sp);
+                } else {
+                    float4 x = *reinterpret_cast<const float4*>(sp);
+                    x.x = x.x * mul; x.y = x.y * mul; x.z = x.z * mul; x.w = x.w * mul;
+                    *reinterpret_cast<float4*>(dp) = x;
+                }
+            } else {
+                *reinterpret_cast<float4*>(dp) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+        }
+        return;
+    }
+    for (int idx = threadIdx.x; idx < ROWS * DP; idx += TL_NT) {
+        const int r = idx / DP, c = idx - r * DP;
+        float x = 0.0f;
+        if (row0 + r < nrows && c < d) x = src[(row0 + r) * d + c] * mul;
+        dst[r * pitch + c] = x;
+    }
+}
+
+template <int DP, int RT>
+__device__ void tl_attn_fwd2_tiled(const float* __restrict__ q, const float* __restrict__ k,
+                                   const float* __restrict__ v, TlAttnMask M, float* __restrict__ out,
+                                   float* __restrict__ lse, long long batch, long long n_q, long long n_k, int d,
+                                   float scale, int vec) {
+    constexpr int BR = 16 * RT, QP = DP + 4, PP = BR + 4;
+    extern __shared__ float4 tl_smem4[];
+    float* smem = reinterpret_cast<float*>(tl_smem4);
+    float* Qs = smem;             // [BR][QP], q * c
+    float* Ks = Qs + BR * QP;     // [64][QP]
+    float* Vs = Ks + 64 * QP;     // [64][DP]
+    float* PT = Vs + 64 * DP;     // [64 keys][PP]
+    const int tid = threadIdx.x, cg = tid & 7, rg = tid >> 3;
+    const float c2 = scale * TL_LOG2E;
+    const long long ntq = (n_q + BR - 1) / BR;
+    for (long long item = blockIdx.x; item < batch * ntq; item += gridDim.x) {
+        const long long b = item / ntq, i0 = (item - b * ntq) * BR;
+        const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
+        const float* kb = k + b * n_k * d;
+        const float* vb = v + b * n_k * d;
+        tl_cp_wait<0>();
+        __syncthreads();  // the previous item's readers are done with every buffer
+        tl_stage<DP, BR, false>(Qs, QP, q + b * n_q * d, i0, n_q, d, c2, vec);
+        tl_stage<DP, 64, true>(Ks, QP, kb, 0, n_k, d, 1.0f, vec);
+        tl_cp_commit();
+        float m[RT], l[RT], o[RT][DP / 8];
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+#pragma unroll
+            for (int t = 0; t < DP / 8; ++t) o[r][t] = 0.0f;
+        }
+        const long long kend = M.causal ? min(n_k, i0 + BR) : n_k;
+        for (long long j0 = 0; j0 < kend; j0 += TL_BC) {
+            tl_cp_wait<0>();
+            __syncthreads();  // K_j (and Q) visible; everyone is done with V and PT of tile j-1
+            tl_stage<DP, 64, true>(Vs, DP, vb, j0, n_k, d, 1.0f, vec);
+            tl_cp_commit();
+            float s[RT][8];
+#pragma unroll
+            for (int r = 0; r < RT; ++r)
+#pragma unroll
+                for (int c = 0; c < 8; ++c) s[r][c] = 0.0f;
+#pragma unroll 1  // unrolling further spills at DP = 64
+            for (int kk = 0; kk < DP; kk += 4) {
+                float4 bk[8];
+#pragma unroll
+                for (int c = 0; c < 8; ++c) bk[c] = *reinterpret_cast<const float4*>(Ks + (cg + 8 * c) * QP + kk);
+#pragma unroll
+                for (int r = 0; r < RT; ++r) {
+                    const float4 a = *reinterpret_cast<const float4*>(Qs + (rg * RT + r) * QP + kk);
+#pragma unroll
+                    for (int c = 0; c < 8; ++c) {
+                        s[r][c] = fmaf(a.x, bk[c].x, s[r][c]);
+                        s[r][c] = fmaf(a.y, bk[c].y, s[r][c]);
+                        s[r][c] = fmaf(a.z, bk[c].z, s[r][c]);
+                        s[r][c] = fmaf(a.w, bk[c].w, s[r][c]);
+                    }
+                }
+            }
+            __syncthreads();  // everyone is done reading K_j
+            if (j0 + TL_BC < kend) tl_stage<DP, 64, true>(Ks, QP, kb, j0 + TL_BC, n_k, d, 1.0f, vec);
+            tl_cp_commit();
+#pragma unroll
+            for (int r = 0; r < RT; ++r) {
+                const long long i = i0 + rg * RT + r;
+                float mx = -INFINITY;
+#pragma unroll
+                for (int c = 0; c < 8; ++c) {
+                    bool live;
+                    s[r][c] = tl_masked(s[r][c], i, j0 + cg + 8 * c, n_q, n_k, M, mb, &live);
+                    mx = fmaxf(mx, s[r][c]);
+                }
+                mx = fmaxf(mx, __shfl_xor_sync(TL_FULL_MASK, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(TL_FULL_MASK, mx, 2));
+                mx = fmaxf(mx, __shfl_xor_sync(TL_FULL_MASK, mx, 4));
+                const float m_new = fmaxf(m[r], mx);
+                const float m_use = (m_new == -INFINITY) ? 0.0f : m_new;
+                const float alpha = exp2f(m[r] - m_use);
+                m[r] = m_new;
+                float ps = 0.0f;
+#pragma unroll
+                for (int c = 0; c < 8; ++c) {
+                    s[r][c] = exp2f(s[r][c] - m_use);
+                    ps += s[r][c];
+                }
+                l[r] = l[r] * alpha + ps;
+#pragma unroll
+                for (int t = 0; t < DP / 8; ++t) o[r][t] *= alpha;
+            }
+#pragma unroll
+            for (int c = 0; c < 8; ++c)
+#pragma unroll
+                for (int h = 0; h < RT / 4; ++h)
+                    *reinterpret_cast<float4*>(PT + (cg + 8 * c) * PP + rg * RT + 4 * h) =
+                        make_float4(s[4 * h][c], s[4 * h + 1][c], s[4 * h + 2][c], s[4 * h + 3][c]);
+            tl_cp_wait<1>();  // V_j landed (K_{j+1} may still be in flight)
+            __syncthreads();  // P and V_j visible
+            // O += P V: thread columns t*32 + cg*4 + e (e < 4), t < DP/32
+#pragma unroll 4
+            for (int j = 0; j < TL_BC; ++j) {
+                float pv[RT];
+#pragma unroll
+                for (int h = 0; h < RT / 4; ++h) {
+                    const float4 p4 = *reinterpret_cast<const float4*>(PT + j * PP + rg * RT + 4 * h);
+                    pv[4 * h] = p4.x; pv[4 * h + 1] = p4.y; pv[4 * h + 2] = p4.z; pv[4 * h + 3] = p4.w;
+                }
+#pragma unroll
+                for (int t = 0; t < DP / 32; ++t) {
+                    const float4 vv = *reinterpret_cast<const float4*>(Vs + j * DP + t * 32 + cg * 4);
+#pragma unroll
+                    for (int r = 0; r < RT; ++r) {
+                        o[r][t * 4 + 0] = fmaf(pv[r], vv.x, o[r][t * 4 + 0]);
+                        o[r][t * 4 + 1] = fmaf(pv[r], vv.y, o[r][t * 4 + 1]);
+                        o[r][t * 4 + 2] = fmaf(pv[r], vv.z, o[r][t * 4 + 2]);
+                        o[r][t * 4 + 3] = fmaf(pv[r], vv.w, o[r][t * 4 + 3]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+            float lt = l[r];
+            lt += __shfl_xor_sync(TL_FULL_MASK, lt, 1);
+            lt += __shfl_xor_sync(TL_FULL_MASK, lt, 2);
+            lt += __shfl_xor_sync(TL_FULL_MASK, lt, 4);
+            const long long i = i0 + rg * RT + r;
+            if (i < n_q) {
+                const bool ok = !(lt == 0.0f);  // NaN rows stay NaN; rows without weight give 0
+                float* orow = out + (b * n_q + i) * d;
+#pragma unroll
+                for (int t = 0; t < DP / 32; ++t)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        int col = t * 32 + cg * 4 + e;
+                        if (col < d) orow[col] = ok ? o[r][t * 4 + e] / lt : 0.0f;
+                    }
+                if (cg == 0) lse[b * n_q + i] = ok ? (m[r] + log2f(lt)) * TL_LN2 : -INFINITY;
+            }
+        }
+    }
+}
+
 // -- D = rowsum(dout * out): one warp per row, fixed order --------------------------------------
 extern "C" __global__ void tl_attn_rowdot(const float* __restrict__ dout, const float* __restrict__ out,
                                           float* __restrict__ dd, long long rows, long long d) {
@@ -239,7 +458,7 @@ __device__ void tl_attn_bwd_q_tiled(const float* __restrict__ q, const float* __
                                     const float* __restrict__ v, TlAttnMask M, const float* __restrict__ lse,
                                     const float* __restrict__ dd, const float* __restrict__ dout,
                                     float* __restrict__ dq, long long batch, long long n_q, long long n_k, int d,
-                                    float scale) {
+                                    float scale, int vec) {
     extern __shared__ float4 tl_smem4[];
     float* smem = reinterpret_cast<float*>(tl_smem4);
     float* QsT = smem;                // q * c
@@ -254,8 +473,8 @@ __device__ void tl_attn_bwd_q_tiled(const float* __restrict__ q, const float* __
         const long long b = item / ntq, i0 = (item - b * ntq) * TL_BR;
         const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
         __syncthreads();
-        tl_load_t<DP>(QsT, q + b * n_q * d, i0, n_q, d, c2);
-        tl_load_t<DP>(GsT, dout + b * n_q * d, i0, n_q, d, 1.0f);
+        tl_load_t<DP>(QsT, q + b * n_q * d, i0, n_q, d, c2, vec);
+        tl_load_t<DP>(GsT, dout + b * n_q * d, i0, n_q, d, 1.0f, vec);
         float l2[4], dr[4], acc[4][DP / 8];
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
@@ -268,8 +487,8 @@ __device__ void tl_attn_bwd_q_tiled(const float* __restrict__ q, const float* __
         const long long kend = M.causal ? min(n_k, i0 + TL_BR) : n_k;
         for (long long j0 = 0; j0 < kend; j0 += TL_BC) {
             __syncthreads();
-            tl_load_t<DP>(KsT, k + b * n_k * d, j0, n_k, d, 1.0f);
-            tl_load_t<DP>(VsT, v + b * n_k * d, j0, n_k, d, 1.0f);
+            tl_load_t<DP>(KsT, k + b * n_k * d, j0, n_k, d, 1.0f, vec);
+            tl_load_t<DP>(VsT, v + b * n_k * d, j0, n_k, d, 1.0f, vec);
             __syncthreads();
             float s[4][8], dp[4][8];
 #pragma unroll
@@ -336,7 +555,7 @@ __device__ void tl_attn_bwd_kv_tiled(const float* __restrict__ q, const float* _
                                      const float* __restrict__ v, TlAttnMask M, const float* __restrict__ lse,
                                      const float* __restrict__ dd, const float* __restrict__ dout,
                                      float* __restrict__ dk, float* __restrict__ dv, long long batch, long long n_q,
-                                     long long n_k, int d, float scale) {
+                                     long long n_k, int d, float scale, int vec) {
     extern __shared__ float4 tl_smem4[];
     float* smem = reinterpret_cast<float*>(tl_smem4);
     float* KsT = smem;                // [DP][TL_LD] keys
@@ -354,8 +573,8 @@ __device__ void tl_attn_bwd_kv_tiled(const float* __restrict__ q, const float* _
         const long long b = item / ntk, j0 = (item - b * ntk) * TL_BC;
         const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
         __syncthreads();
-        tl_load_t<DP>(KsT, k + b * n_k * d, j0, n_k, d, 1.0f);
-        tl_load_t<DP>(VsT, v + b * n_k * d, j0, n_k, d, 1.0f);
+        tl_load_t<DP>(KsT, k + b * n_k * d, j0, n_k, d, 1.0f, vec);
+        tl_load_t<DP>(VsT, v + b * n_k * d, j0, n_k, d, 1.0f, vec);
         float ak[4][DP / 8], av[4][DP / 8];
 #pragma unroll
         for (int r = 0; r < 4; ++r)
@@ -364,8 +583,8 @@ __device__ void tl_attn_bwd_kv_tiled(const float* __restrict__ q, const float* _
         const long long istart = M.causal ? (j0 / TL_BR) * TL_BR : 0;
         for (long long i0 = istart; i0 < n_q; i0 += TL_BR) {
             __syncthreads();
-            tl_load_t<DP>(QsT, q + b * n_q * d, i0, n_q, d, c2);
-            tl_load_t<DP>(GsT, dout + b * n_q * d, i0, n_q, d, 1.0f);
+            tl_load_t<DP>(QsT, q + b * n_q * d, i0, n_q, d, c2, vec);
+            tl_load_t<DP>(GsT, dout + b * n_q * d, i0, n_q, d, 1.0f, vec);
             if (tid < 64) {
                 const long long i = i0 + tid;
                 L2[tid] = (i < n_q) ? lse[b * n_q + i] * TL_LOG2E : -INFINITY;
@@ -455,27 +674,39 @@ __device__ void tl_attn_bwd_kv_tiled(const float* __restrict__ q, const float* _
 #define TL_ATTN_INSTANCE(DP)                                                                                   \
     extern "C" __global__ void __launch_bounds__(TL_NT) tl_attn_fwd_d##DP(                                    \
         const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, float* out, float* lse,             \
-        long long batch, long long n_q, long long n_k, int d, float scale) {                                   \
+        long long batch, long long n_q, long long n_k, int d, float scale, int vec) {                                   \
         TlAttnMask M = TL_ATTN_MASK;                                                                           \
-        tl_attn_fwd_tiled<DP>(q, k, v, M, out, lse, batch, n_q, n_k, d, scale);                                \
+        tl_attn_fwd_tiled<DP>(q, k, v, M, out, lse, batch, n_q, n_k, d, scale, vec);                                \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(TL_NT) tl_attn_bwd_q_d##DP(                                  \
         const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, const float* lse, const float* dd,  \
-        const float* dout, float* dq, long long batch, long long n_q, long long n_k, int d, float scale) {     \
+        const float* dout, float* dq, long long batch, long long n_q, long long n_k, int d, float scale, int vec) {     \
         TlAttnMask M = TL_ATTN_MASK;                                                                           \
-        tl_attn_bwd_q_tiled<DP>(q, k, v, M, lse, dd, dout, dq, batch, n_q, n_k, d, scale);                     \
+        tl_attn_bwd_q_tiled<DP>(q, k, v, M, lse, dd, dout, dq, batch, n_q, n_k, d, scale, vec);                     \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(TL_NT) tl_attn_bwd_kv_d##DP(                                 \
         const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, const float* lse, const float* dd,  \
         const float* dout, float* dk, float* dv, long long batch, long long n_q, long long n_k, int d,         \
-        float scale) {                                                                                         \
+        float scale, int vec) {                                                                                \
         TlAttnMask M = TL_ATTN_MASK;                                                                           \
-        tl_attn_bwd_kv_tiled<DP>(q, k, v, M, lse, dd, dout, dk, dv, batch, n_q, n_k, d, scale);                \
+        tl_attn_bwd_kv_tiled<DP>(q, k, v, M, lse, dd, dout, dk, dv, batch, n_q, n_k, d, scale, vec);                \
+    }
+
+#define TL_ATTN_FWD2_INSTANCE(DP, RT, MINB)                                                                     \
+    extern "C" __global__ void __launch_bounds__(TL_NT, MINB) tl_attn_fwd2_d##DP(                             \
+        const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, float* out, float* lse,             \
+        long long batch, long long n_q, long long n_k, int d, float scale, int vec) {                          \
+        TlAttnMask M = TL_ATTN_MASK;                                                                           \
+        tl_attn_fwd2_tiled<DP, RT>(q, k, v, M, out, lse, batch, n_q, n_k, d, scale, vec);                      \
     }
 
 TL_ATTN_INSTANCE(32)
 TL_ATTN_INSTANCE(64)
 TL_ATTN_INSTANCE(128)
+// (DP, rows per thread, min blocks per SM): BR = 16 RT query rows per block
+TL_ATTN_FWD2_INSTANCE(32, 8, 2)
+TL_ATTN_FWD2_INSTANCE(64, 8, 2)
+TL_ATTN_FWD2_INSTANCE(128, 4, 1)
 
 // -- generic fallback (d > 128): one warp per row, lane holds dims lane + 32 t ------------------
 #define TL_NPL 32  // d <= 1024

@@ -1,7 +1,13 @@
 """CUDA kernels of the attention family (attention.cu): tiled flash attention, forward and backward.
 
-* flash_attention_fwd: one launch of tl_attn_fwd_d{32,64,128} (the smallest instantiation
-  >= d; d > 128: the warp-per-row tl_attn_fwd_generic, d <= 1024). Writes out and lse only.
+* flash_attention_fwd: one launch of tl_attn_fwd2_d{32,64,128} (FWD_KERNEL = 2, the default:
+  128 or 64 query rows per block, cp.async-staged K/V) or the earlier tl_attn_fwd_d{32,64,128}
+  (FWD_KERNEL = 1), the smallest instantiation >= d; d > 128: the warp-per-row
+  tl_attn_fwd_generic, d <= 1024. Writes out and lse only.
+* VEC_LOADS (default True): tiles are read with coalesced float4 loads along d when d % 4 == 0 and
+  every operand pointer is 16-byte aligned (else scalar loads; VEC_LOADS = False forces those).
+  Both switches can be set from the environment (TORCHLEAN_ATTN_FWD=1|2, TORCHLEAN_ATTN_VEC=0|1)
+  or by assigning the module attributes, so one GPU run can A/B them.
 * backward: D = rowsum(dout * out) (tl_attn_rowdot, batch*n_q floats), then tl_attn_bwd_q_d* (a
   block per query tile, looping over key tiles) and/or tl_attn_bwd_kv_d* (a block per key tile,
   looping over query tiles). bwd_k and bwd_v run the fused kv kernel and drop one output.
@@ -11,6 +17,8 @@ mask pointer that the kernels never read.
 """
 
 from __future__ import annotations
+
+import os
 
 import cupy
 import numpy as np
@@ -28,6 +36,9 @@ _TILE = 64
 _GENERIC_MAX_D = 1024
 _MODES = {"none": 0, "fill": 1, "hard": 2, "add": 3}
 _configured: set = set()
+FWD_KERNEL = int(os.environ.get("TORCHLEAN_ATTN_FWD", "2"))
+VEC_LOADS = os.environ.get("TORCHLEAN_ATTN_VEC", "1") != "0"
+_FWD2_RT = {32: 8, 64: 8, 128: 4}  # rows per thread of tl_attn_fwd2_d*: BR = 16 RT query rows per block
 
 
 def _dp(d: int) -> int | None:
@@ -37,7 +48,14 @@ def _dp(d: int) -> int | None:
     return None
 
 
+def _fwd2_br(dp: int) -> int:
+    return 16 * _FWD2_RT[dp]
+
+
 def _smem(kind: str, dp: int) -> int:
+    if kind == "fwd2":
+        br = _fwd2_br(dp)
+        return 4 * (br * (dp + 4) + 64 * (dp + 4) + 64 * dp + 64 * (br + 4))
     if kind == "fwd":
         return 4 * (2 * dp * _LD + 64 * dp + 64 * _LD)
     if kind == "q":
@@ -46,7 +64,8 @@ def _smem(kind: str, dp: int) -> int:
 
 
 def _tiled(kind: str, dp: int):
-    name = {"fwd": "tl_attn_fwd_d", "q": "tl_attn_bwd_q_d", "kv": "tl_attn_bwd_kv_d"}[kind] + str(dp)
+    name = {"fwd": "tl_attn_fwd_d", "fwd2": "tl_attn_fwd2_d", "q": "tl_attn_bwd_q_d",
+            "kv": "tl_attn_bwd_kv_d"}[kind] + str(dp)
     fn = kernel(_FILE, name)
     smem = _smem(kind, dp)
     key = (cupy.cuda.runtime.getDevice(), name)
@@ -71,7 +90,15 @@ def _mask_args(mask, mode, layout, causal):
 
 def _grid(items: int, smem: int) -> int:
     per_sm = max(1, min(4, (227 * 1024) // max(smem, 1)))
-    return max(1, min(items, sm_count() * per_sm * 8))
+    # Up to 64 waves of resident blocks: the hardware hands out the (unequal, when causal) items
+    # dynamically; the kernels' grid-stride loops only matter beyond that.
+    return max(1, min(items, sm_count() * per_sm * 64))
+
+
+def _vec(d: int, *arrays) -> np.int32:
+    """1 when the tiles can be read as float4 rows: d % 4 == 0 and every base pointer 16-byte aligned."""
+    ok = VEC_LOADS and d % 4 == 0 and all(int(a.data.ptr) % 16 == 0 for a in arrays)
+    return np.int32(1 if ok else 0)
 
 
 def _check_d(d: int) -> None:
@@ -90,9 +117,11 @@ def flash_attention_fwd(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_m
     dims = (I64(batch), I64(n_q), I64(n_k), np.int32(d), F32(scale))
     dp = _dp(d)
     if dp is not None:
-        fn, smem = _tiled("fwd", dp)
-        items = batch * ((n_q + _TILE - 1) // _TILE)
-        fn((_grid(items, smem),), (_NT,), (q, k, v) + margs + (out, lse) + dims, shared_mem=smem)
+        kind, br = ("fwd2", _fwd2_br(dp)) if FWD_KERNEL == 2 else ("fwd", _TILE)
+        fn, smem = _tiled(kind, dp)
+        items = batch * ((n_q + br - 1) // br)
+        fn((_grid(items, smem),), (_NT,), (q, k, v) + margs + (out, lse) + dims + (_vec(d, q, k, v),),
+           shared_mem=smem)
     else:
         kernel(_FILE, "tl_attn_fwd_generic")((grid_for(batch * n_q * 32),), (BLOCK,),
                                              (q, k, v) + margs + (out, lse) + dims)
@@ -119,11 +148,13 @@ def _bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_
     margs = _mask_args(mask, mask_mode, mask_layout, causal)
     dims = (I64(batch), I64(n_q), I64(n_k), np.int32(d), F32(scale))
     dp = _dp(d)
+    vec = _vec(d, q, k, v, dout)
     if want_q:
         if dp is not None:
             fn, smem = _tiled("q", dp)
             items = batch * ((n_q + _TILE - 1) // _TILE)
-            fn((_grid(items, smem),), (_NT,), (q, k, v) + margs + (lse, dd, dout, dq) + dims, shared_mem=smem)
+            fn((_grid(items, smem),), (_NT,), (q, k, v) + margs + (lse, dd, dout, dq) + dims + (vec,),
+               shared_mem=smem)
         else:
             kernel(_FILE, "tl_attn_bwd_q_generic")((grid_for(batch * n_q * 32),), (BLOCK,),
                                                    (q, k, v) + margs + (lse, dd, dout, dq) + dims)
@@ -131,7 +162,8 @@ def _bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_
         if dp is not None:
             fn, smem = _tiled("kv", dp)
             items = batch * ((n_k + _TILE - 1) // _TILE)
-            fn((_grid(items, smem),), (_NT,), (q, k, v) + margs + (lse, dd, dout, dk, dv) + dims, shared_mem=smem)
+            fn((_grid(items, smem),), (_NT,), (q, k, v) + margs + (lse, dd, dout, dk, dv) + dims + (vec,),
+               shared_mem=smem)
         else:
             kernel(_FILE, "tl_attn_bwd_kv_generic")((grid_for(batch * n_k * 32),), (BLOCK,),
                                                     (q, k, v) + margs + (lse, dd, dout, dk, dv) + dims)
