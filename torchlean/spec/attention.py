@@ -76,12 +76,16 @@ def scores(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, layout, 
 
 
 def _lse(s, allowed, xp=np):
-    """Row log-sum-exp over the allowed entries, by np.logaddexp folding (not max-shifting)."""
+    """Row log-sum-exp over the allowed entries, by np.logaddexp folding (not max-shifting).
+
+    A row with an allowed +inf score has undefined weights (inf / inf): its lse is NaN, like its
+    output (a convention every backend shares; the mathematical log-sum-exp would be +inf)."""
     with np.errstate(all="ignore"):
         t = xp.where(allowed, s, -xp.inf)
         if t.shape[-1] == 0:
             return xp.full(t.shape[:-1], -xp.inf)
-        return xp.logaddexp.reduce(t, axis=-1) if xp is np else _lse_shifted(t, xp)
+        out = xp.logaddexp.reduce(t, axis=-1) if xp is np else _lse_shifted(t, xp)
+        return xp.where((t == xp.inf).any(axis=-1), xp.nan, out)
 
 
 def _lse_shifted(t, xp):  # array modules without logaddexp.reduce (cupy): shift by the max
