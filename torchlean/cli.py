@@ -1,8 +1,9 @@
-"""The ``torchlean`` command: ``info``, ``check`` and ``demo``."""
+"""The ``torchlean`` command: ``info``, ``check``, ``demo``, ``list`` and ``train``."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
@@ -100,6 +101,25 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if value < 0.25 * first else 1
 
 
+def _list(args: argparse.Namespace) -> int:
+    from . import examples
+
+    for name, desc in examples.available():
+        print(f"{name:10s} {desc}")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .train import train
+
+    summary = train(args.example, device=args.device, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                    seed=args.seed, deterministic=args.deterministic, fast_kernels=args.fast_kernels,
+                    fast_gpu_matmul_precision=args.fast_gpu_matmul_precision, log=args.log, plot=args.plot,
+                    checkpoint=args.checkpoint, resume=args.resume, mem_every=args.mem_every, tiny=args.tiny,
+                    checkpoint_every=args.checkpoint_every)
+    return 0 if summary["final_loss"] is not None and math.isfinite(summary["final_loss"]) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="torchlean", description=__import__("torchlean").__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -116,6 +136,26 @@ def main(argv: list[str] | None = None) -> int:
     p_demo.add_argument("--lr", type=float, default=0.01)
     p_demo.add_argument("--seed", type=int, default=0)
     p_demo.set_defaults(fn=_demo)
+    p_list = sub.add_parser("list", help="the examples `torchlean train` knows")
+    p_list.set_defaults(fn=_list)
+    p_train = sub.add_parser("train", help="train an example (embedded data) with progress, logs and checkpoints")
+    p_train.add_argument("example", help="an example name (see `torchlean list`)")
+    p_train.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
+    p_train.add_argument("--steps", type=int, default=None)
+    p_train.add_argument("--batch-size", type=int, default=None)
+    p_train.add_argument("--lr", type=float, default=None)
+    p_train.add_argument("--seed", type=int, default=None)
+    p_train.add_argument("--deterministic", action="store_true", help="fixed-order reductions (bitwise repeatable)")
+    p_train.add_argument("--fast-kernels", action="store_true")
+    p_train.add_argument("--fast-gpu-matmul-precision", choices=("fp32", "fp64"), default="fp32")
+    p_train.add_argument("--log", default=None, help="write a JSON training log here")
+    p_train.add_argument("--plot", default=None, help="write a PNG loss curve here (needs matplotlib)")
+    p_train.add_argument("--checkpoint", default=None, help="save a checkpoint here at the end (atomically)")
+    p_train.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps")
+    p_train.add_argument("--resume", default=None, help="continue from this checkpoint")
+    p_train.add_argument("--mem-every", type=int, default=0, help="print the allocator line every N steps")
+    p_train.add_argument("--tiny", action="store_true", help="tiny sizes (a smoke test)")
+    p_train.set_defaults(fn=_train)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
