@@ -15,6 +15,12 @@ from .runtime.rng import Generator, default_generator, get_rng_state, manual_see
 from .tensor import (Tensor, arange, as_tensor, bernoulli, bool_, float32, full, int64, ones, ones_like, rand,
                      randn, tensor, zeros, zeros_like)
 from . import _methods  # noqa: F401  (binds operators and methods onto Tensor)
+from . import _dlpack, interop  # noqa: E402
+from ._dlpack import from_dlpack  # noqa: E402
+from .checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+
+Tensor.__dlpack__ = _dlpack.tensor_dlpack
+Tensor.__dlpack_device__ = _dlpack.tensor_dlpack_device
 from . import nn, ops, optim
 from .ops import (abs, bmm, cat, clamp, exp, flatten, index_select, log, matmul, maximum, mean, minimum, permute,
                   reshape, sigmoid, softmax, log_softmax, sqrt, squeeze, sum, tanh, transpose, unsqueeze)

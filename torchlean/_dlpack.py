@@ -1,0 +1,161 @@
+"""DLPack exchange: ``Tensor.__dlpack__`` / ``__dlpack_device__`` and ``torchlean.from_dlpack``.
+
+Export (zero-copy): a float32 tensor hands out its buffer's backing array, the NumPy array on
+the CPU and the CuPy array on CUDA, shaped like the tensor, so ``np.from_dlpack(t)``,
+``cupy.from_dlpack(t)`` and ``torch.from_dlpack(t)`` share its memory.
+
+Import: ``from_dlpack(obj)`` takes any object with ``__dlpack__``/``__dlpack_device__`` (NumPy,
+CuPy, PyTorch, JAX arrays ...). A C-contiguous float32 source on the CPU or a CUDA device is
+adopted without a copy; anything else (strided views, float64/float16, ...) is copied and
+converted to a contiguous float32 buffer. Integer and bool sources become torchlean's int64/bool
+index and mask tensors (host arrays; int64 contiguous CPU sources without a copy).
+
+Aliasing, read this: torchlean treats buffers as immutable values (primitives never write their
+inputs; ``add_`` and the optimizers rebind a tensor to a new buffer). Sharing memory through
+DLPack breaks that assumption in one direction only: writing into an exported array (or into the
+source of an imported one) changes the torchlean tensor's values too, including tensors that
+were saved for a backward pass, which then computes with the new values. Do not mutate shared
+memory while torchlean may still use the tensor; pass ``copy=True`` when in doubt. Conversely,
+an in-place torchlean update (``t.add_(1)``, an optimizer step) rebinds ``t`` to a new buffer,
+so the other side keeps seeing the old values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .errors import ArgumentError, AutogradError, DeviceError, DTypeError
+from .runtime.buffer import Buffer
+from .runtime.device import get_context
+from .tensor import Tensor
+
+__all__ = ["from_dlpack", "tensor_dlpack", "tensor_dlpack_device"]
+
+_KDL_CPU = 1
+_KDL_CUDA = 2
+_KDL_CUDA_MANAGED = 13
+
+
+def _exported_array(t: Tensor, op: str) -> Any:
+    if not isinstance(t, Tensor):
+        raise DTypeError(f"{op}: expected a torchlean Tensor, got {type(t).__name__}")
+    if t.requires_grad:
+        raise AutogradError(f"{op}: cannot export a tensor that requires grad (its gradient would be lost); "
+                            f"use tensor.detach()")
+    if t._buf is None:
+        if t.device != "cpu":
+            raise DTypeError(f"{op}: an {t.dtype} tensor on {t.device} keeps its values on the host; only float32 "
+                             f"tensors export from a CUDA device")
+        return t._host
+    return t._buf.data.reshape(t.shape)  # a view: the buffer is flat and contiguous
+
+
+def tensor_dlpack(self: Tensor, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                  copy: Any = None) -> Any:
+    """``Tensor.__dlpack__``: a DLPack capsule over the tensor's memory (no copy unless ``copy=True``).
+
+    Arguments follow the array API standard and are passed to the backing array's ``__dlpack__``
+    (NumPy on the CPU, CuPy on CUDA, which handles ``stream`` synchronization). Tensors that
+    require grad are refused (as PyTorch does): export ``t.detach()``. Mutating the consumer's
+    array mutates this tensor (see the module docstring of ``torchlean._dlpack``).
+    """
+    arr = _exported_array(self, "Tensor.__dlpack__")
+    kwargs = {k: v for k, v in (("stream", stream), ("max_version", max_version), ("dl_device", dl_device),
+                                ("copy", copy)) if v is not None}
+    return arr.__dlpack__(**kwargs)
+
+
+def tensor_dlpack_device(self: Tensor) -> tuple[int, int]:
+    """``Tensor.__dlpack_device__``: ``(1, 0)`` (kDLCPU) or ``(2, index)`` (kDLCUDA)."""
+    if not isinstance(self, Tensor):
+        raise DTypeError(f"Tensor.__dlpack_device__: expected a torchlean Tensor, got {type(self).__name__}")
+    if self._buf is None:
+        if self.device != "cpu":
+            raise DTypeError(f"Tensor.__dlpack_device__: an {self.dtype} tensor on {self.device} cannot be "
+                             f"exported (its values live on the host)")
+        return (_KDL_CPU, 0)
+    dev_type, dev_id = self._buf.data.__dlpack_device__()
+    return (int(dev_type), int(dev_id))
+
+
+def _device_of(obj: Any) -> tuple[int, int]:
+    if not hasattr(obj, "__dlpack__"):
+        raise DTypeError(f"from_dlpack: expected an object with __dlpack__ (a NumPy/CuPy/PyTorch array or a "
+                         f"torchlean Tensor), got {type(obj).__name__}")
+    if not hasattr(obj, "__dlpack_device__"):
+        raise DTypeError(f"from_dlpack: {type(obj).__name__} has __dlpack__ but no __dlpack_device__")
+    dev_type, dev_id = obj.__dlpack_device__()
+    return int(dev_type), int(dev_id)
+
+
+def from_dlpack(obj: Any, *, copy: bool | None = None) -> Tensor:
+    """A torchlean tensor over ``obj``'s memory (DLPack), a NumPy, CuPy, PyTorch ... array.
+
+    Zero-copy when ``obj`` is float32 and C-contiguous, on the CPU or a CUDA device (the tensor's
+    device is ``"cpu"`` or ``"cuda:N"`` accordingly); otherwise the values are copied and converted
+    to a contiguous float32 buffer (float64, float16, strided views ...). Integer sources become
+    int64 and bool sources bool tensors (host index/mask tensors, as ``torchlean.tensor`` makes).
+    ``copy=True`` always copies; ``copy=False`` raises ArgumentError where a copy would be needed.
+    Complex sources raise DTypeError. A PyTorch tensor that requires grad must be detached first
+    (PyTorch refuses to export it). Sharing memory means writes on either side are seen by the
+    other; see the module docstring about torchlean's immutable buffers.
+    """
+    if copy is not None and not isinstance(copy, bool):
+        raise ArgumentError(f"from_dlpack: copy must be None, True or False, got {copy!r}")
+    if isinstance(obj, Tensor):
+        if obj._buf is None:
+            arr = obj._host.copy() if copy else obj._host
+            return Tensor._wrap_host(arr, obj.device)
+        buf = Buffer.from_numpy(obj._buf.to_numpy(), obj.device) if copy else obj._buf
+        return Tensor._wrap(buf, obj.shape)
+    dev_type, dev_id = _device_of(obj)
+    if dev_type == _KDL_CPU:
+        ctx = get_context("cpu", "from_dlpack")
+        arr = np.from_dlpack(obj)
+        xp = np
+    elif dev_type in (_KDL_CUDA, _KDL_CUDA_MANAGED):
+        ctx = get_context(f"cuda:{dev_id}", "from_dlpack")  # DeviceError when CUDA is unavailable
+        import cupy
+
+        with cupy.cuda.Device(dev_id):
+            arr = cupy.from_dlpack(obj)
+        xp = cupy
+    else:
+        raise DeviceError(f"from_dlpack: DLPack device type {dev_type} (device {dev_id}) is not supported; torchlean "
+                          f"imports CPU (1) and CUDA (2) memory")
+    kind = arr.dtype.kind
+    if kind == "c":
+        raise DTypeError(f"from_dlpack: complex data ({arr.dtype}) is not supported")
+    if kind in "iub":
+        host = arr if xp is np else cupy.asnumpy(arr)
+        want = np.bool_ if kind == "b" else np.int64
+        needs_copy = xp is not np or host.dtype != want or not host.flags.c_contiguous
+        if needs_copy and copy is False:
+            raise ArgumentError(f"from_dlpack: a {arr.dtype} source on {ctx.name} needs a copy (index tensors are "
+                                f"int64 host arrays) but copy=False")
+        out = np.array(host, dtype=want, copy=True) if (needs_copy or copy) else host
+        return Tensor._wrap_host(out, ctx.name)
+    if kind != "f":
+        raise DTypeError(f"from_dlpack: unsupported dtype {arr.dtype}")
+    shape = tuple(int(s) for s in arr.shape)
+    zero_copy = arr.dtype == np.float32 and arr.flags.c_contiguous
+    if not zero_copy and copy is False:
+        raise ArgumentError(f"from_dlpack: the source ({arr.dtype}, "
+                            f"{'contiguous' if arr.flags.c_contiguous else 'strided'}) needs a copy to become a "
+                            f"contiguous float32 buffer, but copy=False")
+    if zero_copy and not copy:
+        flat = arr.reshape(-1)  # a view of a C-contiguous array
+    else:
+        flat = xp.ascontiguousarray(arr, dtype=xp.float32).reshape(-1)
+        if flat.size and _shares(xp, flat, arr):
+            flat = flat.copy()
+    return Tensor._wrap(Buffer(flat, ctx), shape)
+
+
+def _shares(xp: Any, a: Any, b: Any) -> bool:
+    try:
+        return bool(xp.shares_memory(a, b))
+    except Exception:  # noqa: BLE001
+        return True
