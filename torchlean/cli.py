@@ -116,7 +116,7 @@ def _train(args: argparse.Namespace) -> int:
                     seed=args.seed, deterministic=args.deterministic, fast_kernels=args.fast_kernels,
                     fast_gpu_matmul_precision=args.fast_gpu_matmul_precision, log=args.log, plot=args.plot,
                     checkpoint=args.checkpoint, resume=args.resume, mem_every=args.mem_every, tiny=args.tiny,
-                    checkpoint_every=args.checkpoint_every)
+                    checkpoint_every=args.checkpoint_every, stop_at=args.stop_at)
     return 0 if summary["final_loss"] is not None and math.isfinite(summary["final_loss"]) else 1
 
 
@@ -153,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     p_train.add_argument("--checkpoint", default=None, help="save a checkpoint here at the end (atomically)")
     p_train.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps")
     p_train.add_argument("--resume", default=None, help="continue from this checkpoint")
+    p_train.add_argument("--stop-at", type=int, default=None,
+                         help="stop after this step of the schedule (with --checkpoint: continue later with --resume)")
     p_train.add_argument("--mem-every", type=int, default=0, help="print the allocator line every N steps")
     p_train.add_argument("--tiny", action="store_true", help="tiny sizes (a smoke test)")
     p_train.set_defaults(fn=_train)

@@ -115,7 +115,10 @@ def train(name: str, device: str = "cpu", steps: int | None = None, batch_size: 
           lr: float | None = None, seed: int | None = None, deterministic: bool = False, fast_kernels: bool = False,
           fast_gpu_matmul_precision: str = "fp32", log: str | None = None, plot: str | None = None,
           checkpoint: str | None = None, resume: str | None = None, mem_every: int = 0, tiny: bool = False,
-          checkpoint_every: int = 0, say: Callable[[str], None] = print, progress: bool = True) -> dict:
+          checkpoint_every: int = 0, stop_at: int | None = None, say: Callable[[str], None] = print,
+          progress: bool = True) -> dict:
+    """Train example ``name``; returns (and prints) the summary. ``stop_at`` ends the run after that
+    many steps of the configured schedule (saving ``checkpoint``), so that ``resume`` continues it."""
     ex = examples.get(name)
     dev = pick_device(device, say)
     cfg = dict(ex.default_config())
@@ -134,12 +137,13 @@ def train(name: str, device: str = "cpu", steps: int | None = None, batch_size: 
     tl.set_deterministic_reductions(bool(deterministic))
     try:
         return _run(ex, name, dev, cfg, log, plot, checkpoint, resume, mem_every, checkpoint_every, say, progress,
-                    deterministic)
+                    deterministic, stop_at)
     finally:
         tl.set_deterministic_reductions(was_det)
 
 
-def _run(ex, name, dev, cfg, log, plot, checkpoint, resume, mem_every, checkpoint_every, say, progress, deterministic):
+def _run(ex, name, dev, cfg, log, plot, checkpoint, resume, mem_every, checkpoint_every, say, progress, deterministic,
+         stop_at):
     from .checkpoint import load_checkpoint, save_checkpoint
 
     t_start = time.perf_counter()
@@ -158,11 +162,12 @@ def _run(ex, name, dev, cfg, log, plot, checkpoint, resume, mem_every, checkpoin
         losses = list((meta.get("extra") or {}).get("losses", []))
         say(f"resumed from {resume} at step {start}")
     total = int(cfg["steps"])
+    end = total if stop_at is None else max(start, min(total, int(stop_at)))
     before = ex.evaluate(model, data, cfg, dev) if start == 0 else None
     watch = MemoryWatch(dev, mem_every, say)
-    bar = Progress(total, start, dev) if progress else None
+    bar = Progress(end, start, dev) if progress else None
     t_train = time.perf_counter()
-    for step in range(start, total):
+    for step in range(start, end):
         batch = ex.get_batch(data, step, cfg, dev)
         loss = ex.loss_fn(model, batch)
         opt.zero_grad()
@@ -178,7 +183,7 @@ def _run(ex, name, dev, cfg, log, plot, checkpoint, resume, mem_every, checkpoin
         if bar is not None:
             bar.update(step, value)
         watch(step + 1)
-        if checkpoint and checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < total:
+        if checkpoint and checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < end:
             save_checkpoint(checkpoint, model, opt, sched, step + 1, {"losses": losses, "example": name})
     train_s = time.perf_counter() - t_train
     after = ex.evaluate(model, data, cfg, dev)
