@@ -31,7 +31,7 @@ def _cfg(ex) -> dict:
 
 def _train(ex, cfg: dict, device: str, use_example_optimizer: bool = False):
     data = ex.make_data(cfg)
-    model = ex.make_model(cfg)
+    model = ex.make_model(cfg).to(device)
     if use_example_optimizer:
         opt, sched = ex.make_optimizer(model, cfg)
     else:
