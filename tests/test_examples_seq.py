@@ -64,6 +64,17 @@ def test_example_api(name):
 def test_example_learns_and_is_deterministic(name, device):
     ex = _load(name)
     cfg = _cfg(ex)
+    # Bitwise repeatability is promised in deterministic mode (fast mode may use float atomics on CUDA,
+    # e.g. the embedding backward's scatter-add).
+    was = torchlean.deterministic_reductions()
+    torchlean.set_deterministic_reductions(True)
+    try:
+        _check_learns_and_repeats(ex, cfg, name, device)
+    finally:
+        torchlean.set_deterministic_reductions(was)
+
+
+def _check_learns_and_repeats(ex, cfg, name, device):
     model, data, losses = _train(ex, cfg, device)
     assert all(math.isfinite(v) for v in losses)
     assert np.mean(losses[-3:]) < losses[0], f"{name}: loss did not fall: {losses}"
