@@ -23,7 +23,24 @@ import numpy as np
 from .errors import DTypeError
 from .tensor import Tensor, tensor
 
-__all__ = ["state_dict_from_torch", "state_dict_to_torch"]
+__all__ = ["state_dict_from_torch", "state_dict_to_torch", "as_host_array"]
+
+
+def as_host_array(what: str, value: Any) -> np.ndarray:
+    """A state-dict value as a host NumPy array: torchlean tensors, NumPy arrays or PyTorch tensors
+    (no torch import). ``what`` names the entry in the DTypeError raised for anything else,
+    including non-real dtypes."""
+    if isinstance(value, Tensor):
+        return value.numpy()
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch.Tensor
+        value = value.detach().cpu().numpy()
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # noqa: BLE001
+        raise DTypeError(f"{what} is a {type(value).__name__}, not an array ({exc})") from None
+    if arr.dtype.kind not in "biuf":
+        raise DTypeError(f"{what} has dtype {arr.dtype}, expected real numbers")
+    return arr
 
 
 def _items(op: str, sd: Any) -> Any:

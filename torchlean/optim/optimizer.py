@@ -29,6 +29,7 @@ from .. import autograd
 from ..errors import ArgumentError, DTypeError
 from ..runtime.buffer import Buffer
 from ..tensor import Tensor
+from ..interop import as_host_array
 
 __all__ = ["Optimizer", "required"]
 
@@ -64,21 +65,6 @@ def _step_value(t: Any) -> float:
     if hasattr(t, "item"):
         return float(t.item())
     return float(t)
-
-
-def _as_host(key: str, value: Any) -> np.ndarray:
-    if isinstance(value, Tensor):
-        return value.numpy()
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch.Tensor (no torch import here)
-        value = value.detach().cpu().numpy()
-    try:
-        arr = np.asarray(value)
-    except Exception as exc:  # noqa: BLE001
-        raise DTypeError(f"load_state_dict: state entry {key!r} is a {type(value).__name__}, not an array ({exc})") \
-            from None
-    if arr.dtype.kind not in "biuf":
-        raise DTypeError(f"load_state_dict: state entry {key!r} has dtype {arr.dtype}, expected real numbers")
-    return arr
 
 
 def _check_real(op: str, name: str, value: Any) -> float:
@@ -257,7 +243,7 @@ class Optimizer:
             return _step_tensor(_step_value(value))
         if isinstance(value, Tensor) or (hasattr(value, "detach") and hasattr(value, "cpu")) or \
                 isinstance(value, np.ndarray):
-            arr = _as_host(key, value).astype(np.float32)
+            arr = as_host_array(f"load_state_dict: state entry {key!r}", value).astype(np.float32)
             if arr.size != p.numel():
                 raise ArgumentError(f"{op}: state entry {key!r} has {arr.size} elements, its parameter "
                                     f"{p.numel()}")

@@ -18,6 +18,7 @@ from ...errors import ArgumentError, DTypeError, ShapeError, TorchLeanError
 from ...runtime.buffer import Buffer
 from ...runtime.device import canonical_device
 from ...tensor import Tensor, tensor
+from ...interop import as_host_array
 from ..parameter import Parameter
 
 __all__ = ["Module", "IncompatibleKeys"]
@@ -26,18 +27,6 @@ __all__ = ["Module", "IncompatibleKeys"]
 class IncompatibleKeys(NamedTuple):
     missing_keys: list[str]
     unexpected_keys: list[str]
-
-
-def _as_host_array(key: str, value: Any) -> np.ndarray:
-    """A state-dict value as a host array: torchlean tensors, NumPy arrays, or PyTorch tensors."""
-    if isinstance(value, Tensor):
-        return value.numpy()
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch.Tensor (no torch import here)
-        value = value.detach().cpu().numpy()
-    try:
-        return np.asarray(value)
-    except Exception as exc:  # noqa: BLE001
-        raise DTypeError(f"load_state_dict: entry {key!r} is a {type(value).__name__}, not an array ({exc})") from None
 
 
 class Module:
@@ -272,7 +261,7 @@ class Module:
         for k, t in own.items():
             if k not in given:
                 continue
-            arr = _as_host_array(k, given[k])
+            arr = as_host_array(f"load_state_dict: entry {k!r}", given[k])
             if tuple(arr.shape) != t.shape:
                 raise ShapeError(f"load_state_dict ({type(self).__name__}): {k!r} has shape {tuple(arr.shape)} in "
                                  f"the state dict, the module expects {t.shape}")
