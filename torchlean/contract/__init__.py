@@ -277,4 +277,4 @@ def compare(out: Any, ref: Any, tol: Any) -> Verdict:
 
 
 # -- families in their own modules (each registers its primitives' contracts on import) -----------
-from . import conv, pool, norm, classify, spectral, scan, attention, optim  # noqa: E402,F401
+from . import conv, pool, norm, classify, spectral, scan, attention, optim, fast  # noqa: E402,F401

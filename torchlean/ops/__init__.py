@@ -5,10 +5,11 @@ from .elementwise import (abs, add, clamp, div, exp, log, maximum, minimum, mul,
 from .index import gather_rows, gather_vec, getitem, index_select, scatter_add, scatter_add_rows
 from .linalg import bmm, linear, matmul
 from .nn import dropout, log_softmax, mse_loss, softmax
-from . import attention, classify, conv, norm, pool, scan, spectral  # noqa: F401
+from . import attention, classify, conv, fast, norm, pool, scan, spectral  # noqa: F401
 from .attention import *  # noqa: F401,F403
 from .classify import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
+from .fast import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .pool import *  # noqa: F401,F403
 from .scan import *  # noqa: F401,F403

@@ -487,10 +487,10 @@ def rand_normal(n: int, key: int, device: Any = "cpu") -> Buffer:
 
 # -- families in their own modules: imported last (they use _run and _wrap from here) -------------
 from . import (primitives_attention, primitives_classify, primitives_conv, primitives_norm,  # noqa: E402
-               primitives_optim, primitives_pool, primitives_scan, primitives_spectral)
+               primitives_fast, primitives_optim, primitives_pool, primitives_scan, primitives_spectral)
 
 for _family in (primitives_conv, primitives_pool, primitives_norm, primitives_classify, primitives_spectral,
-                primitives_scan, primitives_attention, primitives_optim):
+                primitives_scan, primitives_attention, primitives_optim, primitives_fast):
     globals().update({_n: getattr(_family, _n) for _n in _family.__all__})
     __all__ += _family.__all__
 del _family

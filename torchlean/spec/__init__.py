@@ -4,15 +4,16 @@ Each function takes float64 arrays (flat, as the buffers are) and the same dims 
 primitive of the same name, and returns float64 arrays. Scalars arrive already rounded to
 float32, as the runtime rounds them at its boundary. One module per family: ``primitives`` (the
 core), ``rng``, ``conv``, ``pool``, ``norm``, ``classify``,
-``spectral``, ``scan``, ``attention``, ``optim``.
+``spectral``, ``scan``, ``attention``, ``optim``, ``fast``.
 """
 
-from . import attention, classify, conv, norm, optim, pool, primitives, rng, scan, spectral
+from . import attention, classify, conv, fast, norm, optim, pool, primitives, rng, scan, spectral
 
 # Built before the star imports: ``from .conv import *`` rebinds the name ``conv`` to the function.
-__all__ = [n for m in (primitives, rng, conv, pool, norm, classify, spectral, scan, attention, optim) for n in m.__all__]
+__all__ = [n for m in (primitives, rng, conv, pool, norm, classify, spectral, scan, attention, optim, fast) for n in m.__all__]
 
 from .attention import *  # noqa: E402,F401,F403
+from .fast import *  # noqa: E402,F401,F403
 from .classify import *  # noqa: E402,F401,F403
 from .conv import *  # noqa: E402,F401,F403
 from .norm import *  # noqa: E402,F401,F403

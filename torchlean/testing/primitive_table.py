@@ -380,5 +380,5 @@ def run_case(info: PrimitiveInfo, args: list, device: str) -> tuple[contract.Ver
 
 
 # -- families in their own modules (each adds its entries with ``_add``) ----------------------------
-from . import (table_attention, table_classify, table_conv, table_norm, table_optim, table_pool,  # noqa: E402,F401
+from . import (table_attention, table_classify, table_conv, table_fast, table_norm, table_optim, table_pool,  # noqa: E402,F401
                table_scan, table_spectral)

@@ -21,6 +21,7 @@ from .attention import *  # noqa: F401,F403
 from .classify import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
+from .fast import *  # noqa: F401,F403
 from .index import *  # noqa: F401,F403
 from .layout import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403

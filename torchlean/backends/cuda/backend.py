@@ -7,11 +7,11 @@ from typing import Any, Callable
 
 import cupy
 
-from . import (attention, classify, conv, elementwise, index, layout, linalg, memory, norm, optim, pool, reduce, rng,
+from . import (attention, classify, conv, elementwise, fast, index, layout, linalg, memory, norm, optim, pool, reduce, rng,
                scan, spectral)
 
 _MODULES = (elementwise, reduce, layout, index, linalg, memory, conv, pool, norm, classify, spectral, scan,
-            attention, optim)
+            attention, optim, fast)
 _RNG = ("rand_uniform", "bernoulli_mask", "rand_normal")
 
 

@@ -1,0 +1,4 @@
+"""The fast-kernel family (issue 6): stub, filled by the fast-kernels task."""
+
+__all__ = []
+FUNCTIONAL = []
