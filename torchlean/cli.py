@@ -146,8 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     p_train.add_argument("--lr", type=float, default=None)
     p_train.add_argument("--seed", type=int, default=None)
     p_train.add_argument("--deterministic", action="store_true", help="fixed-order reductions (bitwise repeatable)")
-    p_train.add_argument("--fast-kernels", action="store_true")
-    p_train.add_argument("--fast-gpu-matmul-precision", choices=("fp32", "fp64"), default="fp32")
+    p_train.add_argument("--fast-kernels", action="store_true",
+                         help="route linear, 2-D matmul and mse_loss through the fused fast kernels")
+    p_train.add_argument("--fast-gpu-matmul-precision", choices=("fp32", "fp64"), default="fp32",
+                         help="fast-kernel matmuls in float32 (SGEMM) or float64 (DGEMM, rounded once to float32)")
     p_train.add_argument("--log", default=None, help="write a JSON training log here")
     p_train.add_argument("--plot", default=None, help="write a PNG loss curve here (needs matplotlib)")
     p_train.add_argument("--checkpoint", default=None, help="save a checkpoint here at the end (atomically)")
