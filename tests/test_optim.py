@@ -486,3 +486,68 @@ def test_step_with_closure_and_missing_grads():
     assert same_bits(ours[0].numpy(), before[0] - F32(0.1))
     opt.zero_grad(set_to_none=False)
     assert (ours[0].grad.numpy() == 0).all()
+
+
+# -- adam_step_many: T tensors in one call, the same bits as T adam_step calls -----------------
+def _many_inputs(rng, sizes):
+    return ([rng.standard_normal(s).astype(np.float32) for s in sizes] for _ in range(3))
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_adam_step_many_equals_adam_step_bitwise(device, decoupled):
+    rng = np.random.default_rng(5)
+    sizes = [0, 1, 3, 4, 5, 17, 1000, 4099, 2, 0, 64]
+    ps, gs, ms = _many_inputs(rng, sizes)
+    vs = [np.abs(rng.standard_normal(s)).astype(np.float32) for s in sizes]
+    up = lambda arrs: [Buffer.from_numpy(a, device) for a in arrs]  # noqa: E731
+    hyper = (3e-3, 0.9, 0.999, 1e-8, 0.05, 4, decoupled)
+    out = P.adam_step_many(up(ps), up(gs), up(ms), up(vs), *hyper)
+    t = len(sizes)
+    assert len(out) == 3 * t
+    for i, s in enumerate(sizes):
+        one = P.adam_step(*up([ps[i], gs[i], ms[i], vs[i]]), s, *hyper)
+        for k in range(3):
+            a, b = out[k * t + i].to_numpy(), one[k].to_numpy()
+            assert a.shape == (s,) and np.array_equal(a.view(np.uint32), b.view(np.uint32)), (i, k)
+
+
+def test_adam_step_many_takes_unaligned_views(cuda_device):
+    # A DLPack view into the middle of a torch tensor is not 16-byte aligned: it takes the
+    # one-tensor kernel's scalar path, with the same bits.
+    t = torch.arange(40, dtype=torch.float32, device="cuda") / 7
+    views = [tl.from_dlpack(t[1:10])._buf, tl.from_dlpack(t[11:40])._buf]
+    plain = [Buffer.from_numpy(v.to_numpy(), cuda_device) for v in views]
+    hyper = (1e-2, 0.9, 0.999, 1e-8, 0.0, 2, False)
+    a = P.adam_step_many(views, views, views, views, *hyper)
+    b = P.adam_step_many(plain, plain, plain, plain, *hyper)
+    for x, y in zip(a, b):
+        assert np.array_equal(x.to_numpy().view(np.uint32), y.to_numpy().view(np.uint32))
+
+
+def test_adam_step_many_errors():
+    b3, b4 = Buffer.from_numpy(np.ones(3, np.float32)), Buffer.from_numpy(np.ones(4, np.float32))
+    hyper = (1e-3, 0.9, 0.999, 1e-8, 0.0, 1, False)
+    with pytest.raises(ArgumentError, match="adam_step_many: ps, gs, ms and vs must have the same length"):
+        P.adam_step_many([b3], [b3, b3], [b3], [b3], *hyper)
+    with pytest.raises(ShapeError, match=r"adam_step_many.*gs\[0\]"):
+        P.adam_step_many([b3], [b4], [b3], [b3], *hyper)
+    with pytest.raises(ArgumentError, match="adam_step_many: argument ps must be a list or tuple"):
+        P.adam_step_many(b3, [b3], [b3], [b3], *hyper)
+    with pytest.raises(ArgumentError, match="adam_step_many: argument beta1"):
+        P.adam_step_many([b3], [b3], [b3], [b3], 1e-3, 1.5, 0.999, 1e-8, 0.0, 1, False)
+    assert P.adam_step_many([], [], [], [], *hyper) == ()
+
+
+def test_adam_groups_parameters_into_one_call_per_step_count(monkeypatch):
+    # Parameters whose state was loaded at different step counts are stepped in separate calls.
+    calls = []
+    real = P.adam_step_many
+    monkeypatch.setattr(P, "adam_step_many", lambda *a: calls.append((len(a[0]), a[9])) or real(*a))
+    ws = [tl.tensor(np.ones(k, np.float32), requires_grad=True) for k in (2, 3, 4)]
+    opt = optim.Adam(ws, lr=0.1)
+    for w in ws:
+        w.grad = tl.ones(*w.shape)
+    opt.step()
+    opt.state[ws[0]]["step"] = tl.tensor(5.0)
+    opt.step()
+    assert calls == [(3, 1), (1, 6), (2, 2)]

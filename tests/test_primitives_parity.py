@@ -20,7 +20,8 @@ from torchlean import contract, spec
 from torchlean.backends import cpu as cpu_backend
 from torchlean.runtime import Buffer, canonical_device
 from torchlean.runtime import primitives as P
-from torchlean.testing.primitive_table import TABLE, broadcast_dims, run_case, run_runtime, spec_args, values
+from torchlean.testing.primitive_table import (TABLE, broadcast_dims, run_case, run_runtime, runtime_args, spec_args,
+                                              values)
 
 # IEEE specials (inf - inf, 0 * inf, overflow) are the point of many inputs here.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -160,17 +161,18 @@ def test_integer_sum_of_many_terms_is_exact(device):
 def test_inputs_unchanged_and_output_on_same_device(name, device):
     info = table_entry(name)
     args = info.sample(np.random.default_rng(1234), (3,) * info.ndims, "normal")
-    rargs = [Buffer.from_numpy(a, device) if isinstance(a, np.ndarray) and a.dtype == F32 else a for a in args]
-    before = [a.to_numpy() for a in rargs if isinstance(a, Buffer)]
+    rargs = runtime_args(args, device)
+    bufs = [b for a in rargs for b in (a if isinstance(a, list) else [a]) if isinstance(b, Buffer)]
+    before = [b.to_numpy() for b in bufs]
     if name in ("rand_uniform", "bernoulli_mask", "rand_normal"):
         rargs.append(device)
     outs = outputs(info.runtime(*rargs))
-    after = [a.to_numpy() for a in rargs if isinstance(a, Buffer)]
+    after = [b.to_numpy() for b in bufs]
     for b, a in zip(before, after):
         assert same_bits(b, a), f"{name} modified an input buffer"
     for o in outs:
         assert isinstance(o, Buffer) and o.device == canonical_device(device)
-        assert all(o is not a for a in rargs), f"{name} returned one of its inputs instead of a new buffer"
+        assert all(o is not a for a in bufs), f"{name} returned one of its inputs instead of a new buffer"
 
 
 # -- hand-written known answers: the conventions of DESIGN.md ----------------------------------

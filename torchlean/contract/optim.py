@@ -131,3 +131,14 @@ _register("adam_step", "PyTorch's Adam/AdamW step, a fixed handful of roundings 
           "for p, m, v (see contract/optim.py); v >= 0 assumed", _adam_bound)
 _register("sgd_step", "PyTorch's SGD step (weight decay, momentum, dampening, nesterov), fma where torch "
           "fuses: running-error bounds over |terms| for p and buf (see contract/optim.py)", _sgd_bound)
+
+
+def _adam_many_bound(ref, ps, gs, ms, vs, lr, beta1, beta2, eps, weight_decay, step, decoupled):
+    t = len(ps)
+    per = [_adam_bound((ref[i], ref[t + i], ref[2 * t + i]), p, g, m, v, np.size(p), lr, beta1, beta2, eps,
+                       weight_decay, step, decoupled) for i, (p, g, m, v) in enumerate(zip(ps, gs, ms, vs))]
+    return tuple(b[k] for k in range(3) for b in per)
+
+
+_register("adam_step_many", "adam_step on each of T tensors (one launch on CUDA): adam_step's bound per tensor "
+          "(the kernels run the same per-element arithmetic, so the bits equal T adam_step calls)", _adam_many_bound)

@@ -1,4 +1,4 @@
-"""``Adam`` and ``AdamW``: PyTorch's update rules, one fused ``adam_step`` per parameter."""
+"""``Adam`` and ``AdamW``: PyTorch's update rules, fused steps (``adam_step_many``: one launch per group)."""
 
 from __future__ import annotations
 
@@ -56,40 +56,51 @@ class Adam(Optimizer):
         self._refuse(group, _FLAGS)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """One Adam step over every parameter that has a gradient; returns the closure's loss."""
+        """One Adam step over every parameter that has a gradient; returns the closure's loss.
+
+        Parameters of a group that share a device and a step count are updated by one
+        ``adam_step_many`` call (one kernel launch on CUDA), bitwise the same as one ``adam_step``
+        per parameter."""
         loss = self._closure_loss(closure)
-        adam_step = P.adam_step
         state = self.state
         with autograd.no_grad():
             for group in self.param_groups:
                 lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
                 wd, decoupled = group["weight_decay"], bool(group.get("decoupled_weight_decay", False))
+                buckets: dict[tuple[str, float], list] = {}
                 for p in group["params"]:
-                    g = p.grad
-                    if g is None:
+                    if p.grad is None:
                         continue
-                    pb = p._buf
                     st = state[p]
-                    if not st:
-                        step = 1
-                        m = zeros(pb.size, pb.device)
-                        v = zeros(pb.size, pb.device)
-                        pn, mn, vn = adam_step(pb, g._float_buffer("Adam.step"), m, v, pb.size, lr, beta1, beta2,
-                                               eps, wd, step, decoupled)
-                        m.release()
-                        v.release()
-                        st["step"] = _step_tensor(1.0)
-                        st["exp_avg"] = Tensor._wrap(mn, p.shape)
-                        st["exp_avg_sq"] = Tensor._wrap(vn, p.shape)
-                    else:
-                        step = _step_value(st["step"]) + 1.0
-                        ea, es = st["exp_avg"], st["exp_avg_sq"]
-                        pn, mn, vn = adam_step(pb, g._float_buffer("Adam.step"), ea._buf, es._buf, pb.size, lr, beta1,
-                                               beta2, eps, wd, int(step), decoupled)
+                    step = _step_value(st["step"]) + 1.0 if st else 1.0
+                    buckets.setdefault((p._buf.device, step), []).append(p)
+                for (_, step), params in buckets.items():
+                    ps, gs, ms, vs, fresh = [], [], [], [], []
+                    for p in params:
+                        pb, st = p._buf, state[p]
+                        ps.append(pb)
+                        gs.append(p.grad._float_buffer("Adam.step"))
+                        if st:
+                            ms.append(st["exp_avg"]._buf)
+                            vs.append(st["exp_avg_sq"]._buf)
+                        else:  # first step: zero moments, released once used
+                            ms.append(zeros(pb.size, pb.device))
+                            vs.append(zeros(pb.size, pb.device))
+                            fresh.extend((ms[-1], vs[-1]))
+                    out = P.adam_step_many(ps, gs, ms, vs, lr, beta1, beta2, eps, wd, int(step), decoupled)
+                    for b in fresh:
+                        b.release()
+                    t = len(params)
+                    for i, p in enumerate(params):
+                        st = state[p]
                         st["step"] = _step_tensor(step)
-                        ea._buf = mn
-                        es._buf = vn
-                    p._buf = pn
+                        if "exp_avg" in st:
+                            st["exp_avg"]._buf = out[t + i]
+                            st["exp_avg_sq"]._buf = out[2 * t + i]
+                        else:
+                            st["exp_avg"] = Tensor._wrap(out[t + i], p.shape)
+                            st["exp_avg_sq"] = Tensor._wrap(out[2 * t + i], p.shape)
+                        p._buf = out[i]
         return loss
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["adam_step", "sgd_step"]
+__all__ = ["adam_step", "adam_step_many", "sgd_step"]
 
 
 def _f64(a):
@@ -53,3 +53,11 @@ def sgd_step(p, g, buf, n, lr, momentum, dampening, weight_decay, nesterov, firs
         d = g + mom * b if nesterov else b
         p_new = p - lr * d
     return p_new, b
+
+
+def adam_step_many(ps, gs, ms, vs, lr, beta1, beta2, eps, weight_decay, step, decoupled):
+    """adam_step on each tensor of the lists, the same hyperparameters for all: the flat tuple
+    (p_new_0, ..., p_new_{T-1}, m_new_0, ..., v_new_{T-1})."""
+    outs = [adam_step(p, g, m, v, np.size(p), lr, beta1, beta2, eps, weight_decay, step, decoupled)
+            for p, g, m, v in zip(ps, gs, ms, vs)]
+    return tuple(o[k] for k in range(3) for o in outs)

@@ -351,12 +351,19 @@ def _is_buffer_arg(a: Any) -> bool:
     return isinstance(a, np.ndarray) and a.dtype == F32
 
 
+def _is_buffer_list(a: Any) -> bool:
+    """A list of float32 arrays: a list of buffers (adam_step_many's arguments)."""
+    return isinstance(a, list) and all(_is_buffer_arg(x) for x in a)
+
+
 def runtime_args(args: list, device: str) -> list:
-    return [Buffer.from_numpy(a, device) if _is_buffer_arg(a) else a for a in args]
+    return [Buffer.from_numpy(a, device) if _is_buffer_arg(a) else
+            [Buffer.from_numpy(x, device) for x in a] if _is_buffer_list(a) else a for a in args]
 
 
 def spec_args(args: list) -> list:
-    return [a.astype(np.float64) if _is_buffer_arg(a) else a for a in args]
+    return [a.astype(np.float64) if _is_buffer_arg(a) else
+            [x.astype(np.float64) for x in a] if _is_buffer_list(a) else a for a in args]
 
 
 def run_runtime(info: PrimitiveInfo, args: list, device: str) -> Any:

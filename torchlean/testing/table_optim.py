@@ -68,4 +68,22 @@ _sgd_edges = [
 ]
 
 _add(PrimitiveInfo("adam_step", _adam, 1, edge_cases=_adam_edges, max_dim=40, kinds=_KINDS))
+
+
+def _adam_many(rng, d, kind):
+    """d[0] tensors of random sizes 0..13 (quads and scalar tails on CUDA), one hyperparameter set."""
+    sizes = [int(s) for s in rng.integers(0, 14, d[0])]
+    ps, gs, ms = ([values(rng, s, kind) for s in sizes] for _ in range(3))
+    vs = [values(rng, s, kind, positive=True) for s in sizes]
+    hyper = _adam(rng, (1,), kind)[5:]
+    return [ps, gs, ms, vs, *hyper]
+
+
+_adam_many_edges = [
+    [[], [], [], [], 1e-3, 0.9, 0.999, 1e-8, 0.0, 1, False],                      # no tensors
+    [[_Z0, _P], [_Z0, _G], [_Z0, _M], [_Z0, _V], 1e-2, 0.9, 0.999, 1e-8, 0.1, 7, True],  # an empty one first
+    [[_P, _P[:3], _P[:5]], [_G, _G[:3], _G[:5]], [_M, _M[:3], _M[:5]], [_V, _V[:3], _V[:5]],
+     1e-2, 0.9, 0.999, 1e-8, 0.1, 7, False],                                       # tails of 3 and 1
+]
+_add(PrimitiveInfo("adam_step_many", _adam_many, 1, edge_cases=_adam_many_edges, max_dim=12, kinds=_KINDS))
 _add(PrimitiveInfo("sgd_step", _sgd, 1, edge_cases=_sgd_edges, max_dim=40, kinds=_KINDS))

@@ -16,7 +16,7 @@ from numba.extending import intrinsic
 
 F32 = np.float32
 
-__all__ = ["adam_step", "sgd_step"]
+__all__ = ["adam_step", "adam_step_many", "sgd_step"]
 
 _CHUNK = 1 << 15      # elements per parallel task
 _PAR_MIN = 1 << 17    # below this, one thread (a parallel launch costs more than it saves)
@@ -121,3 +121,13 @@ def sgd_step(p, g, buf, n, wd, momentum, keep, neg_lr, mode):
         fn = _sgd_par if n >= _PAR_MIN else _sgd_seq
         fn(p, g, b, po, bo, F32(wd), F32(momentum), F32(keep), F32(neg_lr), int(mode))
     return po, bo
+
+
+def adam_step_many(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode):
+    """adam_step per tensor (on the CPU a call costs microseconds, not a kernel launch)."""
+    outs = ([], [], [])
+    for p, g, m, v in zip(ps, gs, ms, vs):
+        for out, a in zip(outs, adam_step(p, g, m, v, p.size, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size,
+                                          mode)):
+            out.append(a)
+    return outs

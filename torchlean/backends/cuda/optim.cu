@@ -93,3 +93,52 @@ extern "C" __global__ void tl_sgd_step(const float* __restrict__ p, const float*
     for (long long i = start + TL_TID; i < n; i += stride)
         tl_sgd_elem(p[i], g[i], c.first ? 0.f : buf[i], c, po[i], bo[i]);
 }
+
+// adam_step_many: the same step over T tensors in one launch (PyTorch's multi_tensor_apply idea).
+// `ptrs` holds 7 rows of T device pointers (p, g, m, v, p_out, m_out, v_out); `quads` holds the
+// prefix sums of each tensor's quad count (ceil(n_i / 4)), T + 1 entries; `sizes` the n_i. A
+// thread's global quad index picks its tensor by binary search in `quads` (kept in shared memory);
+// each quad is a float4 (every tensor is a whole CuPy allocation, hence 16-byte aligned) or, at a
+// tensor's end, up to 3 scalars. Same per-element arithmetic as tl_adam_step: the bits equal the
+// one-tensor kernel's.
+#define TL_ADAM_MANY_MAX 1024
+extern "C" __global__ void tl_adam_step_many(const long long* __restrict__ ptrs, const long long* __restrict__ quads,
+                                             const long long* __restrict__ sizes, int T, float wd, float decay,
+                                             float w1, float b2, float w2, float bc2s, float eps, float nss,
+                                             int mode) {
+    __shared__ long long q[TL_ADAM_MANY_MAX + 1];
+    for (int i = threadIdx.x; i <= T; i += blockDim.x) q[i] = quads[i];
+    __syncthreads();
+    TlAdamCoef c{wd, decay, w1, w1 - 1.f, b2, w2, bc2s, eps, nss, mode, w1 < 0.5f};
+    const long long total = q[T];
+    for (long long j = TL_TID; j < total; j += TL_STRIDE) {
+        int lo = 0, hi = T - 1;  // the last t with q[t] <= j (tensors of size 0 have q[t] == q[t+1])
+        while (lo < hi) {
+            int mid = (lo + hi + 1) >> 1;
+            if (q[mid] <= j) lo = mid; else hi = mid - 1;
+        }
+        const int t = lo;
+        const long long k = j - q[t], n = sizes[t], e = k << 2;
+        const float* p = reinterpret_cast<const float*>(ptrs[t]);
+        const float* g = reinterpret_cast<const float*>(ptrs[T + t]);
+        const float* m = reinterpret_cast<const float*>(ptrs[2 * T + t]);
+        const float* v = reinterpret_cast<const float*>(ptrs[3 * T + t]);
+        float* po = reinterpret_cast<float*>(ptrs[4 * T + t]);
+        float* mo = reinterpret_cast<float*>(ptrs[5 * T + t]);
+        float* vo = reinterpret_cast<float*>(ptrs[6 * T + t]);
+        if (e + 4 <= n) {
+            float4 a = reinterpret_cast<const float4*>(p)[k], b = reinterpret_cast<const float4*>(g)[k];
+            float4 f = reinterpret_cast<const float4*>(m)[k], h = reinterpret_cast<const float4*>(v)[k];
+            float4 rp, rm, rv;
+            tl_adam_elem(a.x, b.x, f.x, h.x, c, rp.x, rm.x, rv.x);
+            tl_adam_elem(a.y, b.y, f.y, h.y, c, rp.y, rm.y, rv.y);
+            tl_adam_elem(a.z, b.z, f.z, h.z, c, rp.z, rm.z, rv.z);
+            tl_adam_elem(a.w, b.w, f.w, h.w, c, rp.w, rm.w, rv.w);
+            reinterpret_cast<float4*>(po)[k] = rp;
+            reinterpret_cast<float4*>(mo)[k] = rm;
+            reinterpret_cast<float4*>(vo)[k] = rv;
+        } else {
+            for (long long i = e; i < n; ++i) tl_adam_elem(p[i], g[i], m[i], v[i], c, po[i], mo[i], vo[i]);
+        }
+    }
+}

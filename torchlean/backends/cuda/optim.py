@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
+import cupy
+
 from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
 
-__all__ = ["adam_step", "sgd_step"]
+__all__ = ["adam_step", "adam_step_many", "sgd_step"]
 
 _FILE = "optim.cu"
 _I32 = np.int32
@@ -32,6 +34,45 @@ def adam_step(p, g, m, v, n, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_s
             (p, g, m, v, po, mo, vo, I64(n), F32(wd), F32(decay), F32(w1), F32(beta2), F32(w2), F32(bc2_sqrt),
              F32(eps), F32(neg_step_size), _I32(mode), _I32(vec)))
     return po, mo, vo
+
+
+_MANY_MAX = 1024  # tensors per launch (TL_ADAM_MANY_MAX in optim.cu: the quad table sits in shared memory)
+
+
+def adam_step_many(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode):
+    """adam_step over T tensors with one launch per 1024 tensors: the pointers and quad offsets go up
+    in one small host-to-device copy. Tensors whose storage is not 16-byte aligned (a DLPack view,
+    say) take the one-tensor kernel, which has a scalar path; the bits are the same either way."""
+    outs = ([], [], [])
+    batch = []  # indices of aligned, non-empty tensors
+    for i, (p, g, m, v) in enumerate(zip(ps, gs, ms, vs)):
+        n = p.size
+        if n and not _aligned(p, g, m, v):
+            po, mo, vo = adam_step(p, g, m, v, n, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode)
+        else:
+            po, mo, vo = empty(n), empty(n), empty(n)
+            if n:
+                batch.append(i)
+        outs[0].append(po)
+        outs[1].append(mo)
+        outs[2].append(vo)
+    for lo in range(0, len(batch), _MANY_MAX):
+        idx = batch[lo:lo + _MANY_MAX]
+        t = len(idx)
+        table = np.empty(7 * t + 2 * t + 1, dtype=np.int64)  # pointers, then quad prefix sums, then sizes
+        for row, arrays in enumerate((ps, gs, ms, vs, *outs)):
+            table[row * t:(row + 1) * t] = [arrays[i].data.ptr for i in idx]
+        sizes = np.array([ps[i].size for i in idx], dtype=np.int64)
+        quads = table[7 * t:8 * t + 1]
+        quads[0] = 0
+        np.cumsum((sizes + 3) // 4, out=quads[1:])
+        table[8 * t + 1:] = sizes
+        dev = cupy.asarray(table)  # one upload; stream-ordered, so freeing it after the launch is safe
+        kernel(_FILE, "tl_adam_step_many")(
+            (grid_for(int(quads[-1])),), (BLOCK,),
+            (dev, dev[7 * t:], dev[8 * t + 1:], _I32(t), F32(wd), F32(decay), F32(w1), F32(beta2), F32(w2),
+             F32(bc2_sqrt), F32(eps), F32(neg_step_size), _I32(mode)))
+    return outs
 
 
 def sgd_step(p, g, buf, n, wd, momentum, keep, neg_lr, mode):
