@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 
 import torchlean as tl
@@ -65,3 +67,28 @@ def test_cli_train_runs(tmp_path, capsys):
     rc = cli.main(["train", "mlp", "--device", "cpu", "--tiny", "--steps", "5", "--log", str(tmp_path / "l.json")])
     assert rc == 0
     assert "done: loss" in capsys.readouterr().out
+
+
+def test_fast_kernels_train_the_same_model(tmp_path):
+    plain = train("mlp", device="cpu", tiny=True, steps=8, deterministic=True, say=quiet, progress=False)
+    said = []
+    fast = train("mlp", device="cpu", tiny=True, steps=8, deterministic=True, fast_kernels=True, say=said.append,
+                 progress=False)
+    assert fast["fast_kernels"] and not plain["fast_kernels"]
+    assert any("fast kernels on" in s for s in said)
+    # Different kernels (fused bias, one-pass MSE), each within its contract: close, not bitwise.
+    np.testing.assert_allclose(fast["losses"], plain["losses"], rtol=1e-4)
+    fp64 = train("mlp", device="cpu", tiny=True, steps=8, deterministic=True, fast_kernels=True,
+                 fast_gpu_matmul_precision="fp64", say=quiet, progress=False)
+    assert fp64["fast_gpu_matmul_precision"] == "fp64"
+    np.testing.assert_allclose(fp64["losses"], plain["losses"], rtol=1e-4)
+    assert not tl.get_options().fast_kernels  # the options are restored after the run
+
+
+def test_plot_and_log_go_into_new_folders(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is part of the test extra")
+    plot, log = tmp_path / "a" / "b" / "loss.png", tmp_path / "c" / "log.json"
+    train("fno1d", device="cpu", tiny=True, steps=3, plot=str(plot), log=str(log), say=quiet, progress=False)
+    assert plot.stat().st_size > 1000 and log.stat().st_size > 0
+    pred = plot.with_name("loss_predictions.png")
+    assert pred.stat().st_size > 1000  # fno1d also plots predicted against true solutions

@@ -131,20 +131,39 @@ def train(name: str, device: str = "cpu", steps: int | None = None, batch_size: 
             cfg[key] = val
     if fast_gpu_matmul_precision not in ("fp32", "fp64"):
         raise ArgumentError(f"train: --fast-gpu-matmul-precision must be fp32 or fp64, got {fast_gpu_matmul_precision!r}")
+    for path in (log, plot, checkpoint):
+        _make_parent(path)  # before training: a missing folder must not lose a finished run
+    from .fast_kernels import Options, options
+
+    opts = Options(fast_kernels=bool(fast_kernels), use_gpu=dev.startswith("cuda"),
+                   fast_gpu_matmul_precision=fast_gpu_matmul_precision)
     if fast_kernels:
-        raise ArgumentError("train: --fast-kernels is not available yet (the FastKernels options arrive with issue 6)")
+        say(f"fast kernels on: linear, 2-D matmul and mse_loss use the fused fast variants "
+            f"(matmul precision {fast_gpu_matmul_precision})")
     was_det = tl.deterministic_reductions()
     tl.set_deterministic_reductions(bool(deterministic))
     try:
-        return _run(ex, name, dev, cfg, log, plot, checkpoint, resume, mem_every, checkpoint_every, say, progress,
-                    deterministic, stop_at)
+        with options(opts):
+            return _run(ex, name, dev, cfg, log, plot, checkpoint, resume, mem_every, checkpoint_every, say, progress,
+                        deterministic, stop_at)
     finally:
         tl.set_deterministic_reductions(was_det)
+
+
+def _make_parent(path: str | None) -> None:
+    if not path:
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as e:
+        raise ArgumentError(f"train: cannot create the folder {parent!r} for {path!r}: {e}") from None
 
 
 def _run(ex, name, dev, cfg, log, plot, checkpoint, resume, mem_every, checkpoint_every, say, progress, deterministic,
          stop_at):
     from .checkpoint import load_checkpoint, save_checkpoint
+    from .fast_kernels import get_options
 
     t_start = time.perf_counter()
     say(f"torchlean train {name} on {dev}: " + ", ".join(f"{k}={v}" for k, v in cfg.items()))
@@ -192,6 +211,8 @@ def _run(ex, name, dev, cfg, log, plot, checkpoint, resume, mem_every, checkpoin
     stats = tl.allocator_stats(dev)
     summary = {
         "example": name, "device": dev, "deterministic": bool(deterministic), "config": cfg,
+        "fast_kernels": get_options().fast_kernels,
+        "fast_gpu_matmul_precision": get_options().fast_gpu_matmul_precision,
         "steps_run": len(losses) - (start if resume else 0), "first_loss": losses[0] if losses else None,
         "final_loss": losses[-1] if losses else None, "metric": ex.METRIC,
         "metric_before": None if before is None else before.get(ex.METRIC), "metric_after": after.get(ex.METRIC),
