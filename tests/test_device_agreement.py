@@ -41,7 +41,9 @@ def _quiet(_: str) -> None:
 
 
 def _run(name: str, device: str) -> list[float]:
-    s = train(name, device=device, tiny=True, steps=STEPS, seed=3, deterministic=True, say=_quiet, progress=False)
+    # config="default": the same settings on both devices (on CUDA, "auto" would pick the GPU schedule)
+    s = train(name, device=device, tiny=True, steps=STEPS, seed=3, deterministic=True, config="default", say=_quiet,
+              progress=False)
     return s["losses"]
 
 

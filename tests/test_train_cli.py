@@ -31,6 +31,11 @@ def test_unknown_example_and_bad_options():
         train("nope", device="cpu", say=quiet)
     with pytest.raises(ArgumentError, match="fast-gpu-matmul-precision"):
         train("mlp", device="cpu", tiny=True, fast_gpu_matmul_precision="fp16", say=quiet, progress=False)
+    with pytest.raises(ArgumentError, match="--config must be auto, default or cuda"):
+        train("mlp", device="cpu", tiny=True, config="gpu", say=quiet, progress=False)
+    said = []
+    s = train("mlp", device="cpu", steps=1, config="cuda", say=said.append, progress=False)
+    assert s["config"]["batch_size"] == examples.get("mlp").cuda_config()["batch_size"]  # the GPU schedule, on the CPU
 
 
 def test_device_auto_says_what_it_picked():

@@ -114,8 +114,8 @@ def _train(args: argparse.Namespace) -> int:
 
     summary = train(args.example, device=args.device, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                     seed=args.seed, deterministic=args.deterministic, fast_kernels=args.fast_kernels,
-                    fast_gpu_matmul_precision=args.fast_gpu_matmul_precision, log=args.log, plot=args.plot,
-                    checkpoint=args.checkpoint, resume=args.resume, mem_every=args.mem_every, tiny=args.tiny,
+                    fast_gpu_matmul_precision=args.fast_gpu_matmul_precision, config=args.config, log=args.log,
+                    plot=args.plot, checkpoint=args.checkpoint, resume=args.resume, mem_every=args.mem_every, tiny=args.tiny,
                     checkpoint_every=args.checkpoint_every, stop_at=args.stop_at)
     return 0 if summary["final_loss"] is not None and math.isfinite(summary["final_loss"]) else 1
 
@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     p_train = sub.add_parser("train", help="train an example (embedded data) with progress, logs and checkpoints")
     p_train.add_argument("example", help="an example name (see `torchlean list`)")
     p_train.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
+    p_train.add_argument("--config", choices=("auto", "default", "cuda"), default="auto",
+                         help="the example's settings: auto = its GPU schedule on CUDA, its CPU defaults elsewhere")
     p_train.add_argument("--steps", type=int, default=None)
     p_train.add_argument("--batch-size", type=int, default=None)
     p_train.add_argument("--lr", type=float, default=None)

@@ -116,13 +116,17 @@ def train(name: str, device: str = "cpu", steps: int | None = None, batch_size: 
           fast_gpu_matmul_precision: str = "fp32", log: str | None = None, plot: str | None = None,
           checkpoint: str | None = None, resume: str | None = None, mem_every: int = 0, tiny: bool = False,
           checkpoint_every: int = 0, stop_at: int | None = None, say: Callable[[str], None] = print,
-          progress: bool = True) -> dict:
+          progress: bool = True, config: str = "auto") -> dict:
     """Train example ``name``; returns (and prints) the summary. ``stop_at`` ends the run after that
-    many steps of the configured schedule (saving ``checkpoint``), so that ``resume`` continues it."""
+    many steps of the configured schedule (saving ``checkpoint``), so that ``resume`` continues it.
+    ``config``: "auto" (the example's longer GPU schedule on CUDA, its CPU defaults elsewhere),
+    "default" or "cuda" (that one on any device: to run the very same computation on both)."""
     ex = examples.get(name)
+    if config not in ("auto", "default", "cuda"):
+        raise ArgumentError(f"train: --config must be auto, default or cuda, got {config!r}")
     dev = pick_device(device, say)
     cfg = dict(ex.default_config())
-    if dev.startswith("cuda"):
+    if config == "cuda" or (config == "auto" and dev.startswith("cuda")):
         cfg.update(ex.cuda_config())
     if tiny:
         cfg.update(ex.tiny_config())
