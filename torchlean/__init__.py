@@ -22,8 +22,10 @@ from .checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 Tensor.__dlpack__ = _dlpack.tensor_dlpack
 Tensor.__dlpack_device__ = _dlpack.tensor_dlpack_device
 from . import nn, ops, optim
-from .ops import (abs, bmm, cat, clamp, exp, flatten, index_select, log, matmul, maximum, mean, minimum, permute,
+from .ops import (abs, bmm, cat, clamp, exp, flatten, index_select, log, maximum, mean, minimum, permute,
                   reshape, sigmoid, softmax, log_softmax, sqrt, squeeze, sum, tanh, transpose, unsqueeze)
+from . import fast_kernels  # noqa: E402
+from .fast_kernels import Options, fast_matmul, get_options, matmul, options, set_options  # noqa: E402
 
 __version__ = "0.1.0"
 float = float32  # noqa: A001  (torch.float is float32 too)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import ops
+from . import fast_kernels, ops
 from .tensor import Tensor
 
 
@@ -22,7 +22,7 @@ def _install() -> None:
     T.__rmul__ = _r(ops.mul)
     T.__truediv__ = lambda s, o: ops.div(s, o)
     T.__rtruediv__ = _r(ops.div)
-    T.__matmul__ = lambda s, o: ops.matmul(s, o)
+    T.__matmul__ = lambda s, o: fast_kernels.matmul(s, o)  # ops.matmul, or matmul_fast when Options.fast_kernels
     T.__rmatmul__ = _r(ops.matmul)
     T.__neg__ = lambda s: ops.neg(s)
     T.__pos__ = lambda s: s
@@ -33,6 +33,7 @@ def _install() -> None:
                  "flatten", "unsqueeze", "squeeze", "permute", "t", "matmul", "clamp", "expand",
                  "index_select"):
         setattr(T, name, getattr(ops, name))
+    T.matmul = fast_kernels.matmul
     T.reshape = lambda s, *shape: ops.reshape(s, *shape)
     T.view = T.reshape
     T.transpose = lambda s, dim0, dim1: ops.transpose(s, dim0, dim1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import ops
+from ..fast_kernels import get_options as _get_options
 from ..tensor import Tensor
 
 __all__ = ["relu", "sigmoid", "tanh", "softplus", "softmax", "log_softmax", "linear", "mse_loss", "dropout"]
@@ -40,11 +41,19 @@ def log_softmax(input: Tensor, dim: int = -1, dtype: Any = None) -> Tensor:
 
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """input @ weight.T + bias."""
+    """input @ weight.T + bias. With ``torchlean.Options.fast_kernels`` on: ``ops.linear_fast`` (the
+    bias fused into one GEMM) at ``Options.fast_gpu_matmul_precision``."""
+    opts = _get_options()
+    if opts.fast_kernels:
+        return ops.linear_fast(input, weight, bias, opts.fast_gpu_matmul_precision)
     return ops.linear(input, weight, bias)
 
 
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """With ``torchlean.Options.fast_kernels`` on, "mean" and "sum" use ``ops.mse_loss_fast`` (one
+    float64 reduction pass, the result rounded once)."""
+    if reduction in ("mean", "sum") and _get_options().fast_kernels:
+        return ops.mse_loss_fast(input, target, reduction)
     return ops.mse_loss(input, target, reduction)
 
 

@@ -1,3 +1,87 @@
-"""The fast-kernel family (issue 6): stub, filled by the fast-kernels task."""
+"""Primitives of the fast-kernel family (seed page NN.Runtime.Autograd.Engine.FastKernels).
 
-__all__ = []
+* ``fast_gemm(a, b, bias, m, k, n, trans_a, trans_b, fp64)``: out (m, n) = op(a) (m, k) @ op(b)
+  (k, n), plus bias (n,) on every row when bias is not None. Row-major; trans_a means a is stored
+  (k, m), trans_b means b is stored (n, k): the transposes are GEMM flags, nothing is copied.
+  fp64 = 0: a float32 GEMM (cuBLAS SGEMM, or TF32 when ``set_allow_tf32(True)``, like bmm; NumPy's
+  float32 BLAS on the CPU) with the bias fused into it (cuBLAS beta = 1). fp64 = 1: the inputs are
+  widened to float64, multiplied by a float64 GEMM (cuBLAS DGEMM: on Hopper FP64 tensor cores,
+  about as fast as SGEMM; NumPy's float64 BLAS on the CPU), the bias added in float64, and the
+  result rounded to float32 once: within an ulp of the exact product where bmm is gamma(k) |A||B|
+  away. k = 0 gives the bias (or zeros) on every row.
+* ``mse_loss_fwd(input, target, n, mean)`` -> (1,): sum (input - target)^2, divided by n when
+  mean, with the differences, squares and sum in float64 in a fixed order (bitwise repeatable on
+  each device), rounded once. One pass over the inputs; no difference or square buffers.
+* ``mse_loss_bwd(input, target, g, n, mean)`` -> (n,): fl(fl(fl(input - target) * g[0]) * c), c =
+  float32(2 / n) for mean (2 for sum, or for n = 0): in one pass, the same operations in the same
+  order as mse_loss's three-primitive VJP, so the bits are those of the normal op.
+
+Flags (trans_a, trans_b, fp64, mean) are 0/1 ints (bools accepted). Inputs are never modified;
+outputs are new Buffers.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+from ..errors import ArgumentError
+from .buffer import Buffer
+from .checks import check_buffer, check_product, check_u32, same_device
+from .primitives import _run, _wrap
+
+__all__ = ["fast_gemm", "mse_loss_fwd", "mse_loss_bwd"]
+
+
+def _flag(op: str, name: str, value: Any) -> int:
+    if type(value) is int and value in (0, 1):
+        return value
+    if isinstance(value, numbers.Integral) and int(value) in (0, 1):  # bool, numpy ints
+        return int(value)
+    raise ArgumentError(f"{op}: argument {name} must be 0 or 1 (a flag), got {value!r} ({type(value).__name__})")
+
+
+def fast_gemm(a: Buffer, b: Buffer, bias: Buffer | None, m: int, k: int, n: int, trans_a: int, trans_b: int,
+              fp64: int) -> Buffer:
+    """op(a) (m, k) @ op(b) (k, n) (+ bias on every row): (m, n); fp64 = 1 computes in float64."""
+    op = "fast_gemm"
+    m_, k_, n_ = check_u32(op, "m", m), check_u32(op, "k", k), check_u32(op, "n", n)
+    ta, tb, f64 = _flag(op, "trans_a", trans_a), _flag(op, "trans_b", trans_b), _flag(op, "fp64", fp64)
+    check_buffer(op, "a", a, check_product(op, "m*k", m_, k_))
+    check_buffer(op, "b", b, check_product(op, "k*n", k_, n_))
+    if bias is None:
+        ctx = same_device(op, a=a, b=b)
+        bias_data = None
+    else:
+        check_buffer(op, "bias", bias, n_)
+        ctx = same_device(op, a=a, b=b, bias=bias)
+        bias_data = bias._data
+    n_out = check_product(op, "m*n", m_, n_)
+    return _wrap(ctx, _run(op, ctx, n_out, ctx.backend.fast_gemm, a._data, b._data, bias_data, m_, k_, n_,
+                           ta, tb, f64))
+
+
+def _pair(op: str, input: Buffer, target: Buffer, n: Any):
+    n_ = check_u32(op, "n", n)
+    check_buffer(op, "input", input, n_)
+    check_buffer(op, "target", target, n_)
+    return n_
+
+
+def mse_loss_fwd(input: Buffer, target: Buffer, n: int, mean: int) -> Buffer:
+    """sum (input - target)^2 (/ n when mean; the mean of nothing is NaN) in float64, rounded once: (1,)."""
+    op = "mse_loss_fwd"
+    n_ = _pair(op, input, target, n)
+    mn = _flag(op, "mean", mean)
+    ctx = same_device(op, input=input, target=target)
+    return _wrap(ctx, _run(op, ctx, 1, ctx.backend.mse_loss_fwd, input._data, target._data, n_, mn))
+
+
+def mse_loss_bwd(input: Buffer, target: Buffer, g: Buffer, n: int, mean: int) -> Buffer:
+    """g[0] * 2 (input - target) (/ n when mean) as fl(fl(fl(input - target) g[0]) fl32(2/n)): (n,)."""
+    op = "mse_loss_bwd"
+    n_ = _pair(op, input, target, n)
+    check_buffer(op, "g", g, 1)
+    mn = _flag(op, "mean", mean)
+    ctx = same_device(op, input=input, target=target, g=g)
+    return _wrap(ctx, _run(op, ctx, n_, ctx.backend.mse_loss_bwd, input._data, target._data, g._data, n_, mn))

@@ -1,3 +1,135 @@
-"""The fast-kernel family (issue 6): stub, filled by the fast-kernels task."""
+"""The fast-kernel family on CuPy arrays: fast_gemm (cuBLAS SGEMM / DGEMM), mse_loss_fwd/bwd (fast.cu).
 
-__all__ = []
+* fast_gemm, fp32: the output is filled with the bias rows (one write pass), then ONE SGEMM with
+  beta = 1 adds op(a) op(b) onto it (linalg.gemm: the transposes are cuBLAS flags, no copies; TF32
+  only when ``set_allow_tf32(True)``, like bmm). The normal linear's bmm_nt + broadcast + add
+  moves the (m, n) output six times; this moves it three times in two launches.
+* fast_gemm, fp64: a and b widened to float64 (CuPy astype), ONE cublasDgemm into a float64
+  (m, n) scratch (FP64 tensor cores on Hopper), then one epilogue kernel adds the bias in double
+  and rounds to float32 once (tl_gemm64_epilogue).
+* mse_loss_fwd: ONE launch of tl_mse_fwd, a fixed-order float64 reduction (reduce.cu's tl_sum
+  pattern: block partials, the last block adds them in block order; no float atomics); the grid
+  depends on n alone, so the result is bitwise repeatable with or without deterministic mode.
+* mse_loss_bwd: ONE elementwise launch (tl_mse_bwd), float4 when the arrays are 16-byte aligned.
+
+``matmul_f64(a, b)`` (not a primitive): DGEMM of host float64 arrays for ``torchlean.fast_matmul``.
+"""
+
+from __future__ import annotations
+
+import cupy
+import numpy as np
+
+from ...errors import ArgumentError
+from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
+
+__all__ = ["fast_gemm", "mse_loss_fwd", "mse_loss_bwd"]
+
+_FILE = "fast.cu"
+_MAX_BLOCKS = 1024        # fixed (not per device): the sum's order depends on n alone
+_PER_THREAD = 32          # elements per thread before another block is worth it
+_INT_MAX = 2**31 - 1
+_N, _T = 0, 1             # cublasOperation_t
+_ONE64 = np.ones(1, dtype=np.float64)
+_ZERO64 = np.zeros(1, dtype=np.float64)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _aligned(*arrays) -> bool:
+    return all(x.data.ptr % 16 == 0 for x in arrays)
+
+
+def _dgemm(a64, b64, m, k, n, trans_a, trans_b, name):
+    """Row-major float64 C (m, n) = op(a64) op(b64) through one cublasDgemm (k >= 1, m n >= 1)."""
+    from cupy_backends.cuda.libs import cublas
+
+    lda = m if trans_a else k
+    ldb = k if trans_b else n
+    if max(m, n, k, lda, ldb) > _INT_MAX:
+        raise ArgumentError(f"{name}: cuBLAS takes dims below 2**31, got m={m}, k={k}, n={n}")
+    c = cupy.empty(m * n, dtype=cupy.float64)
+    handle = cupy.cuda.device.get_cublas_handle()
+    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+    # Column-major view: C^T (n, m) = op(B)^T op(A)^T, so B goes first (as linalg.gemm).
+    cublas.dgemm(handle, _T if trans_b else _N, _T if trans_a else _N, n, m, k,
+                 _ONE64.ctypes.data, b64.data.ptr, ldb, a64.data.ptr, lda,
+                 _ZERO64.ctypes.data, c.data.ptr, n)
+    return c
+
+
+def _bias_rows(bias, m, n):
+    out = empty(m * n)
+    out.reshape(m, n)[...] = bias
+    return out
+
+
+def fast_gemm(a, b, bias, m, k, n, trans_a, trans_b, fp64):
+    if m * n == 0:
+        return empty(0)
+    if k == 0:
+        return cupy.zeros(m * n, dtype=cupy.float32) if bias is None else _bias_rows(bias, m, n)
+    if not fp64:
+        from .linalg import gemm
+
+        out = empty(m * n) if bias is None else _bias_rows(bias, m, n)
+        return gemm(a, b, out, m, n, k, m if trans_a else k, k if trans_b else n, n,
+                    trans_a=bool(trans_a), trans_b=bool(trans_b), beta=0.0 if bias is None else 1.0,
+                    name="fast_gemm")
+    c64 = _dgemm(a.astype(cupy.float64), b.astype(cupy.float64), m, k, n, trans_a, trans_b, "fast_gemm")
+    out = empty(m * n)
+    has = bias is not None
+    kernel(_FILE, "tl_gemm64_epilogue")((grid_for(m * n),), (BLOCK,), (
+        c64, bias if has else out, np.int32(has), I64(m), I64(n), out))
+    return out
+
+
+_workspaces: dict[tuple[int, int], tuple] = {}
+
+
+def _workspace():
+    """Per (device, stream): block partials and the zeroed completion counter tl_mse_fwd resets."""
+    key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr)
+    ws = _workspaces.get(key)
+    if ws is None:
+        mem = cupy.zeros(_MAX_BLOCKS + 1, dtype=cupy.float64)
+        ws = _workspaces[key] = (mem[:_MAX_BLOCKS], mem[_MAX_BLOCKS:].view(cupy.uint32))
+    return ws
+
+
+def mse_loss_fwd(input, target, n, mean):
+    out = empty(1)
+    blocks = min(_MAX_BLOCKS, max(1, _cdiv(n, BLOCK * _PER_THREAD)))
+    partials, counter = _workspace() if blocks > 1 else (out, out)
+    div = (float(n) if n else float("nan")) if mean else 1.0
+    kernel(_FILE, "tl_mse_fwd")((blocks,), (BLOCK,), (
+        input, target, I64(n), np.int32(_aligned(input, target)), partials, counter, out, np.float64(div)))
+    return out
+
+
+def mse_coefficient(n: int, mean: int) -> float:
+    """c of mse_loss_bwd: float32(2 / n) for mean (as mse_loss's scale by 2/n), 2 for sum or n = 0."""
+    return float(np.float32(2.0 / n)) if (mean and n) else 2.0
+
+
+def mse_loss_bwd(input, target, g, n, mean):
+    out = empty(n)
+    if n == 0:
+        return out
+    vec = _aligned(input, target, out)
+    kernel(_FILE, "tl_mse_bwd")((grid_for(_cdiv(n, 4) if vec else n),), (BLOCK,), (
+        input, target, g, I64(n), F32(mse_coefficient(n, mean)), np.int32(vec), out))
+    return out
+
+
+def matmul_f64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Host float64 (m, k) @ (k, n) by cuBLAS DGEMM on the current device: float64 all the way."""
+    m, k = a.shape
+    n = b.shape[1]
+    if m * n == 0 or k == 0:
+        return np.zeros((m, n), dtype=np.float64)
+    da = cupy.asarray(np.ascontiguousarray(a, dtype=np.float64)).reshape(-1)
+    db = cupy.asarray(np.ascontiguousarray(b, dtype=np.float64)).reshape(-1)
+    return _dgemm(da, db, m, k, n, 0, 0, "fast_matmul").get().reshape(m, n)

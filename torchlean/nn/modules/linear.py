@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ... import ops
 from ...errors import ArgumentError
 from ...tensor import Tensor, zeros
+from .. import functional as F
 from .. import init
 from ..parameter import Parameter
 from .module import Module
@@ -58,7 +58,7 @@ class Linear(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x: Tensor) -> Tensor:
-        return ops.linear(x, self.weight, self.bias)
+        return F.linear(x, self.weight, self.bias)  # ops.linear, or linear_fast when Options.fast_kernels
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
