@@ -109,3 +109,9 @@ extern "C" __global__ void tl_gemm64_epilogue(const double* __restrict__ c, cons
         out[i] = (float)v;
     }
 }
+
+// float32 -> float64, exactly. Our kernels keep subnormals (-ftz=false); CuPy's astype kernels are
+// built with -ftz=true and would flush subnormal float32 inputs to 0 before the DGEMM.
+extern "C" __global__ void tl_widen_f64(const float* __restrict__ x, long long n, double* __restrict__ y) {
+    for (long long i = TL_TID; i < n; i += TL_STRIDE) y[i] = (double)x[i];
+}

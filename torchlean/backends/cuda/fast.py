@@ -4,7 +4,7 @@
   beta = 1 adds op(a) op(b) onto it (linalg.gemm: the transposes are cuBLAS flags, no copies; TF32
   only when ``set_allow_tf32(True)``, like bmm). The normal linear's bmm_nt + broadcast + add
   moves the (m, n) output six times; this moves it three times in two launches.
-* fast_gemm, fp64: a and b widened to float64 (CuPy astype), ONE cublasDgemm into a float64
+* fast_gemm, fp64: a and b widened to float64 (tl_widen_f64, subnormals kept), ONE cublasDgemm into a float64
   (m, n) scratch (FP64 tensor cores on Hopper), then one epilogue kernel adds the bias in double
   and rounds to float32 once (tl_gemm64_epilogue).
 * mse_loss_fwd: ONE launch of tl_mse_fwd, a fixed-order float64 reduction (reduce.cu's tl_sum
@@ -61,9 +61,18 @@ def _dgemm(a64, b64, m, k, n, trans_a, trans_b, name):
 
 
 def _bias_rows(bias, m, n):
-    out = empty(m * n)
-    out.reshape(m, n)[...] = bias
-    return out
+    # Our gather kernel, not a CuPy assignment: CuPy's kernels flush subnormals (-ftz=true).
+    from .layout import broadcast_vec_to_rows
+
+    return broadcast_vec_to_rows(bias, m, n)
+
+
+def _widen(x):
+    """float32 -> float64 with subnormals kept (CuPy's astype runs with flush-to-zero)."""
+    y = cupy.empty(x.size, dtype=cupy.float64)
+    if x.size:
+        kernel(_FILE, "tl_widen_f64")((grid_for(x.size),), (BLOCK,), (x, I64(x.size), y))
+    return y
 
 
 def fast_gemm(a, b, bias, m, k, n, trans_a, trans_b, fp64):
@@ -78,7 +87,7 @@ def fast_gemm(a, b, bias, m, k, n, trans_a, trans_b, fp64):
         return gemm(a, b, out, m, n, k, m if trans_a else k, k if trans_b else n, n,
                     trans_a=bool(trans_a), trans_b=bool(trans_b), beta=0.0 if bias is None else 1.0,
                     name="fast_gemm")
-    c64 = _dgemm(a.astype(cupy.float64), b.astype(cupy.float64), m, k, n, trans_a, trans_b, "fast_gemm")
+    c64 = _dgemm(_widen(a), _widen(b), m, k, n, trans_a, trans_b, "fast_gemm")
     out = empty(m * n)
     has = bias is not None
     kernel(_FILE, "tl_gemm64_epilogue")((grid_for(m * n),), (BLOCK,), (
