@@ -136,7 +136,8 @@ def test_tf32_changes_only_on_request(cuda_device):
     b = Buffer.from_numpy(rng.normal(size=256 * 256).astype(F32), cuda_device)
     exact = (a.to_numpy().reshape(256, 256).astype(np.float64) @ b.to_numpy().reshape(256, 256)).reshape(-1)
     off = P.bmm(a, b, 1, 256, 256, 256).to_numpy()
-    prev = set_allow_tf32(True)
+    prev = allow_tf32()  # (set_allow_tf32 returns the value now in force, not the previous one)
+    set_allow_tf32(True)
     try:
         on = P.bmm(a, b, 1, 256, 256, 256).to_numpy()
     finally:
