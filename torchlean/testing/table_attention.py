@@ -133,10 +133,14 @@ FWD_EDGES = [
     _case(22, 2, 9, 9, 16, "hard", causal=True, nan_q=True),
     _blocked_rows(23, "hard"), _blocked_rows(24, "fill"), _blocked_rows(25, "add"),
     _case(26, 1, 200, 1100, 20, "add", causal=True),  # several CPU key tiles
+    _case(28, 40, 6, 5, 4, "hard", layout=(20 * 5, (2, 5, 0, 0, 1))),  # many entries per CPU work item
 ]
 BWD_EDGES = [bwd_args(a) for a in FWD_EDGES if a[4] * a[5] * a[6] * a[7] == 0][:3] + [
     bwd_args(FWD_EDGES[i], rng=np.random.default_rng(i)) for i in (5, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17, 18, 19,
-                                                                     20, 23, 24, 25)]
+                                                                     20, 23, 24, 25)] + [
+    bwd_args(_case(27, 1, 300, 1100, 8, "add", causal=True), rng=np.random.default_rng(27)),  # several CPU tiles
+    bwd_args(_case(28, 40, 6, 5, 4, "hard", layout=(20 * 5, (2, 5, 0, 0, 1))), rng=np.random.default_rng(28)),
+]
 # (no NaN cases in the backward: a NaN in q reaches dK_j through 0 * NaN for keys the row blocks
 # on some BLAS and not on others; the forward's NaN rows are pinned by FWD_EDGES)
 

@@ -76,6 +76,12 @@ _ce_edges.append([(_rng.standard_normal(3 * 1024) * 4).astype(F32), 3, 1024, np.
 _ce_edges.append([(_rng.standard_normal(2 * 1000) * 4).astype(F32), 2, 1000, np.array([999, 5], np.int64),
                   float(F32(0.1))])
 _ce_edges.append([(_rng.standard_normal(2 * 1501) * 4).astype(F32), 2, 1501, np.array([1500, 3], np.int64), 1.0])
+# rows * cols >= 2**18: the CPU kernels' parallel path (one thread below); its own generator, so
+# that the cases after it keep their values
+_big = np.random.default_rng(1 << 18)
+_BIG_X = (_big.standard_normal(300 * 877) * 4).astype(F32)
+_BIG_T = _big.integers(0, 880, 300).astype(np.int64)
+_ce_edges.append([_BIG_X.copy(), 300, 877, _BIG_T.copy(), float(F32(0.1))])
 
 # All kinds, huge finite logits included: the row sums are of exp(x - m) <= 1 and of m - x_j in
 # double, so no partial sum overflows (unlike the float32 sums that SUM_KINDS protects).
@@ -98,6 +104,8 @@ _ce_bwd_edges.append(_ce_bwd_args((_rng.standard_normal(2 * 999) * 4).astype(F32
                                   np.array([998, 0], np.int64), 1.0, f32(-1.0, 1.0)))
 _ce_bwd_edges.append(_ce_bwd_args((_rng.standard_normal(3 * 1501) * 4).astype(F32), 3, 1501,
                                   np.array([1500, 1501, 0], np.int64), float(F32(0.1)), f32(2.0, 1.0, -1.0)))
+_ce_bwd_edges.append(_ce_bwd_args(_BIG_X.copy(), 300, 877, _BIG_T.copy(), float(F32(0.1)),
+                                  _big.standard_normal(300).astype(F32)))
 _add(PrimitiveInfo("cross_entropy_rows_bwd", _ce_bwd, 2, edge_cases=_ce_bwd_edges, max_dim=24))
 
 # -- GELU --------------------------------------------------------------------------------------
@@ -107,13 +115,26 @@ _add(PrimitiveInfo("cross_entropy_rows_bwd", _ce_bwd, 2, edge_cases=_ce_bwd_edge
 _GELU_X = f32(0.0, -0.0, _INF, -_INF, _NAN, 1e-30, -1e-30, 1e-45, -1e-45, 1e-38, 0.5, -0.5, 1.0, -1.0,
               -0.7517915, -0.7522528, 3.0, -3.0, 5.0, -5.0, 8.0, -8.0, -10.0, -12.0, -13.0, -13.2, -13.5,
               -14.0, -20.0, -40.0, 10.0, 40.0, 1e5, -1e5, 7e12, -7e12, 1e20, -1e20, 3.4e38, -3.4e38)
-_GELU_EDGES = [[np.zeros(0, F32)], [f32(1.5)], [_GELU_X.copy()], [np.linspace(-16, 6, 301, dtype=F32)]]
+
+
+def _gelu_long(n):
+    """n values over the interesting range with the specials spread through (the CPU kernels run
+    on one thread below 2**18 elements, then in equal chunks on Numba's threads)."""
+    x = np.linspace(-16, 6, n, dtype=F32)
+    x[:: max(n // _GELU_X.size, 1)][:_GELU_X.size] = _GELU_X[: len(x[:: max(n // _GELU_X.size, 1)])]
+    return x
+
+
+_GELU_EDGES = [[np.zeros(0, F32)], [f32(1.5)], [_GELU_X.copy()], [np.linspace(-16, 6, 301, dtype=F32)],
+               [_gelu_long(40001)], [_gelu_long((1 << 18) + 3)]]
 for _n in ("gelu", "gelu_tanh"):
     _add(PrimitiveInfo(_n, lambda rng, d, kind: [values(rng, d[0], kind)], 1, edge_cases=_GELU_EDGES, max_dim=64))
 _GELU_BWD_EDGES = [[np.zeros(0, F32), np.zeros(0, F32)], [f32(1.5), f32(-2.0)],
                    [_GELU_X.copy(), np.resize(f32(1.0, -2.0, 0.5), _GELU_X.size)],
                    [np.linspace(-16, 6, 301, dtype=F32), np.ones(301, F32)],
-                   [f32(1.0, _INF, -_INF, -20.0), f32(_INF, 0.0, 1.0, _NAN)]]
+                   [f32(1.0, _INF, -_INF, -20.0), f32(_INF, 0.0, 1.0, _NAN)],
+                   [_gelu_long(40001), np.resize(f32(1.0, -2.0, 0.5, 3.0), 40001)],
+                   [_gelu_long((1 << 18) + 3), np.resize(f32(1.0, -2.0, 0.5, 3.0), (1 << 18) + 3)]]
 for _n in ("gelu_bwd", "gelu_tanh_bwd"):
     _add(PrimitiveInfo(_n, lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[0], "normal")], 1,
                        edge_cases=_GELU_BWD_EDGES, max_dim=64))

@@ -115,6 +115,12 @@ _EDGE_X = [
     (np.linspace(-1, 1, 2 ** 8).astype(F32)[::-1].copy(), 1, (2,) * 8, (2, 1, 2, 1, 1, 2, 1, 2), (1,) * 8, (0, 1, 0, 0, 1, 0, 0, 0)),
     # no planes
     (np.zeros(0, F32), 0, (3, 3), (2, 2), (1, 1), (1, 1)),
+    # 2-D without padding (the CPU's 2-D path): NaN, -0/+0 ties, -inf windows, overlapping windows,
+    # stride > kernel (the large case for its parallel loops is _BIG_2D, max pool only)
+    (f32(1, NAN, 3, -INF, -0.0, 0.0, -INF, 5, NAN, 2, INF, 0, -INF, -INF, -INF, -INF), 1, (4, 4), (2, 2), (2, 2), (0, 0)),
+    (np.where(np.arange(3 * 7 * 9) % 5 == 0, F32(2), np.arange(3 * 7 * 9, dtype=F32) % 3 - F32(0.0)).astype(F32),
+     3, (7, 9), (3, 2), (1, 2), (0, 0)),
+    (np.linspace(-1, 1, 2 * 9 * 8).astype(F32), 2, (9, 8), (2, 2), (3, 3), (0, 0)),
 ]
 
 
@@ -156,8 +162,13 @@ def _smooth_bwd_edges(beta):
     return cases
 
 
-_add(PrimitiveInfo("max_pool", _forward, 3, edge_cases=_EDGE_FWD, exact_on_int=True, max_dim=20, kinds=KINDS))
-_add(PrimitiveInfo("max_pool_bwd", _max_bwd, 3, edge_cases=_EDGE_MAX_BWD, exact_on_int=True, max_dim=20,
+# >= 2**20 window visits: the CPU max pool's parallel loops (one thread below); max pool only (the
+# float64 specs of the other pools take seconds at this size)
+_BIG_2D = (np.random.default_rng(3).integers(-4, 5, 4100 * 16 * 16).astype(F32), 4100, (16, 16), (2, 2), (2, 2),
+           (0, 0))
+_add(PrimitiveInfo("max_pool", _forward, 3, edge_cases=_EDGE_FWD + [[_copy(_BIG_2D[0]), *_BIG_2D[1:]]], exact_on_int=True, max_dim=20, kinds=KINDS))
+_add(PrimitiveInfo("max_pool_bwd", _max_bwd, 3,
+                   edge_cases=_EDGE_MAX_BWD + [[_copy(_BIG_2D[0]), _dy(_BIG_2D), *_BIG_2D[1:]]], exact_on_int=True, max_dim=20,
                    kinds=SUM_KINDS))
 _add(PrimitiveInfo("avg_pool", _forward, 3, edge_cases=_EDGE_FWD, max_dim=20, kinds=SUM_KINDS))
 _add(PrimitiveInfo("avg_pool_bwd", _avg_bwd, 3, edge_cases=_EDGE_AVG_BWD, max_dim=20, kinds=SUM_KINDS))

@@ -7,8 +7,11 @@ memory is O(n d) plus a few (TQ, TK) tiles per thread. The backward recomputes P
 tile by tile (FlashAttention-2): dq in work items that own a query tile and loop over key tiles,
 (dk, dv) in work items that own a key tile and loop over query tiles, so every output element is
 written by one work item in a fixed order: deterministic, no atomics. Causal tiles entirely above
-the diagonal are skipped. Work items run on parallel threads with OpenBLAS at one thread each
-(the conv family's scheme), each item computed exactly as in one thread.
+the diagonal are skipped. A work item takes a chunk of batch entries (about CHUNK scores per
+tile: short sequences, e.g. 256 (batch, head) pairs of 8 tokens, run as one item of batched
+GEMMs and row-wise NumPy ops instead of 256 Python iterations; each entry's arithmetic is the same
+as alone, so the bits do not depend on the chunk). Work items run on parallel threads with
+OpenBLAS at one thread each (the conv family's scheme), each item computed exactly as in one thread.
 """
 
 from __future__ import annotations
@@ -27,8 +30,14 @@ TK = 1024  # keys per tile (>= contract.attention.KEY_TILE_MIN: at most ceil(n_k
 FILL = F32(-1000.0)
 
 
+CHUNK = 1 << 16  # score elements per work item: short sequences batch many (batch, head) pairs in one
+
+
 class _Problem:
-    """The arguments of one call, viewed as (batch, n, d) arrays, with the tile helpers."""
+    """The arguments of one call, viewed as (batch, n, d) arrays, with the tile helpers. A work item
+    is a chunk of batch entries [b0, b1) and a query (or key) tile; its arrays carry the chunk as
+    their leading axis, and each entry is computed exactly as it would be alone (one GEMM per entry,
+    row-wise reductions)."""
 
     def __init__(self, q, k, v, mask, batch, n_q, n_k, d, scale, causal, mode, layout):
         self.q3 = q.reshape(batch, n_q, d)
@@ -36,6 +45,10 @@ class _Problem:
         self.v3 = v.reshape(batch, n_k, d)
         self.mask, self.mode, self.layout, self.causal = mask, mode, layout, causal
         self.batch, self.n_q, self.n_k, self.d, self.scale = batch, n_q, n_k, d, F32(scale)
+
+    def chunk(self) -> int:
+        """Batch entries per work item: one tile's scores, times the chunk, stay near CHUNK."""
+        return max(1, CHUNK // max(1, min(self.n_q, TQ) * min(self.n_k, TK)))
 
     def key_end(self, i1: int) -> int:
         """Keys needed by the queries < i1 (causal: j <= i)."""
@@ -45,15 +58,25 @@ class _Problem:
         """The first query that may see key j0 (causal: i >= j0)."""
         return min(self.n_q, j0) if self.causal else 0
 
-    def scores(self, b, qs, i0, i1, j0, j1):
+    def mask_tile(self, b0, b1, i0, i1, j0, j1):
+        """The mask's (b1 - b0, i1 - i0, j1 - j0) tile (a strided view for one batch entry)."""
+        heads, s_n, s_h, s_q, s_k = self.layout
+        if b1 - b0 == 1:
+            off = (b0 // heads) * s_n + (b0 % heads) * s_h + i0 * s_q + j0 * s_k
+            it = self.mask.itemsize
+            return as_strided(self.mask[off:], shape=(1, i1 - i0, j1 - j0), strides=(0, s_q * it, s_k * it),
+                              writeable=False)
+        bs = np.arange(b0, b1)
+        off = (bs // heads) * s_n + (bs % heads) * s_h + i0 * s_q + j0 * s_k
+        return self.mask[off[:, None, None] + np.arange(i1 - i0)[None, :, None] * s_q
+                         + np.arange(j1 - j0)[None, None, :] * s_k]
+
+    def scores(self, b0, b1, qs, i0, i1, j0, j1):
         """(S', allowed-or-None, filled-or-None) of the tile: S' the masked scores, float32."""
-        st = qs @ self.k3[b, j0:j1].T
+        st = np.matmul(qs, self.k3[b0:b1, j0:j1].transpose(0, 2, 1))
         allowed = filled = None
         if self.mode != "none":
-            heads, s_n, s_h, s_q, s_k = self.layout
-            off = (b // heads) * s_n + (b % heads) * s_h + i0 * s_q + j0 * s_k
-            it = self.mask.itemsize
-            mt = as_strided(self.mask[off:], shape=(i1 - i0, j1 - j0), strides=(s_q * it, s_k * it), writeable=False)
+            mt = self.mask_tile(b0, b1, i0, i1, j0, j1)
             if self.mode == "fill":
                 filled = mt == 0
                 st = np.where(filled, FILL, st)
@@ -67,8 +90,9 @@ class _Problem:
         return st, allowed, filled
 
 
-def _items(n_outer: int, n: int, tile: int):
-    return [(b, t0, min(n, t0 + tile)) for b in range(n_outer) for t0 in range(0, n, tile)]
+def _items(n_outer: int, n: int, tile: int, chunk: int):
+    return [(b0, min(n_outer, b0 + chunk), t0, min(n, t0 + tile))
+            for b0 in range(0, n_outer, chunk) for t0 in range(0, n, tile)]
 
 
 def _run_items(items, flops: int, fn) -> None:
@@ -78,61 +102,65 @@ def _run_items(items, flops: int, fn) -> None:
     _over_images(len(items), flops, part)
 
 
+def _t(a):
+    return a.transpose(0, 2, 1)
+
+
 def flash_attention_fwd(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
     pr = _Problem(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
     out = np.empty((batch, n_q, d), F32)
     lse = np.empty((batch, n_q), F32)
 
-    def tile(b, i0, i1):
-        qs = pr.q3[b, i0:i1] * pr.scale
-        rows = i1 - i0
-        m = np.full(rows, -np.inf, F32)
-        l_ = np.zeros(rows, F32)
-        acc = np.zeros((rows, d), F32)
+    def tile(b0, b1, i0, i1):
+        qs = pr.q3[b0:b1, i0:i1] * pr.scale
+        shape = (b1 - b0, i1 - i0)
+        m = np.full(shape, -np.inf, F32)
+        l_ = np.zeros(shape, F32)
+        acc = np.zeros(shape + (d,), F32)
         kend = pr.key_end(i1)
         with np.errstate(invalid="ignore", over="ignore"):
             for j0 in range(0, kend, TK):
                 j1 = min(kend, j0 + TK)
-                st, allowed, _ = pr.scores(b, qs, i0, i1, j0, j1)
+                st, allowed, _ = pr.scores(b0, b1, qs, i0, i1, j0, j1)
                 if allowed is not None:
                     np.copyto(st, F32(-np.inf), where=~allowed)
-                m_new = np.maximum(m, st.max(axis=1))
+                m_new = np.maximum(m, st.max(axis=2))
                 m_use = np.where(m_new == -np.inf, F32(0), m_new)
-                p = np.subtract(st, m_use[:, None], out=st if st.flags.writeable and st.base is None else None)
+                p = np.subtract(st, m_use[..., None], out=st if st.flags.writeable and st.base is None else None)
                 np.exp(p, out=p)
                 if j0:
                     alpha = np.exp(m - m_use)
-                    l_ = l_ * alpha + p.sum(axis=1)
-                    acc *= alpha[:, None]
-                    acc += p @ pr.v3[b, j0:j1]
+                    l_ = l_ * alpha + p.sum(axis=2)
+                    acc *= alpha[..., None]
+                    acc += np.matmul(p, pr.v3[b0:b1, j0:j1])
                 else:
-                    l_ = p.sum(axis=1, dtype=F32)
-                    acc = p @ pr.v3[b, j0:j1]
+                    l_ = p.sum(axis=2, dtype=F32)
+                    acc = np.matmul(p, pr.v3[b0:b1, j0:j1])
                 m = m_new
             ok = l_ != 0  # NaN rows stay NaN; only rows without any weight are empty
-            out[b, i0:i1] = np.where(ok[:, None], acc / np.where(ok, l_, F32(1))[:, None], F32(0))
-            lse[b, i0:i1] = np.where(ok, m + np.log(np.where(ok, l_, F32(1))), F32(-np.inf))
+            out[b0:b1, i0:i1] = np.where(ok[..., None], acc / np.where(ok, l_, F32(1))[..., None], F32(0))
+            lse[b0:b1, i0:i1] = np.where(ok, m + np.log(np.where(ok, l_, F32(1))), F32(-np.inf))
 
     if batch * n_q:
         if n_k == 0:  # no keys: every row is empty
             out[:] = 0
             lse[:] = -np.inf
         else:
-            _run_items(_items(batch, n_q, TQ), 4 * batch * n_q * n_k * d, tile)
+            _run_items(_items(batch, n_q, TQ, pr.chunk()), 4 * batch * n_q * n_k * d, tile)
     return out.reshape(-1), lse.reshape(-1)
 
 
-def _probs(pr, b, qs, lse_t, i0, i1, j0, j1):
+def _probs(pr, b0, b1, qs, lse_t, i0, i1, j0, j1):
     """(P, live-or-None) of a tile: exp(S' - lse) on allowed keys, 0 elsewhere; live = not filled."""
-    st, allowed, filled = pr.scores(b, qs, i0, i1, j0, j1)
+    st, allowed, filled = pr.scores(b0, b1, qs, i0, i1, j0, j1)
     with np.errstate(invalid="ignore", over="ignore"):
-        p = np.subtract(st, lse_t[:, None], out=st)
+        p = np.subtract(st, lse_t[..., None], out=st)
         np.exp(p, out=p)
     if allowed is not None:
         np.copyto(p, F32(0), where=~allowed)
     # a row without any allowed key has lse -inf: its P is 0 (exp(-inf - -inf) = NaN otherwise)
     if not np.all(np.isfinite(lse_t)):
-        p = np.where((lse_t == -np.inf)[:, None], F32(0), p)
+        p = np.where((lse_t == -np.inf)[..., None], F32(0), p)
     live = None if filled is None else ~filled
     return p, live
 
@@ -150,26 +178,26 @@ def flash_attention_bwd_q(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, sca
     l2 = lse.reshape(batch, n_q)
     dd = _rowdot(dout, out, batch, n_q, d)
 
-    def tile(b, i0, i1):
-        qs = pr.q3[b, i0:i1] * pr.scale
-        g = g3[b, i0:i1]
+    def tile(b0, b1, i0, i1):
+        qs = pr.q3[b0:b1, i0:i1] * pr.scale
+        g = g3[b0:b1, i0:i1]
         acc = None
         kend = pr.key_end(i1)
         for j0 in range(0, kend, TK):
             j1 = min(kend, j0 + TK)
-            p, live = _probs(pr, b, qs, l2[b, i0:i1], i0, i1, j0, j1)
+            p, live = _probs(pr, b0, b1, qs, l2[b0:b1, i0:i1], i0, i1, j0, j1)
             with np.errstate(invalid="ignore", over="ignore"):
-                ds = g @ pr.v3[b, j0:j1].T
-                ds -= dd[b, i0:i1, None]
+                ds = np.matmul(g, _t(pr.v3[b0:b1, j0:j1]))
+                ds -= dd[b0:b1, i0:i1, None]
                 ds *= p
             if live is not None:
                 np.copyto(ds, F32(0), where=~live)
-            t = ds @ pr.k3[b, j0:j1]
+            t = np.matmul(ds, pr.k3[b0:b1, j0:j1])
             acc = t if acc is None else acc + t
         if acc is not None:
-            dq[b, i0:i1] = acc * pr.scale
+            dq[b0:b1, i0:i1] = acc * pr.scale
 
-    _run_items(_items(batch, n_q, TQ), 6 * batch * n_q * n_k * d, tile)
+    _run_items(_items(batch, n_q, TQ, pr.chunk()), 6 * batch * n_q * n_k * d, tile)
     return dq.reshape(-1)
 
 
@@ -184,29 +212,29 @@ def flash_attention_bwd_kv(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, sc
     dd = _rowdot(dout, out, batch, n_q, d)
     tq = TQ
 
-    def tile(b, j0, j1):
-        kv_k, kv_v = pr.k3[b, j0:j1], pr.v3[b, j0:j1]
+    def tile(b0, b1, j0, j1):
+        kv_k, kv_v = pr.k3[b0:b1, j0:j1], pr.v3[b0:b1, j0:j1]
         ak = av = None
         for i0 in range(pr.query_start(j0) // tq * tq, n_q, tq):
             i1 = min(n_q, i0 + tq)
-            qs = pr.q3[b, i0:i1] * pr.scale
-            g = g3[b, i0:i1]
-            p, live = _probs(pr, b, qs, l2[b, i0:i1], i0, i1, j0, j1)
-            tv = p.T @ g
+            qs = pr.q3[b0:b1, i0:i1] * pr.scale
+            g = g3[b0:b1, i0:i1]
+            p, live = _probs(pr, b0, b1, qs, l2[b0:b1, i0:i1], i0, i1, j0, j1)
+            tv = np.matmul(_t(p), g)
             with np.errstate(invalid="ignore", over="ignore"):
-                ds = g @ kv_v.T
-                ds -= dd[b, i0:i1, None]
+                ds = np.matmul(g, _t(kv_v))
+                ds -= dd[b0:b1, i0:i1, None]
                 ds *= p
             if live is not None:
                 np.copyto(ds, F32(0), where=~live)
-            tk = ds.T @ qs
+            tk = np.matmul(_t(ds), qs)
             ak = tk if ak is None else ak + tk
             av = tv if av is None else av + tv
         if ak is not None:
-            dk[b, j0:j1] = ak
-            dv[b, j0:j1] = av
+            dk[b0:b1, j0:j1] = ak
+            dv[b0:b1, j0:j1] = av
 
-    _run_items(_items(batch, n_k, TK), 8 * batch * n_q * n_k * d, tile)
+    _run_items(_items(batch, n_k, TK, pr.chunk()), 8 * batch * n_q * n_k * d, tile)
     return dk.reshape(-1), dv.reshape(-1)
 
 

@@ -82,17 +82,25 @@ _POOL: list = []
 _PARALLEL_MIN_MACS = 1 << 24  # below ~16M multiply-adds the threads cost more than they save
 
 
+_CPUS = os.cpu_count() or 1  # os.cpu_count() reads /sys on every call (~6 us)
+
+
 def _workers() -> int:
     """How many parts to run at once: OpenBLAS's own thread count (1 where we cannot set it)."""
     if _BLAS is None:
         return 1
     with _BLAS_LOCK:
         n = _BLAS_STATE["saved"] if _BLAS_STATE["depth"] else _BLAS[0]()
-    return max(1, min(n, os.cpu_count() or 1))
+    return max(1, min(n, _CPUS))
 
 
 @contextmanager
 def _single_threaded_blas():
+    """OpenBLAS at one thread inside (nested uses count; the outermost restores the old count).
+    Nothing to do where NumPy's BLAS is not an OpenBLAS we can set."""
+    if _BLAS is None:
+        yield
+        return
     with _BLAS_LOCK:
         if _BLAS_STATE["depth"] == 0:
             _BLAS_STATE["saved"] = _BLAS[0]()
@@ -119,14 +127,17 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_after_fork)
 
 
-def _over_images(batch: int, macs: int, fn) -> list:
-    """[fn(n0, n1) for each part of the batch], the parts run in parallel when that pays."""
-    t = min(_workers(), batch) if macs >= _PARALLEL_MIN_MACS else 1
+def _over_images(batch: int, macs: int, fn, min_macs: int = _PARALLEL_MIN_MACS) -> list:
+    """[fn(n0, n1) for each part of the batch], the parts run in parallel when that pays (at least
+    ``min_macs`` multiply-adds). OpenBLAS runs at one thread either way: its own threads spin
+    after a GEMM and then fight Numba's threads and the next call's parts for the two cores."""
+    t = min(_workers(), batch) if macs >= min_macs else 1
     if t <= 1:
-        return [fn(0, batch)]
+        with _single_threaded_blas():
+            return [fn(0, batch)]
     bounds = [batch * i // t for i in range(t + 1)]
     if not _POOL:
-        _POOL.append(ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="torchlean-conv"))
+        _POOL.append(ThreadPoolExecutor(max_workers=max(_CPUS, 2), thread_name_prefix="torchlean-conv"))
     with _single_threaded_blas():
         futures = [_POOL[0].submit(fn, bounds[i], bounds[i + 1]) for i in range(1, t)]
         try:

@@ -1,10 +1,24 @@
-"""Layout primitives (concat, slice, broadcast, transpose, axis swaps) and bmm on NumPy arrays."""
+"""Layout primitives (concat, slice, broadcast, transpose, axis swaps) and bmm on NumPy arrays.
+
+broadcast_to / reduce_from_broadcast whose broadcast axes form one block (the common case: a
+bias, a per-channel or per-step factor) run as Numba loops over (A, B, C) views; the rest goes
+through NumPy. bmm runs OpenBLAS at one thread (see "batched matmul" below).
+"""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from numba import njit
+
+from .conv import _single_threaded_blas
 
 F32 = np.float32
+# Outputs per block of the broadcast/reduce kernels. They run on one thread: memory-bound, and a
+# Numba parallel launch (workqueue layer) costs 50-100 us here; measured slower on two threads
+# at every size in the examples (up to 1.2M elements).
+_RED_BLOCK = 256
 
 __all__ = [
     "concat1d", "slice1d", "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to",
@@ -40,20 +54,120 @@ def _aligned_view(x, in_dims, out_dims, axis_map):
     return xs.reshape(shape)
 
 
+@njit(cache=True, error_model="numpy")
+def _repeat_mid_block(x2, o3):
+    """o3[a, b, c] = x2[a, c] (slices, loops from 0: see _sum_mid_block)."""
+    na, nb, nc = o3.shape
+    for a in range(na):
+        if nc == 1:
+            v = x2[a, 0]
+            for b in range(nb):
+                o3[a, b, 0] = v
+        else:
+            for b in range(nb):
+                for c in range(nc):
+                    o3[a, b, c] = x2[a, c]
+
+
+@njit(cache=True, error_model="numpy")
+def _repeat_mid_seq(x2, o3):
+    na = o3.shape[0]
+    for k in range((na + _RED_BLOCK - 1) // _RED_BLOCK):
+        a0, a1 = k * _RED_BLOCK, min(na, (k + 1) * _RED_BLOCK)
+        _repeat_mid_block(x2[a0:a1], o3[a0:a1])
+
+
 def broadcast_to(x, in_dims, out_dims, axis_map):
+    shape = [1 if a == 0 else in_dims[a - 1] for a in axis_map]
+    axes = {j for j, (s, o) in enumerate(zip(shape, out_dims)) if s == 1 and o != 1}
+    used = [a - 1 for a in axis_map if a != 0]
+    if axes and used == sorted(used):  # one block of repeated axes, no permutation: a copy loop
+        abc = _one_summed_block(out_dims, axes)
+        if abc is not None:
+            na, nb, nc = abc
+            o3 = np.empty((na, nb, nc), F32)
+            if o3.size:
+                _repeat_mid_seq(x.reshape(na, nc), o3)
+            return o3.reshape(-1)
     view = _aligned_view(x, in_dims, out_dims, axis_map)
     return np.ascontiguousarray(np.broadcast_to(view, out_dims)).reshape(-1)
+
+
+# -- reduce_from_broadcast: one block of summed axes (K.. R.. K..) in a Numba kernel ---------------
+# out[a, c] = d[a, 0, c] + d[a, 1, c] + ... + d[a, B-1, c], left to right (a fixed order: bitwise
+# repeatable; within the contract's gamma(B-1) bound like any order). NumPy's add.reduce over a
+# short inner axis costs ~20 ns per output row. Short rows (C < 16) run b-outer over blocks of
+# _RED_BLOCK outputs so that the adds vectorize across outputs; long rows add whole rows.
+@njit(cache=True, error_model="numpy")
+def _sum_mid_block(d3, o2):
+    """o2 = d3 summed over axis 1 left to right; loops from 0 over slices (a range(lo, hi) index
+    could be negative for all Numba knows, and its wraparound check stops vectorization)."""
+    na, nb, nc = d3.shape
+    if nc == 1:
+        for a in range(na):
+            o2[a, 0] = d3[a, 0, 0]
+        for b in range(1, nb):
+            for a in range(na):
+                o2[a, 0] += d3[a, b, 0]
+    elif nc >= 16:
+        for a in range(na):
+            for c in range(nc):
+                o2[a, c] = d3[a, 0, c]
+            for b in range(1, nb):
+                for c in range(nc):
+                    o2[a, c] += d3[a, b, c]
+    else:
+        for a in range(na):
+            for c in range(nc):
+                o2[a, c] = d3[a, 0, c]
+        for b in range(1, nb):
+            for a in range(na):
+                for c in range(nc):
+                    o2[a, c] += d3[a, b, c]
+
+
+@njit(cache=True, error_model="numpy")
+def _sum_mid_seq(d3, o2):
+    na = d3.shape[0]
+    for k in range((na + _RED_BLOCK - 1) // _RED_BLOCK):
+        a0, a1 = k * _RED_BLOCK, min(na, (k + 1) * _RED_BLOCK)
+        _sum_mid_block(d3[a0:a1], o2[a0:a1])
+
+
+def _one_summed_block(out_dims, axes):
+    """(A, B, C) when the summed axes (size > 1) are adjacent once size-1 axes are ignored: out =
+    d.reshape(A, B, C) summed over B. None otherwise."""
+    kinds = [j in axes for j, o in enumerate(out_dims) if o != 1]
+    sizes = [o for o in out_dims if o != 1]
+    if True not in kinds:
+        return None
+    first = kinds.index(True)
+    last = len(kinds) - 1 - kinds[::-1].index(True)
+    if not all(kinds[first:last + 1]):
+        return None
+    return math.prod(sizes[:first]), math.prod(sizes[first:last + 1]), math.prod(sizes[last + 1:])
 
 
 def reduce_from_broadcast(dout, in_dims, out_dims, axis_map):
     d = dout.reshape(out_dims)
     shape = [1 if a == 0 else in_dims[a - 1] for a in axis_map]
     axes = tuple(j for j, (s, o) in enumerate(zip(shape, out_dims)) if s == 1 and o != 1)
+    used = [a - 1 for a in axis_map if a != 0]
+    if axes and used == sorted(used):  # the kept axes are in in_dims' order: no permutation to undo
+        abc = _one_summed_block(out_dims, set(axes))
+        if abc is not None:
+            na, nb, nc = abc
+            if nb == 0:  # no terms (an empty axis is summed): zeros
+                return np.zeros(na * nc, F32)
+            o2 = np.empty((na, nc), F32)
+            if o2.size:
+                with np.errstate(all="ignore"):
+                    _sum_mid_seq(dout.reshape(na, nb, nc), o2)
+            return o2.reshape(-1)
     if axes:
         with np.errstate(all="ignore"):
             d = np.add.reduce(d, axis=axes, keepdims=True)
     # d now has the aligned-view shape; undo the axis permutation to reach in_dims' order
-    used = [a - 1 for a in axis_map if a != 0]
     kept = [j for j, a in enumerate(axis_map) if a != 0]
     d = d.reshape([d.shape[j] for j in kept]) if kept else d.reshape(())
     order = sorted(range(len(used)), key=lambda i: used[i])
@@ -71,24 +185,46 @@ def transpose2d(b, rows, cols):
     return np.ascontiguousarray(b.reshape(rows, cols).T).reshape(-1)
 
 
+# -- batched matmul ------------------------------------------------------------------------------
+# Every GEMM runs with OpenBLAS at one thread. Its own threads spin-wait at barriers and after each
+# call: between Numba's parallel kernels, and whenever any other process wants a core, a 2-thread
+# GEMM of ~100 us took 5-15 ms (a scheduler time slice) and a whole training step 5-20x longer.
+# Measured on the 2-core machine: 2 OpenBLAS threads win ~17% per step when the machine is
+# otherwise idle and lose ~80% with one other busy process; splitting rows over our own Python
+# threads gained nothing at these sizes (60-250 us per GEMM). Batch 1 takes 2-D views. n == 1:
+# each output is one product, a * b exactly (as BLAS gives it): an outer product by broadcasting.
+def _product(a3, b3, batch, m, n, p):
+    """a3 (batch, m, n) @ b3 (batch, n, p) for views a3, b3 (any strides BLAS takes): flat float32."""
+    out = np.empty((batch, m, p), F32)
+    if out.size == 0:
+        return out.reshape(-1)
+    with np.errstate(all="ignore"):
+        if n == 1:
+            np.multiply(a3, b3, out=out)  # (batch, m, 1) * (batch, 1, p): the outer products
+        elif batch == 1:
+            with _single_threaded_blas():
+                np.matmul(a3[0], b3[0], out=out[0])
+        else:
+            with _single_threaded_blas():
+                np.matmul(a3, b3, out=out)
+    return out.reshape(-1)
+
+
 def bmm(a, b, batch, m, n, p):
     if n == 0:
         return np.zeros(batch * m * p, dtype=F32)
-    with np.errstate(all="ignore"):
-        return np.matmul(a.reshape(batch, m, n), b.reshape(batch, n, p)).reshape(-1)
+    return _product(a.reshape(batch, m, n), b.reshape(batch, n, p), batch, m, n, p)
 
 
 def bmm_nt(a, b, batch, m, n, p):
     """a b^T with b stored (batch, p, n): BLAS reads the transposed view, nothing is copied."""
     if n == 0:
         return np.zeros(batch * m * p, dtype=F32)
-    with np.errstate(all="ignore"):
-        return np.matmul(a.reshape(batch, m, n), b.reshape(batch, p, n).transpose(0, 2, 1)).reshape(-1)
+    return _product(a.reshape(batch, m, n), b.reshape(batch, p, n).transpose(0, 2, 1), batch, m, n, p)
 
 
 def bmm_tn(a, b, batch, m, n, p):
     """a^T b with a stored (batch, n, m)."""
     if n == 0:
         return np.zeros(batch * m * p, dtype=F32)
-    with np.errstate(all="ignore"):
-        return np.matmul(a.reshape(batch, n, m).transpose(0, 2, 1), b.reshape(batch, n, p)).reshape(-1)
+    return _product(a.reshape(batch, n, m).transpose(0, 2, 1), b.reshape(batch, n, p), batch, m, n, p)

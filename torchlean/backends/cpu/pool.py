@@ -28,6 +28,10 @@ it, starting from +0: exactly the additions the CUDA gather kernels do (each thr
 windows containing its element in that order), so both backends give the same bits for max and
 avg and every result is bitwise repeatable. avg divides each sum of dy by float32(prod(kernel))
 once; smooth max adds dy[w] * exp(beta*x[q] - beta*y[w]) (the difference taken as 0 when equal).
+
+2-D max pool without padding (the CNN case) takes its own kernels (``_max2d*``): the same
+comparisons and additions in the same order, without the row lists; when the windows tile the
+input (stride == kernel) the backward writes +0 + dy at each winner directly. Bitwise the same.
 """
 
 from __future__ import annotations
@@ -46,9 +50,10 @@ _ZERO = F32(0.0)
 # enough to balance a few threads, few enough that scratch allocation is negligible.
 _TASKS = 256
 # Below this many window-element visits a call runs on the calling thread: waking Numba's thread
-# pool costs more than the work (from ~0.1 ms with the workqueue layer to ~15 ms with an OpenMP
-# layer that spins on a small shared machine).
-_PARALLEL_WORK = 1 << 17
+# pool costs more than the work (50-100 us with the workqueue layer, ~15 ms with an OpenMP layer
+# that spins on a small shared machine). Measured on 2 cores: one thread is still faster at
+# 2.6e5 visits (max pool 2x2 of 64 x 16 x 16 x 16: 240 us against 385 us).
+_PARALLEL_WORK = 1 << 20
 
 
 @njit(cache=True)
@@ -287,6 +292,169 @@ def _backward_par(mode, x, y, dy, dx, planes, ntask, r, n, k, s, pd, o, istr, S,
                          istr, S, R, nouter, kprod_f, beta)
 
 
+# -- 2-D max pool without padding (the CNN case): the same visits in the same order, less overhead --
+# Every window lies in bounds, so no row lists or in-bounds ranges are needed: per output row the
+# kernel offsets (ky, kx) are visited in row-major order, each a run over the row's outputs (the
+# forward), and the backward walks the windows in row-major order as _backward_planes does. The
+# comparisons and additions are exactly those of the generic kernels, so the bits are the same.
+@njit(cache=True, error_model="numpy")
+def _max2d_rows(x3, y3, p0, p1, kh, kw, sh, sw):
+    oh_n, ow_n = y3.shape[1], y3.shape[2]
+    acc = np.empty(ow_n, dtype=np.float32)
+    for pl in range(p0, p1):
+        for oh in range(oh_n):
+            for ow in range(ow_n):
+                acc[ow] = _NEG_INF
+            nan = False
+            for ky in range(kh):
+                xr = x3[pl, oh * sh + ky]
+                for kx in range(kw):
+                    for ow in range(ow_n):
+                        v = xr[ow * sw + kx]
+                        acc[ow] = v if v > acc[ow] else acc[ow]
+                        nan |= v != v
+            if nan:  # rare: the first NaN of a window (row-major) is its value
+                for ow in range(ow_n):
+                    found = False
+                    for ky in range(kh):
+                        for kx in range(kw):
+                            v = x3[pl, oh * sh + ky, ow * sw + kx]
+                            if v != v and not found:
+                                acc[ow] = v
+                                found = True
+            for ow in range(ow_n):
+                y3[pl, oh, ow] = acc[ow]
+
+
+@njit(cache=True, error_model="numpy")
+def _max2d_bwd_planes(x3, dy3, dx3, p0, p1, kh, kw, sh, sw):
+    oh_n, ow_n = dy3.shape[1], dy3.shape[2]
+    for pl in range(p0, p1):
+        dx3[pl] = _ZERO
+        for oh in range(oh_n):
+            for ow in range(ow_n):
+                y0, x0 = oh * sh, ow * sw
+                best = _NEG_INF
+                wy, wx = y0, x0
+                nan = False
+                for ky in range(kh):
+                    for kx in range(kw):
+                        v = x3[pl, y0 + ky, x0 + kx]
+                        gt = v > best  # selects, not branches: the winner is data-dependent
+                        best = v if gt else best
+                        wy = y0 + ky if gt else wy
+                        wx = x0 + kx if gt else wx
+                        nan |= v != v
+                if nan:
+                    found = False
+                    for ky in range(kh):
+                        for kx in range(kw):
+                            if not found and x3[pl, y0 + ky, x0 + kx] != x3[pl, y0 + ky, x0 + kx]:
+                                wy, wx = y0 + ky, x0 + kx
+                                found = True
+                dx3[pl, wy, wx] += dy3[pl, oh, ow]
+
+
+@njit(cache=True, error_model="numpy")
+def _max2d_bwd_tiles(x3, dy3, dx3, p0, p1, kh, kw):
+    """max_pool_bwd for windows that tile the input (stride == kernel): each input lies in at most
+    one window, so dx is +0 except at each window's winner, where it is +0 + dy (the same single
+    addition as _max2d_bwd_planes). The winners of an output row are found offset by offset
+    (row-major, strict >: the first maximum; a NaN raises a flag and the row is redone window by
+    window for its first NaN), a run over the row's windows that vectorizes."""
+    oh_n, ow_n = dy3.shape[1], dy3.shape[2]
+    best = np.empty(ow_n, dtype=np.float32)
+    wy = np.empty(ow_n, dtype=np.int64)
+    wx = np.empty(ow_n, dtype=np.int64)
+    for pl in range(p0, p1):
+        dx3[pl] = _ZERO
+        for oh in range(oh_n):
+            y0 = oh * kh
+            for ow in range(ow_n):
+                best[ow] = _NEG_INF
+                wy[ow] = y0
+                wx[ow] = ow * kw
+            nan = False
+            for ky in range(kh):
+                xr = x3[pl, y0 + ky]
+                for kx in range(kw):
+                    for ow in range(ow_n):
+                        v = xr[ow * kw + kx]
+                        gt = v > best[ow]
+                        best[ow] = v if gt else best[ow]
+                        wy[ow] = y0 + ky if gt else wy[ow]
+                        wx[ow] = ow * kw + kx if gt else wx[ow]
+                        nan |= v != v
+            if nan:
+                for ow in range(ow_n):
+                    found = False
+                    for ky in range(kh):
+                        for kx in range(kw):
+                            q = x3[pl, y0 + ky, ow * kw + kx]
+                            if not found and q != q:
+                                wy[ow] = y0 + ky
+                                wx[ow] = ow * kw + kx
+                                found = True
+            for ow in range(ow_n):
+                dx3[pl, wy[ow], wx[ow]] = _ZERO + dy3[pl, oh, ow]
+
+
+@njit(parallel=True, cache=True, error_model="numpy")
+def _max2d_bwd_tiles_par(x3, dy3, dx3, ntask, kh, kw):
+    planes = x3.shape[0]
+    for t in prange(ntask):
+        _max2d_bwd_tiles(x3, dy3, dx3, planes * t // ntask, planes * (t + 1) // ntask, kh, kw)
+
+
+@njit(parallel=True, cache=True, error_model="numpy")
+def _max2d_rows_par(x3, y3, ntask, kh, kw, sh, sw):
+    planes = x3.shape[0]
+    for t in prange(ntask):
+        _max2d_rows(x3, y3, planes * t // ntask, planes * (t + 1) // ntask, kh, kw, sh, sw)
+
+
+@njit(parallel=True, cache=True, error_model="numpy")
+def _max2d_bwd_par(x3, dy3, dx3, ntask, kh, kw, sh, sw):
+    planes = x3.shape[0]
+    for t in prange(ntask):
+        _max2d_bwd_planes(x3, dy3, dx3, planes * t // ntask, planes * (t + 1) // ntask, kh, kw, sh, sw)
+
+
+def _plain_2d(spatial, padding) -> bool:
+    return len(spatial) == 2 and not any(padding)
+
+
+def _max2d(x, planes, spatial, kernel, stride, dy=None):
+    """max_pool (dy None) or max_pool_bwd on the 2-D, unpadded fast path."""
+    (h, w), (kh, kw), (sh, sw) = spatial, kernel, stride
+    oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
+    x3 = x.reshape(planes, h, w)
+    ntask = min(planes, _TASKS)
+    with np.errstate(all="ignore"):
+        if dy is None:
+            y = np.empty((planes, oh, ow), dtype=F32)
+            if y.size:
+                if y.size * min(kh * kw, 64) < _PARALLEL_WORK:
+                    _max2d_rows(x3, y, 0, planes, kh, kw, sh, sw)
+                else:
+                    _max2d_rows_par(x3, y, ntask, kh, kw, sh, sw)
+            return y.reshape(-1)
+        dx = np.empty((planes, h, w), dtype=F32)
+        if dx.size:
+            dy3 = dy.reshape(planes, oh, ow)
+            serial = dy.size * min(kh * kw, 64) < _PARALLEL_WORK or planes == 1
+            if (kh, kw) == (sh, sw):  # windows tile the input: no input is shared
+                if serial:
+                    _max2d_bwd_tiles(x3, dy3, dx, 0, planes, kh, kw)
+                else:
+                    _max2d_bwd_tiles_par(x3, dy3, dx, ntask, kh, kw)
+            elif serial:
+                _max2d_bwd_planes(x3, dy3, dx, 0, planes, kh, kw, sh, sw)
+            else:
+                _max2d_bwd_par(x3, dy3, dx, ntask, kh, kw, sh, sw)
+        return dx.reshape(-1)
+
+
 def _geometry(spatial, kernel, stride, padding):
     n = np.asarray(spatial, dtype=I64)
     k = np.asarray(kernel, dtype=I64)
@@ -337,6 +505,8 @@ _EMPTY = np.zeros(0, dtype=F32)
 
 
 def max_pool(x, planes, spatial, kernel, stride, padding):
+    if _plain_2d(spatial, padding):
+        return _max2d(x, planes, spatial, kernel, stride)
     return _fwd(0, x, planes, spatial, kernel, stride, padding)
 
 
@@ -349,6 +519,8 @@ def smooth_max_pool(x, planes, spatial, kernel, stride, padding, beta):
 
 
 def max_pool_bwd(x, dy, planes, spatial, kernel, stride, padding):
+    if _plain_2d(spatial, padding):
+        return _max2d(x, planes, spatial, kernel, stride, dy)
     return _bwd(0, x, _EMPTY, dy, planes, spatial, kernel, stride, padding)
 
 

@@ -43,8 +43,11 @@ _BASIS_MAX_BYTES = 64 << 20
 _PARALLEL_MIN = 1 << 16  # elements below which one pocketfft thread is faster than several
 
 
+_CPUS = os.cpu_count() or 1  # read once: os.cpu_count() reads /sys on every call
+
+
 def _workers(elems: int) -> int:
-    return (os.cpu_count() or 1) if elems >= _PARALLEL_MIN else 1
+    return _CPUS if elems >= _PARALLEL_MIN else 1
 
 
 def _as_complex(a: np.ndarray, rows: int, bins: int) -> np.ndarray:
