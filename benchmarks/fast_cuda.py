@@ -27,9 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -50,17 +48,7 @@ def _gamma(k, u=U):
     return k * u / (1 - k * u)
 
 
-def _timeit(fn, sync, reps):
-    for _ in range(3):
-        fn()
-    sync()
-    samples = []
-    for _ in range(max(reps, 20)):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+from benchmarks.harness import median_synced as _timeit  # noqa: E402
 
 
 def main() -> int:

@@ -137,6 +137,21 @@ def time_samples(fn: Callable[[], Any], sync: Callable[[], None] = no_sync, *, w
     return times
 
 
+def median_synced(fn: Callable[[], Any], sync: Callable[[], None], reps: int) -> float:
+    """Median seconds of max(reps, 20) calls, each followed by ``sync`` (3 warm-up calls first): the
+    per-call timer of the GPU check scripts (fast_cuda.py, optim_cuda.py)."""
+    for _ in range(3):
+        fn()
+    sync()
+    samples = []
+    for _ in range(max(reps, 20)):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
 def calibrate_inner(fn: Callable[[], Any], sync: Callable[[], None], target: float, limit: int = 1000) -> int:
     """How many back-to-back calls of ``fn`` take about ``target`` seconds (1 when one call does):
     on an asynchronous device this keeps the launch + synchronize latency out of small cases."""

@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -41,17 +39,7 @@ def _parse():
     return ap.parse_args()
 
 
-def _timeit(fn, sync, reps):
-    for _ in range(3):
-        fn()
-    sync()
-    samples = []
-    for _ in range(max(reps, 20)):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+from benchmarks.harness import median_synced as _timeit  # noqa: E402
 
 
 def main() -> int:
