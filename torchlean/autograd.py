@@ -166,6 +166,8 @@ def backward(root: "Tensor", grad: "Tensor | None" = None, retain_graph: bool = 
     with no_grad():
         for t in reversed(order):
             gt = grads.pop(id(t), None)
+            if gt is not None and type(gt) is not Buffer:
+                gt = gt.materialize()
             node = t._node
             if node is None or t._retains_grad:
                 if gt is not None:
@@ -181,9 +183,75 @@ def backward(root: "Tensor", grad: "Tensor | None" = None, retain_graph: bool = 
                 if pg is None or not p.requires_grad:
                     continue
                 prev = grads.get(id(p))
-                grads[id(p)] = pg if prev is None else P.add(prev, pg)
+                if prev is None:
+                    grads[id(p)] = pg
+                elif type(prev) is Buffer and type(pg) is Buffer:
+                    grads[id(p)] = P.add(prev, pg)
+                else:
+                    grads[id(p)] = _Parts.of(prev, pg)
             if not retain_graph:
                 node.retire()
+
+
+class SliceGrad:
+    """A VJP result that is zero outside one contiguous run: ``buf`` at flat offset ``start`` of a
+    ``total``-element gradient. A slice's VJP returns one instead of padding ``buf`` with zeros, so
+    that the gradients of the parts of one tensor (``q, k, v = qkv[0], qkv[1], qkv[2]``) are joined
+    by concatenation (pieces - 1 concat1d) rather than padded and added (2 concats, 2 zero fills
+    and an add per part). Values are those of the padded sums, except that a -0 stays -0."""
+
+    __slots__ = ("buf", "start", "total")
+
+    def __init__(self, buf: Buffer, start: int, total: int) -> None:
+        self.buf, self.start, self.total = buf, start, total
+
+    def materialize(self) -> Buffer:
+        return _Parts([], [self]).materialize()
+
+
+class _Parts:
+    """Gradient contributions to one tensor not yet summed: full Buffers and SliceGrads."""
+
+    __slots__ = ("full", "slices")
+
+    def __init__(self, full: list[Buffer], slices: list[SliceGrad]) -> None:
+        self.full, self.slices = full, slices
+
+    @staticmethod
+    def of(prev: "Buffer | SliceGrad | _Parts", g: "Buffer | SliceGrad") -> "_Parts":
+        parts = prev if type(prev) is _Parts else _Parts([], [])
+        for x in ((g,) if parts is prev else (prev, g)):
+            (parts.slices if type(x) is SliceGrad else parts.full).append(x)
+        return parts
+
+    def materialize(self) -> Buffer:
+        from .runtime.buffer import zeros
+
+        total = self.slices[0].total if self.slices else self.full[0].size
+        dev = (self.slices[0].buf if self.slices else self.full[0]).device
+        # Disjoint runs in offset order join into one buffer; a run overlapping an earlier one is
+        # padded and added like a full gradient.
+        runs, rest, end = [], [], 0
+        for s in sorted(self.slices, key=lambda s: s.start):
+            (runs if s.start >= end else rest).append(s)
+            if s.start >= end:
+                end = s.start + s.buf.size
+        pieces, pos = [], 0
+        for s in runs:
+            if s.start > pos:
+                pieces.append(zeros(s.start - pos, dev))
+            pieces.append(s.buf)
+            pos = s.start + s.buf.size
+        if pos < total:
+            pieces.append(zeros(total - pos, dev))
+        out = pieces[0]
+        for piece in pieces[1:]:
+            out = P.concat1d(out, piece, out.size, piece.size)
+        for s in rest:
+            out = P.add(out, SliceGrad(s.buf, s.start, s.total).materialize())
+        for f in self.full:
+            out = P.add(out, f)
+        return out
 
 
 def _ones_like(t: "Tensor") -> Buffer:

@@ -84,7 +84,7 @@ def _half_ulp(ref, *args):
 
 # -- exact: selections, copies, comparisons, moves -----------------------------------------
 for _n in ("abs", "abs_bwd", "copy", "relu", "relu_bwd", "clamp", "clamp_bwd", "max", "min", "reduce_max_axis0", "reduce_max_axis1", "concat1d", "slice1d",
-           "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to", "swap_adjacent_at_depth",
+           "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to", "swap_adjacent_at_depth", "permute",
            "transpose2d", "gather_vec", "gather_rows", "rand_uniform", "bernoulli_mask"):
     _register(_n, "exact (no rounding: a selection, a move, or a sign/0.5 scaling)", _zero, exact=True)
 

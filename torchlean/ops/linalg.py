@@ -57,7 +57,8 @@ def matmul(a: Any, b: Any) -> Tensor:
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """y = x W^T + b (PyTorch layout: weight (out, in)); x may have any leading dims.
 
-    One tape node over three GEMM-flag primitives: forward bmm_nt (+ the bias), backward
+    One tape node over three GEMM-flag primitives: forward bmm_nt, or with a bias the float32
+    fast_gemm that adds it in the GEMM's epilogue (fl(x W^T) + b, as a separate add would round it), backward
     dx = g W (bmm), dW = g^T x (bmm_tn), db = column sums of g. No transposed copies.
     """
     if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
@@ -69,12 +70,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     n_out, n_in = weight.shape
     rows = numel(x.shape[:-1])
     xb, wb = fbuf("linear", x), fbuf("linear", weight)
-    yb = P.bmm_nt(xb, wb, 1, rows, n_in, n_out)
-    if bias is not None:
-        pre, rowwise = yb, P.broadcast_vec_to_rows(fbuf("linear", bias), rows, n_out)
-        yb = P.add(pre, rowwise)
-        pre.release()  # neither is needed by the backward pass
-        rowwise.release()
+    if bias is None:
+        yb = P.bmm_nt(xb, wb, 1, rows, n_in, n_out)
+    else:  # the bias row added in the GEMM's epilogue (cuBLAS beta = 1): no broadcast buffer, no add
+        yb = P.fast_gemm(xb, wb, fbuf("linear", bias), rows, n_in, n_out, 0, 1, 0)
     out = new(yb, x.shape[:-1] + (n_out,))
 
     def vjp(g: Buffer):

@@ -122,21 +122,23 @@ def t(x: Tensor) -> Tensor:
 
 
 def permute(x: Tensor, *dims: Any) -> Tensor:
-    """Reorder axes; done as adjacent swaps (bubble sort), each one kernel with its own VJP."""
+    """Reorder axes: output axis j is input axis dims[j]. One permute kernel (one adjacent swap:
+    swap_adjacent_at_depth); the VJP is the inverse permutation, again one kernel."""
     if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
         dims = tuple(dims[0])
-    perm = [_axis("permute", d, x.ndim) for d in dims]
+    perm = tuple(_axis("permute", d, x.ndim) for d in dims)
     if sorted(perm) != list(range(x.ndim)):
         raise ShapeError(f"permute: {tuple(dims)} is not a permutation of the {x.ndim} axes of shape {x.shape}")
-    cur = list(range(x.ndim))  # cur[j] = original axis now at position j
-    out = x
-    for target in range(x.ndim):
-        j = cur.index(perm[target])
-        while j > target:
-            out = _swap(out, j - 1)
-            cur[j - 1], cur[j] = cur[j], cur[j - 1]
-            j -= 1
-    return out
+    moved = [j for j in range(x.ndim) if perm[j] != j]
+    if not moved:
+        return x
+    if len(moved) == 2 and moved[1] == moved[0] + 1:
+        return _swap(x, moved[0])
+    shape = tuple(x.shape)
+    out_shape = tuple(shape[p] for p in perm)
+    inverse = tuple(perm.index(j) for j in range(x.ndim))
+    out = new(P.permute(fbuf("permute", x), shape, perm), out_shape)
+    return autograd.record("permute", out, (x,), lambda g: (P.permute(g, out_shape, inverse),))
 
 
 def permute_bca(x: Tensor) -> Tensor:
@@ -184,16 +186,10 @@ def slice0(x: Tensor, start: int, length: int) -> Tensor:
     xb = fbuf("slice", x)
     out = new(P.slice1d(xb, total, start * inner, length * inner), out_shape)
 
-    def vjp(g: Buffer) -> tuple[Buffer]:
-        # zeros around g: concat [0]*before + g + [0]*after
-        before, after = start * inner, total - (start + length) * inner
-        dev = g.device
-        from ..runtime.buffer import zeros
-
-        full_g = P.concat1d(zeros(before, dev), g, before, g.size) if before else g
-        if after:
-            full_g = P.concat1d(full_g, zeros(after, dev), full_g.size, after)
-        return (full_g,)
+    def vjp(g: Buffer) -> tuple[autograd.SliceGrad]:
+        # g at offset start*inner, zeros around it (padded only when the backward pass needs it,
+        # so the parts of one tensor join by concatenation)
+        return (autograd.SliceGrad(g, start * inner, total),)
 
     return autograd.record("slice0", out, (x,), vjp)
 

@@ -37,7 +37,7 @@ __all__ = [
     "reduce_max_axis1", "reduce_sum_axis",
     # layout (seed: Kernels page)
     "concat1d", "slice1d", "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to",
-    "reduce_from_broadcast", "swap_adjacent_at_depth", "transpose2d", "bmm", "bmm_nt", "bmm_tn",
+    "reduce_from_broadcast", "swap_adjacent_at_depth", "permute", "transpose2d", "bmm", "bmm_nt", "bmm_tn",
     # indexing
     "gather_vec", "gather_rows", "scatter_add", "scatter_add_row", "scatter_add_rows",
     # fused rows
@@ -330,6 +330,19 @@ def swap_adjacent_at_depth(b: Buffer, dims: Sequence[int], depth: int) -> Buffer
     dp = check_u32("swap_adjacent_at_depth", "depth", depth)
     return _wrap(b._ctx, _run("swap_adjacent_at_depth", b._ctx, b.size, b._ctx.backend.swap_adjacent_at_depth,
                               b._data, d, dp))
+
+
+def permute(b: Buffer, dims: Sequence[int], perm: Sequence[int]) -> Buffer:
+    """out = b.reshape(dims).transpose(perm), row-major: output axis j is input axis perm[j].
+
+    Ours (the seed composes permutations from swap_adjacent_at_depth): one pass instead of one per
+    adjacent swap, e.g. the (B, L, 3, H, D) -> (3, B, H, L, D) split of attention heads.
+    """
+    d = _nd("permute", b, dims)
+    p = check_u32_tuple("permute", "perm", perm)
+    if sorted(p) != list(range(len(d))):
+        raise ArgumentError(f"permute: perm must be a permutation of 0..{len(d) - 1} (one per axis of dims {d}), got {p}")
+    return _wrap(b._ctx, _run("permute", b._ctx, b.size, b._ctx.backend.permute, b._data, d, p))
 
 
 def transpose2d(b: Buffer, rows: int, cols: int) -> Buffer:

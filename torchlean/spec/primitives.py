@@ -21,7 +21,7 @@ __all__ = [
     "softplus", "softplus_bwd", "safe_log", "safe_log_bwd",
     "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",
     "reduce_max_axis1", "reduce_sum_axis", "concat1d", "slice1d", "broadcast_vec_to_rows",
-    "broadcast_vec_to_cols", "broadcast_to", "reduce_from_broadcast", "swap_adjacent_at_depth",
+    "broadcast_vec_to_cols", "broadcast_to", "reduce_from_broadcast", "swap_adjacent_at_depth", "permute",
     "transpose2d", "bmm", "bmm_nt", "bmm_tn", "gather_vec", "gather_rows", "scatter_add", "scatter_add_row",
     "scatter_add_rows", "softmax_rows", "softmax_rows_bwd", "log_softmax_rows",
     "log_softmax_rows_bwd",
@@ -278,6 +278,19 @@ def swap_adjacent_at_depth(b, dims, depth):
     if depth + 1 >= len(dims):
         return _f(b).copy()
     return np.swapaxes(_f(b).reshape(dims), depth, depth + 1).reshape(-1)
+
+
+def permute(b, dims, perm):
+    """Output axis j is input axis perm[j]: each output element read by its own coordinates."""
+    x = _f(b).reshape(dims)
+    out_dims = [dims[p] for p in perm]
+    out = np.zeros(out_dims, dtype=F64)
+    for o in np.ndindex(*out_dims):
+        src = [0] * len(dims)
+        for j, p in enumerate(perm):
+            src[p] = o[j]
+        out[o] = x[tuple(src)]
+    return out.reshape(-1)
 
 
 def transpose2d(b, rows, cols):

@@ -238,6 +238,18 @@ _add(PrimitiveInfo("swap_adjacent_at_depth", _swap, 2,
                    max_dim=30))
 
 
+def _permute(rng, d, kind):
+    dims = _nd_dims(rng, d)
+    return [values(rng, int(np.prod(dims)), kind), dims, tuple(int(p) for p in rng.permutation(len(dims)))]
+
+
+_add(PrimitiveInfo("permute", _permute, 2,
+                   edge_cases=[[np.arange(120, dtype=F32), (2, 3, 1, 4, 5), (2, 0, 3, 1, 4)],
+                               [np.arange(6, dtype=F32), (2, 3), (0, 1)], [np.zeros(0, F32), (2, 0, 3), (2, 1, 0)],
+                               [np.arange(5, dtype=F32), (5,), (0,)], [np.ones(1, F32), (), ()]],
+                   max_dim=30))
+
+
 def _bmm(rng, d, kind):
     batch, m, n, p = d
     return [values(rng, batch * m * n, kind), values(rng, batch * n * p, kind), batch, m, n, p]

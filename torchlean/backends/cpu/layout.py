@@ -22,7 +22,7 @@ _RED_BLOCK = 256
 
 __all__ = [
     "concat1d", "slice1d", "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to",
-    "reduce_from_broadcast", "swap_adjacent_at_depth", "transpose2d", "bmm", "bmm_nt", "bmm_tn",
+    "reduce_from_broadcast", "swap_adjacent_at_depth", "permute", "transpose2d", "bmm", "bmm_nt", "bmm_tn",
 ]
 
 
@@ -179,6 +179,10 @@ def swap_adjacent_at_depth(b, dims, depth):
     if depth + 1 >= len(dims):
         return b.copy()
     return np.ascontiguousarray(np.swapaxes(b.reshape(dims), depth, depth + 1)).reshape(-1)
+
+
+def permute(b, dims, perm):
+    return np.ascontiguousarray(b.reshape(dims).transpose(perm)).reshape(-1)
 
 
 def transpose2d(b, rows, cols):

@@ -22,9 +22,8 @@ import numpy as np
 
 from .kernels import BLOCK, I64, empty, grid_for, kernel
 
-# permute is importable (``from .layout import permute``) but not a backend primitive, so not listed.
 __all__ = [
-    "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to", "swap_adjacent_at_depth",
+    "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to", "swap_adjacent_at_depth", "permute",
     "transpose2d",
 ]
 
