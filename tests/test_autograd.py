@@ -75,6 +75,45 @@ def test_diamond_graph():
     np.testing.assert_array_equal(x.grad.numpy(), np.array([24.0, 42.0, -66.0], F32))
 
 
+def _count_primitive(monkeypatch, name):
+    from torchlean.runtime import primitives as P
+
+    calls = []
+    orig = getattr(P, name)
+    monkeypatch.setattr(P, name, lambda *a: calls.append(1) or orig(*a))
+    return calls
+
+
+def test_slices_of_one_tensor_join_by_concatenation(monkeypatch):
+    # x[0], x[1], x[2] used with weights 1, 2, 3: dx rows are 1, 2, 3 (joined, not padded and added)
+    x = T(np.arange(12.0).reshape(3, 4))
+    adds = _count_primitive(monkeypatch, "add")
+    concats = _count_primitive(monkeypatch, "concat1d")
+    (x[0].sum() + (x[1] * 2.0).sum() + (x[2] * 3.0).sum()).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.repeat(np.array([[1.0], [2.0], [3.0]], F32), 4, axis=1))
+    assert len(concats) == 2  # three runs: two joins
+    assert len(adds) == 2     # the two adds of the forward's sum; none for the gradient
+
+
+def test_slice_gradients_with_gaps_overlaps_and_a_full_gradient():
+    # d/dx of sum(x[1:2]) + 2 sum(x[1:3]) + 4 sum(x[3:4]) + 8 sum(x): rows 8, 11, 10, 12, 8
+    x = T(np.ones((5, 2)))
+    loss = x[1:2].sum() + (x[1:3] * 2.0).sum() + (x[3:4] * 4.0).sum() + (x * 8.0).sum()
+    loss.backward()
+    expect = np.array([8.0, 11.0, 10.0, 12.0, 8.0], F32)[:, None] * np.ones((1, 2), F32)
+    np.testing.assert_array_equal(x.grad.numpy(), expect)
+    y = T(np.ones((3, 2)))
+    (y[2] * 5.0).sum().backward()  # one slice alone: zeros before it
+    np.testing.assert_array_equal(y.grad.numpy(), np.array([[0, 0], [0, 0], [5, 5]], F32))
+
+
+def test_slice_gradient_keeps_negative_zero():
+    x = T([[1.0], [2.0]])
+    (x[0] * -0.0).sum().backward()  # d/dx0 = -0 exactly; padding would have added +0 to it
+    g = x.grad.numpy()
+    assert g[0, 0] == 0.0 and np.signbit(g[0, 0]) and not np.signbit(g[1, 0])
+
+
 def test_two_leaves_and_an_unused_leaf():
     x, y, unused = T([2.0]), T([3.0]), T([5.0])
     (x * y + x).sum().backward()
