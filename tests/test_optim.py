@@ -541,8 +541,9 @@ def test_adam_step_many_errors():
 def test_adam_groups_parameters_into_one_call_per_step_count(monkeypatch):
     # Parameters whose state was loaded at different step counts are stepped in separate calls.
     calls = []
-    real = P.adam_step_many
-    monkeypatch.setattr(P, "adam_step_many", lambda *a: calls.append((len(a[0]), a[9])) or real(*a))
+    for name in ("adam_step_many", "adam_step_many_inplace"):
+        real = getattr(P, name)
+        monkeypatch.setattr(P, name, lambda *a, real=real: calls.append((len(a[0]), a[9])) or real(*a))
     ws = [tl.tensor(np.ones(k, np.float32), requires_grad=True) for k in (2, 3, 4)]
     opt = optim.Adam(ws, lr=0.1)
     for w in ws:
@@ -551,3 +552,92 @@ def test_adam_groups_parameters_into_one_call_per_step_count(monkeypatch):
     opt.state[ws[0]]["step"] = tl.tensor(5.0)
     opt.step()
     assert calls == [(3, 1), (1, 6), (2, 2)]
+
+
+# -- adam_step_many_inplace: the same bits written over p, m, v; Adam uses it only when unobservable --
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_adam_step_many_inplace_equals_adam_step_many_bitwise(device, decoupled):
+    rng = np.random.default_rng(7)
+    sizes = [1, 3, 4, 5, 17, 64, 0, 1031]
+    hyper = (1e-2, 0.9, 0.999, 1e-8, 0.1, 3, decoupled)
+
+    def draw():
+        return [[Buffer.from_numpy(rng.standard_normal(n).astype(F32), device) for n in sizes] for _ in range(4)]
+
+    ps, gs, ms, vs = draw()
+    vs = [Buffer.from_numpy(np.abs(v.to_numpy()), device) for v in vs]
+    out = P.adam_step_many(ps, gs, ms, vs, *hyper)
+    before = [g.to_numpy() for g in gs]
+    assert P.adam_step_many_inplace(ps, gs, ms, vs, *hyper) == (*ps, *ms, *vs)
+    t = len(sizes)
+    for i in range(t):
+        for got, want in ((ps[i], out[i]), (ms[i], out[t + i]), (vs[i], out[2 * t + i])):
+            assert same_bits(got.to_numpy(), want.to_numpy())
+        assert same_bits(gs[i].to_numpy(), before[i])  # the gradients are only read
+
+
+def test_adam_step_many_inplace_refuses_aliased_buffers():
+    a, b, c, g = (Buffer.from_numpy(np.ones(3, F32)) for _ in range(4))
+    hyper = (1e-3, 0.9, 0.999, 1e-8, 0.0, 1, False)
+    with pytest.raises(ArgumentError, match="adam_step_many_inplace: ps, ms and vs must be 3 distinct buffers"):
+        P.adam_step_many_inplace([a], [g], [a], [c], *hyper)
+    with pytest.raises(ArgumentError, match="none of them in gs"):
+        P.adam_step_many_inplace([a], [b], [b], [c], *hyper)
+    assert same_bits(a.to_numpy(), np.ones(3, F32))  # nothing was written
+
+
+def _adam_run(ws_init, grads, hold):
+    """Three Adam steps on tensors from ws_init; hold(ws, opt) may keep references; returns the
+    final parameters and whatever hold kept."""
+    ws = [tl.nn.Parameter(tl.tensor(w)) for w in ws_init]
+    opt = optim.Adam(ws, lr=0.05, weight_decay=0.1)
+    kept = []
+    for k in range(3):
+        for w, g in zip(ws, grads[k]):
+            w.grad = tl.tensor(g)
+        opt.step()
+        if k == 0:
+            kept.append(hold(ws, opt))
+    return [w.numpy() for w in ws], kept
+
+
+def test_adam_in_place_only_when_nobody_else_sees_the_buffers(monkeypatch):
+    rng = np.random.default_rng(3)
+    init = [rng.standard_normal(s).astype(F32) for s in ((4, 3), (5,))]
+    grads = [[rng.standard_normal(w.shape).astype(F32) for w in init] for _ in range(3)]
+    calls = []
+    for name in ("adam_step_many", "adam_step_many_inplace"):
+        real = getattr(P, name)
+        monkeypatch.setattr(P, name, lambda *a, name=name, real=real: calls.append((name, len(a[0]))) or real(*a))
+    ref, _ = _adam_run(init, grads, lambda ws, opt: None)
+    assert [c[0] for c in calls] == ["adam_step_many_inplace"] * 3  # nothing shared: in place
+    # Whatever another holder keeps is a snapshot: the step after it does not write over it.
+    holders = {
+        "detach": lambda ws, opt: [(w.detach(), w.numpy().copy()) for w in ws],
+        "module-style state dict": lambda ws, opt: [(t, t.numpy().copy()) for t in
+                                                    (w.detach() for w in ws)],
+        "optimizer state dict": lambda ws, opt: [(t, t.numpy().copy()) for st in opt.state_dict()["state"].values()
+                                                 for t in (st["exp_avg"], st["exp_avg_sq"])],
+        "raw array": lambda ws, opt: [(w._buf._data, w.numpy().copy()) for w in ws],
+    }
+    for name, hold in holders.items():
+        calls.clear()
+        final, kept = _adam_run(init, grads, hold)
+        for a, b in zip(final, ref):
+            assert same_bits(a, b), name  # the same training either way
+        for obj, snap in kept[0]:
+            now = obj if isinstance(obj, np.ndarray) else obj.numpy()
+            assert same_bits(now, snap), f"{name}: a held buffer was written over"
+        assert "adam_step_many" in [c[0] for c in calls], name
+
+
+def test_adam_step_keeps_a_retained_graph_valid():
+    w = tl.nn.Parameter(tl.tensor(np.array([1.0, 2.0], F32)))
+    opt = optim.Adam([w], lr=0.1)
+    loss = (w * w).sum()
+    loss.backward(retain_graph=True)
+    g1 = w.grad.numpy().copy()
+    opt.step()  # the retained graph holds w's old buffer: stepped out of place
+    w.grad = None
+    loss.backward()
+    assert same_bits(w.grad.numpy(), g1)  # the graph still sees the values it was built on

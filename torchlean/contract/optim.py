@@ -142,3 +142,5 @@ def _adam_many_bound(ref, ps, gs, ms, vs, lr, beta1, beta2, eps, weight_decay, s
 
 _register("adam_step_many", "adam_step on each of T tensors (one launch on CUDA): adam_step's bound per tensor "
           "(the kernels run the same per-element arithmetic, so the bits equal T adam_step calls)", _adam_many_bound)
+_register("adam_step_many_inplace", "adam_step_many's values, written over ps, ms and vs: its bound "
+          "(the same kernels with the outputs pointed at the inputs, so the same bits)", _adam_many_bound)

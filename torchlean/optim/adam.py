@@ -9,7 +9,7 @@ from ..errors import ArgumentError
 from ..runtime import primitives as P
 from ..runtime.buffer import zeros
 from ..tensor import Tensor
-from .optimizer import Optimizer, _check_real, _step_tensor, _step_value
+from .optimizer import Optimizer, _check_real, _step_tensor, _step_value, exclusively_held
 
 __all__ = ["Adam", "AdamW"]
 
@@ -59,8 +59,10 @@ class Adam(Optimizer):
         """One Adam step over every parameter that has a gradient; returns the closure's loss.
 
         Parameters of a group that share a device and a step count are updated by one
-        ``adam_step_many`` call (one kernel launch on CUDA), bitwise the same as one ``adam_step``
-        per parameter."""
+        ``adam_step_many_inplace`` call (one kernel launch on CUDA, nothing allocated), bitwise the
+        same as one ``adam_step`` per parameter. Parameters, exp_avg and exp_avg_sq are updated in
+        place, as in PyTorch; if two of them share a buffer (or a gradient is one of them) the
+        bucket takes the out-of-place ``adam_step_many`` instead, with the same bits."""
         loss = self._closure_loss(closure)
         state = self.state
         with autograd.no_grad():
@@ -75,33 +77,54 @@ class Adam(Optimizer):
                     step = _step_value(st["step"]) + 1.0 if st else 1.0
                     buckets.setdefault((p._buf.device, step), []).append(p)
                 for (_, step), params in buckets.items():
-                    ps, gs, ms, vs, fresh = [], [], [], [], []
+                    hyper = (lr, beta1, beta2, eps, wd, int(step), decoupled)
+                    own, shared = _split_by_ownership(params, state)
+                    if own:
+                        P.adam_step_many_inplace(*_step_args(own, state), *hyper)
+                    if shared:
+                        out = P.adam_step_many(*_step_args(shared, state), *hyper)
+                        t = len(shared)
+                        for i, p in enumerate(shared):
+                            p._buf = out[i]
+                            state[p]["exp_avg"]._buf = out[t + i]
+                            state[p]["exp_avg_sq"]._buf = out[2 * t + i]
                     for p in params:
-                        pb, st = p._buf, state[p]
-                        ps.append(pb)
-                        gs.append(p.grad._float_buffer("Adam.step"))
-                        if st:
-                            ms.append(st["exp_avg"]._buf)
-                            vs.append(st["exp_avg_sq"]._buf)
-                        else:  # first step: zero moments, released once used
-                            ms.append(zeros(pb.size, pb.device))
-                            vs.append(zeros(pb.size, pb.device))
-                            fresh.extend((ms[-1], vs[-1]))
-                    out = P.adam_step_many(ps, gs, ms, vs, lr, beta1, beta2, eps, wd, int(step), decoupled)
-                    for b in fresh:
-                        b.release()
-                    t = len(params)
-                    for i, p in enumerate(params):
-                        st = state[p]
-                        st["step"] = _step_tensor(step)
-                        if "exp_avg" in st:
-                            st["exp_avg"]._buf = out[t + i]
-                            st["exp_avg_sq"]._buf = out[2 * t + i]
-                        else:
-                            st["exp_avg"] = Tensor._wrap(out[t + i], p.shape)
-                            st["exp_avg_sq"] = Tensor._wrap(out[2 * t + i], p.shape)
-                        p._buf = out[i]
+                        state[p]["step"] = _step_tensor(step)
         return loss
+
+
+def _split_by_ownership(params: list, state: Any) -> tuple[list, list]:
+    """(parameters whose p, exp_avg and exp_avg_sq buffers can be written in place, the others).
+
+    In place needs each buffer held by its own tensor alone (``exclusively_held``: a state_dict
+    snapshot, a detached tensor or a retained graph keeps its values) and the 3T buffers distinct
+    and not a gradient. The first step creates the zero moments here."""
+    own, shared, seen = [], [], set()
+    for p in params:
+        st = state[p]
+        if not st:  # first step: zero moments (step 0 until this step lands)
+            n, dev = p._buf.size, p._buf.device  # (no local reference to the buffer: it would count)
+            st["step"] = _step_tensor(0.0)
+            st["exp_avg"] = Tensor._wrap(zeros(n, dev), p.shape)
+            st["exp_avg_sq"] = Tensor._wrap(zeros(n, dev), p.shape)
+        m, v = st["exp_avg"], st["exp_avg_sq"]
+        ids = (id(p._buf), id(m._buf), id(v._buf))
+        if exclusively_held(p) and exclusively_held(m) and exclusively_held(v) and not seen.intersection(ids) \
+                and len(set(ids)) == 3:
+            own.append(p)
+            seen.update(ids)
+        else:
+            shared.append(p)
+    if own:  # a gradient that is one of the written buffers (p.grad = p.detach(), say)
+        grads = {id(p.grad._buf) for p in params}
+        if grads & seen:
+            return [], params
+    return own, shared
+
+
+def _step_args(params: list, state: Any) -> tuple[list, list, list, list]:
+    return ([p._buf for p in params], [p.grad._float_buffer("Adam.step") for p in params],
+            [state[p]["exp_avg"]._buf for p in params], [state[p]["exp_avg_sq"]._buf for p in params])
 
 
 class AdamW(Adam):

@@ -16,7 +16,9 @@ torchlean step lands within an ulp or two of torch's:
   after each operation. The remaining difference to torch: torch's CPU float32 sqrt (MKL VML) is
   not correctly rounded (we measured 0.75 ulp), ours is.
 
-Inputs are never modified; the outputs are new buffers.
+Inputs are never modified; the outputs are new buffers. The one exception is
+``adam_step_many_inplace``, named for it: the optimizer's own step, which writes the new p, m, v
+over the old ones (as every PyTorch optimizer does) and so allocates nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from .buffer import Buffer
 from .checks import check_buffer, check_u32, same_device
 from .primitives import _run, _wrap
 
-__all__ = ["adam_step", "adam_step_many", "sgd_step"]
+__all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step"]
 
 _F32 = struct.Struct("f")
 
@@ -127,6 +129,39 @@ def adam_step_many(ps: Any, gs: Any, ms: Any, vs: Any, lr: float, beta1: float, 
     bitwise equal to T adam_step calls. On CUDA it is one launch (per 1024 tensors) instead of T:
     for a model of many small parameters the step is launch-bound, not bandwidth-bound."""
     op = "adam_step_many"
+    ctx, coef = _many_args(op, ps, gs, ms, vs, lr, beta1, beta2, eps, weight_decay, step, decoupled)
+    if ctx is None:
+        return ()
+    po, mo, vo = _run(op, ctx, 3 * sum(p.size for p in ps), ctx.backend.adam_step_many, [p._data for p in ps],
+                      [g._data for g in gs], [m._data for m in ms], [v._data for v in vs], *coef)
+    return tuple(_wrap(ctx, a) for a in (*po, *mo, *vo))
+
+
+def adam_step_many_inplace(ps: Any, gs: Any, ms: Any, vs: Any, lr: float, beta1: float, beta2: float, eps: float,
+                           weight_decay: float, step: int, decoupled: bool) -> tuple[Buffer, ...]:
+    """adam_step_many with the results written over ps, ms and vs (the same bits; nothing is
+    allocated, and on CUDA the step is one launch with no per-tensor host work but a pointer).
+    Returns adam_step_many's flat tuple, made of the written buffers: (*ps, *ms, *vs).
+    The ONE primitive that modifies its inputs: the optimizer's step, as in PyTorch. ps, ms and vs
+    must be 3T distinct buffers and none of them a gradient (ArgumentError otherwise: an element
+    updated twice, or read after it was overwritten, would be wrong). Every tensor sharing one of
+    these buffers (``p.detach()``) sees the new values, as in PyTorch."""
+    op = "adam_step_many_inplace"
+    ctx, coef = _many_args(op, ps, gs, ms, vs, lr, beta1, beta2, eps, weight_decay, step, decoupled)
+    if ctx is None:
+        return ()
+    written = {id(b) for b in (*ps, *ms, *vs)}
+    if len(written) != 3 * len(ps) or any(id(g) in written for g in gs):
+        raise ArgumentError(f"{op}: ps, ms and vs must be {3 * len(ps)} distinct buffers and none of them in gs "
+                            "(they are updated in place)")
+    _run(op, ctx, 0, ctx.backend.adam_step_many_inplace, [p._data for p in ps], [g._data for g in gs],
+         [m._data for m in ms], [v._data for v in vs], *coef)
+    return (*ps, *ms, *vs)
+
+
+def _many_args(op: str, ps: Any, gs: Any, ms: Any, vs: Any, lr: Any, beta1: Any, beta2: Any, eps: Any,
+               weight_decay: Any, step: Any, decoupled: Any) -> tuple[Any, tuple]:
+    """Check adam_step_many's arguments: (the device context, or None for T = 0; the coefficients)."""
     seqs = {}
     for name, seq in (("ps", ps), ("gs", gs), ("ms", ms), ("vs", vs)):
         if not isinstance(seq, (list, tuple)):
@@ -138,23 +173,25 @@ def adam_step_many(ps: Any, gs: Any, ms: Any, vs: Any, lr: float, beta1: float, 
             raise ArgumentError(f"{op}: ps, gs, ms and vs must have the same length; ps has {t}, {name} has {len(seq)}")
     coef = _adam_hyper(op, lr, beta1, beta2, eps, weight_decay, step, decoupled)
     if t == 0:
-        return ()
+        return None, coef
     ctx = None
-    total = 0
     for i in range(t):
-        p = ps[i]
+        p, g, m, v = ps[i], gs[i], ms[i], vs[i]
+        # the common case in one test per tensor; the named checks only when it fails
+        if type(p) is Buffer and p._data is not None and type(g) is Buffer and g._data is not None \
+                and type(m) is Buffer and m._data is not None and type(v) is Buffer and v._data is not None \
+                and p._nbytes == g._nbytes == m._nbytes == v._nbytes \
+                and (ctx is None or p._ctx is g._ctx is m._ctx is v._ctx is ctx):
+            ctx = p._ctx
+            continue
         if type(p) is not Buffer or p._data is None:
             check_buffer(op, f"ps[{i}]", p)
-        n = p.size
-        c = _buffers(op, n, **{f"ps[{i}]": p, f"gs[{i}]": gs[i], f"ms[{i}]": ms[i], f"vs[{i}]": vs[i]})
+        c = _buffers(op, p.size, **{f"ps[{i}]": p, f"gs[{i}]": g, f"ms[{i}]": m, f"vs[{i}]": v})
         if ctx is None:
             ctx = c
         elif c is not ctx:
             raise ArgumentError(f"{op}: all buffers must be on one device; ps[0] is on {ctx.name}, ps[{i}] on {c.name}")
-        total += n
-    po, mo, vo = _run(op, ctx, 3 * total, ctx.backend.adam_step_many, [p._data for p in ps], [g._data for g in gs],
-                      [m._data for m in ms], [v._data for v in vs], *coef)
-    return tuple(_wrap(ctx, a) for a in (*po, *mo, *vo))
+    return ctx, coef
 
 
 def sgd_step(p: Buffer, g: Buffer, buf: Buffer | None, n: int, lr: float, momentum: float, dampening: float,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["adam_step", "adam_step_many", "sgd_step"]
+__all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step"]
 
 
 def _f64(a):
@@ -61,3 +61,8 @@ def adam_step_many(ps, gs, ms, vs, lr, beta1, beta2, eps, weight_decay, step, de
     outs = [adam_step(p, g, m, v, np.size(p), lr, beta1, beta2, eps, weight_decay, step, decoupled)
             for p, g, m, v in zip(ps, gs, ms, vs)]
     return tuple(o[k] for k in range(3) for o in outs)
+
+
+def adam_step_many_inplace(ps, gs, ms, vs, lr, beta1, beta2, eps, weight_decay, step, decoupled):
+    """The values adam_step_many_inplace writes over ps, ms, vs: adam_step_many's."""
+    return adam_step_many(ps, gs, ms, vs, lr, beta1, beta2, eps, weight_decay, step, decoupled)

@@ -86,4 +86,5 @@ _adam_many_edges = [
      1e-2, 0.9, 0.999, 1e-8, 0.1, 7, False],                                       # tails of 3 and 1
 ]
 _add(PrimitiveInfo("adam_step_many", _adam_many, 1, edge_cases=_adam_many_edges, max_dim=12, kinds=_KINDS))
+_add(PrimitiveInfo("adam_step_many_inplace", _adam_many, 1, edge_cases=_adam_many_edges, max_dim=12, kinds=_KINDS))
 _add(PrimitiveInfo("sgd_step", _sgd, 1, edge_cases=_sgd_edges, max_dim=40, kinds=_KINDS))

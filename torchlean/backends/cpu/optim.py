@@ -16,7 +16,7 @@ from numba.extending import intrinsic
 
 F32 = np.float32
 
-__all__ = ["adam_step", "adam_step_many", "sgd_step"]
+__all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step"]
 
 _CHUNK = 1 << 15      # elements per parallel task
 _PAR_MIN = 1 << 17    # below this, one thread (a parallel launch costs more than it saves)
@@ -121,6 +121,14 @@ def sgd_step(p, g, buf, n, wd, momentum, keep, neg_lr, mode):
         fn = _sgd_par if n >= _PAR_MIN else _sgd_seq
         fn(p, g, b, po, bo, F32(wd), F32(momentum), F32(keep), F32(neg_lr), int(mode))
     return po, bo
+
+
+def adam_step_many_inplace(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode):
+    """adam_step per tensor with its outputs the inputs p, m, v: each element is read, then written."""
+    c = (F32(wd), F32(decay), F32(w1), F32(beta2), F32(w2), F32(bc2_sqrt), F32(eps), F32(neg_step_size), int(mode))
+    for p, g, m, v in zip(ps, gs, ms, vs):
+        if p.size:
+            (_adam_par if p.size >= _PAR_MIN else _adam_seq)(p, g, m, v, p, m, v, *c)
 
 
 def adam_step_many(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode):

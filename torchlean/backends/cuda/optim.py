@@ -15,7 +15,7 @@ import cupy
 
 from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
 
-__all__ = ["adam_step", "adam_step_many", "sgd_step"]
+__all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step"]
 
 _FILE = "optim.cu"
 _I32 = np.int32
@@ -56,13 +56,37 @@ def adam_step_many(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_
         outs[0].append(po)
         outs[1].append(mo)
         outs[2].append(vo)
+    _launch_many(batch, (ps, gs, ms, vs, *outs), (wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode))
+    return outs
+
+
+def adam_step_many_inplace(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode):
+    """adam_step_many with the output pointers the inputs p, m, v (tl_adam_step_many reads each
+    element, or float4, before one thread writes it; its pointers are not __restrict__). An
+    unaligned tensor runs the one-tensor kernel into scratch, copied back (a device memcpy)."""
+    coef = (wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode)
+    batch = []
+    for i, (p, g, m, v) in enumerate(zip(ps, gs, ms, vs)):
+        n = p.size
+        if n and _aligned(p, g, m, v):
+            batch.append(i)
+        elif n:
+            for dst, src in zip((p, m, v), adam_step(p, g, m, v, n, *coef)):
+                dst.data.copy_from_device_async(src.data, src.nbytes)
+    _launch_many(batch, (ps, gs, ms, vs, ps, ms, vs), coef)
+
+
+def _launch_many(batch, arrays7, coef):
+    """tl_adam_step_many over the tensors batch (indices) of the 7 lists p, g, m, v, p_out, m_out,
+    v_out: the pointers, quad offsets and sizes go up in one small host-to-device copy per launch."""
+    wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode = coef
     for lo in range(0, len(batch), _MANY_MAX):
         idx = batch[lo:lo + _MANY_MAX]
         t = len(idx)
         table = np.empty(7 * t + 2 * t + 1, dtype=np.int64)  # pointers, then quad prefix sums, then sizes
-        for row, arrays in enumerate((ps, gs, ms, vs, *outs)):
+        for row, arrays in enumerate(arrays7):
             table[row * t:(row + 1) * t] = [arrays[i].data.ptr for i in idx]
-        sizes = np.array([ps[i].size for i in idx], dtype=np.int64)
+        sizes = np.array([arrays7[0][i].size for i in idx], dtype=np.int64)
         quads = table[7 * t:8 * t + 1]
         quads[0] = 0
         np.cumsum((sizes + 3) // 4, out=quads[1:])
@@ -72,7 +96,6 @@ def adam_step_many(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_
             (grid_for(int(quads[-1])),), (BLOCK,),
             (dev, dev[7 * t:], dev[8 * t + 1:], _I32(t), F32(wd), F32(decay), F32(w1), F32(beta2), F32(w2),
              F32(bc2_sqrt), F32(eps), F32(neg_step_size), _I32(mode)))
-    return outs
 
 
 def sgd_step(p, g, buf, n, wd, momentum, keep, neg_lr, mode):
