@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .conv import _single_threaded_blas
+
 __all__ = ["fast_gemm", "mse_loss_fwd", "mse_loss_bwd"]
 
 F32 = np.float32
@@ -36,7 +38,8 @@ def fast_gemm(a, b, bias, m, k, n, trans_a, trans_b, fp64):
             out += bias
         return out.reshape(-1)
     A, B = _view(a, m, k, trans_a), _view(b, k, n, trans_b)
-    with np.errstate(all="ignore"):
+    # OpenBLAS at one thread, as every backend GEMM (layout.py: its spinning threads fight Numba's)
+    with np.errstate(all="ignore"), _single_threaded_blas():
         if fp64:
             out64 = np.matmul(A.astype(F64), B.astype(F64))
             if bias is not None:
