@@ -573,3 +573,79 @@ def test_primitive_errors(call, words):
         call()
     for word in words:
         assert word in str(info.value), f"{word!r} not in {str(info.value)!r}"
+
+
+# -- the CPU's 2-D per-image GEMM path (rank 2, >= _FAST_MIN_P output positions per image) --------
+_FAST_GEOMS = [
+    # (batch, in_c, out_c, spatial, kernel, stride, padding): "same" 3x3 (the span copy), the CNN's
+    # second layer, stride 2 and odd sizes, asymmetric kernel/stride, padding >= kernel, 1x1, and
+    # below the threshold (P < 16: the older wide-GEMM paths) right next to it
+    (3, 2, 4, (8, 8), (3, 3), (1, 1), (1, 1)),
+    (5, 16, 8, (8, 8), (3, 3), (1, 1), (1, 1)),
+    (3, 3, 2, (9, 11), (3, 3), (2, 2), (1, 1)),
+    (2, 2, 3, (7, 13), (2, 3), (1, 2), (0, 2)),
+    (2, 2, 3, (5, 6), (2, 2), (1, 1), (3, 2)),
+    (2, 3, 2, (6, 5), (1, 1), (1, 1), (0, 0)),
+    (2, 2, 3, (4, 4), (1, 1), (1, 1), (0, 0)),  # P = 16: the fast path
+    (2, 2, 3, (5, 5), (3, 3), (1, 1), (1, 0)),  # P = 15: the older paths
+]
+
+
+def _fast_case(rng, geom):
+    n, ci, co, sp, kn, st, pd = geom
+    out = tuple((s + 2 * p - k) // t + 1 for s, k, t, p in zip(sp, kn, st, pd))
+    x = rng.standard_normal(n * ci * math.prod(sp)).astype(F32)
+    w = rng.standard_normal(co * ci * math.prod(kn)).astype(F32)
+    dy = rng.standard_normal(n * co * math.prod(out)).astype(F32)
+    return x, w, dy, rng.standard_normal(co).astype(F32), list(geom), out
+
+
+@pytest.mark.parametrize("col_bytes, group", [(8 << 20, 16), (1, 1), (3000, 3)])
+@pytest.mark.parametrize("geom", _FAST_GEOMS)
+def test_cpu_fast_2d_path_meets_the_contracts(monkeypatch, geom, col_bytes, group):
+    """conv (with and without a bias), conv_bwd_input and conv_bwd_weight on both sides of
+    _FAST_MIN_P, with chunks of one image or a few, weight-gradient groups of 1, 3 or 16 images."""
+    assert CPU_CONV._fast_2d(geom[3], tuple((s + 2 * p - k) // t + 1 for s, k, t, p in zip(*geom[3:]))) == \
+        (geom is not _FAST_GEOMS[-1])
+    monkeypatch.setattr(CPU_CONV, "_COL_BYTES", col_bytes)
+    monkeypatch.setattr(CPU_CONV, "_GROUP_IMAGES", group)
+    x, w, dy, b, dims, _ = _fast_case(np.random.default_rng(_FAST_GEOMS.index(geom)), geom)
+    for name, args in [("conv", [x, w, b] + dims), ("conv", [x, w, None] + dims), ("conv_bwd_input", [dy, w] + dims),
+                       ("conv_bwd_weight", [x, dy] + dims)]:
+        verdict = run_case(TABLE[name], args, "cpu")[0]
+        assert verdict.ok, f"{name} {geom}: {verdict.detail}"
+
+
+@pytest.mark.parametrize("special", [np.inf, -np.inf, np.nan])
+def test_cpu_fast_2d_path_keeps_the_nan_rule(special):
+    """inf/NaN in x, w or dy on the 2-D path: col2im drops taps in the padding whole (no 0 * inf
+    term), im2col's padded zeros meet the weights as the spec's padded terms do."""
+    rng = np.random.default_rng(11)
+    for geom in (_FAST_GEOMS[0], _FAST_GEOMS[2]):
+        x, w, dy, b, dims, _ = _fast_case(rng, geom)
+        for arr in (x, w, dy):
+            arr[rng.integers(arr.size)] = special
+        for name, args in [("conv", [x, w, b] + dims), ("conv_bwd_input", [dy, w] + dims),
+                           ("conv_bwd_weight", [x, dy] + dims)]:
+            verdict = run_case(TABLE[name], args, "cpu")[0]
+            assert verdict.ok, f"{name} {geom} with {special}: {verdict.detail}"
+
+
+def test_cpu_fast_2d_path_same_bits_for_any_thread_count(monkeypatch):
+    """The 2-D path gives the same bits serially and with the batch split over 2 or 3 threads (each
+    image its own GEMM; the weight gradient summed in groups fixed by the sizes)."""
+    if CPU_CONV._BLAS is None:
+        pytest.skip("NumPy's BLAS is not an OpenBLAS whose thread count we can set")
+    x, w, dy, b, dims, _ = _fast_case(np.random.default_rng(12), (7, 5, 6, (9, 8), (3, 3), (1, 1), (1, 1)))
+    monkeypatch.setattr(CPU_CONV, "_GROUP_IMAGES", 2)
+
+    def run():
+        return [cpu_backend.conv(x, w, b, *dims).tobytes(), cpu_backend.conv_bwd_input(dy, w, *dims).tobytes(),
+                cpu_backend.conv_bwd_weight(x, dy, *dims).tobytes()]
+
+    monkeypatch.setattr(CPU_CONV, "_PARALLEL_MIN_MACS", 1 << 60)
+    serial = run()
+    monkeypatch.setattr(CPU_CONV, "_PARALLEL_MIN_MACS", 0)
+    for t in (2, 3):
+        monkeypatch.setattr(CPU_CONV, "_workers", lambda t=t: t)
+        assert run() == serial, f"{t} threads"

@@ -498,3 +498,31 @@ def test_contract_catches_wrong_kernel(monkeypatch, name, fake, args):
     monkeypatch.setattr(cpu_backend, name, fake)
     verdict = run_case(info, args, "cpu")[0]
     assert not verdict.ok, f"the contract of {name} accepted a wrong kernel (ratio {verdict.ratio})"
+
+
+# -- the CPU's 2x2 / stride 2 kernels (the CNN's pool) -----------------------------------------------
+@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize("spatial", [(4, 6), (5, 7), (2, 2), (3, 2), (8, 16)])
+def test_cpu_max_pool_2x2_stride_2(monkeypatch, spatial, parallel):
+    """_max22_rows / _max22_bwd (serial and in Numba's threads, below and above _PARALLEL_WORK forced
+    to 0): exact against the spec with NaN, +-inf, -0/+0 ties and repeated maxima, odd sizes
+    leaving a last row / column outside every window (their dx is +0)."""
+    cpu_pool = __import__("sys").modules["torchlean.backends.cpu.pool"]
+    if parallel:
+        monkeypatch.setattr(cpu_pool, "_PARALLEL_WORK", 0)
+    rng = np.random.default_rng(sum(spatial))
+    planes = 6
+    x = rng.integers(-2, 3, planes * math.prod(spatial)).astype(F32)
+    specials = np.array([NAN, INF, -INF, -0.0, 0.0], F32)
+    idx = rng.choice(x.size, size=x.size // 3, replace=False)
+    x[idx] = specials[rng.integers(0, 5, idx.size)]
+    x[: math.prod(spatial)] = -INF  # an all -inf plane
+    out = tuple((s - 2) // 2 + 1 for s in spatial)
+    dy = rng.standard_normal(planes * math.prod(out)).astype(F32)
+    dy[::5] = -0.0
+    geo = (planes, spatial, (2, 2), (2, 2), (0, 0))
+    for name, args in [("max_pool", [x, *geo]), ("max_pool_bwd", [x, dy, *geo])]:
+        verdict = run_case(TABLE[name], args, "cpu")[0]
+        assert verdict.ok, f"{name} {spatial}: {verdict.detail}"
+    assert cpu_backend.max_pool_bwd(x, dy, *geo).tobytes() == cpu_pool._bwd(0, x, cpu_pool._EMPTY, dy, *geo).tobytes()
+    assert cpu_backend.max_pool(x, *geo).tobytes() == cpu_pool._fwd(0, x, *geo).tobytes()

@@ -420,6 +420,90 @@ def _max2d_bwd_par(x3, dy3, dx3, ntask, kh, kw, sh, sw):
         _max2d_bwd_planes(x3, dy3, dx3, planes * t // ntask, planes * (t + 1) // ntask, kh, kw, sh, sw)
 
 
+# -- 2x2 windows at stride 2 (the CNN's pool): one kernel each way, flat indices, no rescans --------
+# The winner chain keeps a NaN once it holds one: v replaces the best a when v > a, or when v is
+# NaN and a is not. Over a window's positions in row-major order that gives the first NaN if there
+# is one, else the first strict maximum (ties, -0/+0 included, keep the first; an all -inf window
+# keeps its first position): the same winner and value as the generic kernels, without a rescan.
+@njit(cache=True, error_model="numpy", nogil=True)
+def _max22_rows(x, y, p0, p1, h, w, oh_n, ow_n):
+    for pl in range(p0, p1):
+        xb = pl * h * w
+        yb = pl * oh_n * ow_n
+        for oh in range(oh_n):
+            r0 = xb + 2 * oh * w
+            xr0 = x[r0:r0 + w]
+            xr1 = x[r0 + w:r0 + 2 * w]
+            yr = y[yb + oh * ow_n:yb + (oh + 1) * ow_n]
+            for ow in range(ow_n):
+                a = xr0[2 * ow]
+                v = xr0[2 * ow + 1]
+                a = v if (v > a) | ((v != v) & (a == a)) else a
+                v = xr1[2 * ow]
+                a = v if (v > a) | ((v != v) & (a == a)) else a
+                v = xr1[2 * ow + 1]
+                a = v if (v > a) | ((v != v) & (a == a)) else a
+                yr[ow] = a
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _max22_bwd(x, dy, dx, p0, p1, h, w, oh_n, ow_n):
+    """max_pool_bwd of 2x2 windows at stride 2: per output row, the winners' offsets (0..3,
+    row-major) first, then the two input rows written: +0 + dy at each winner, +0 elsewhere (each
+    input lies in at most one window: the single addition of _backward_planes). Inputs beyond the
+    last window (odd h or w) get +0."""
+    k = np.empty(ow_n, dtype=np.int32)
+    for pl in range(p0, p1):
+        xb = pl * h * w
+        yb = pl * oh_n * ow_n
+        for i in range(xb + 2 * oh_n * w, xb + h * w):
+            dx[i] = _ZERO  # an odd last row
+        for oh in range(oh_n):
+            r0 = xb + 2 * oh * w
+            xr0 = x[r0:r0 + w]
+            xr1 = x[r0 + w:r0 + 2 * w]
+            for ow in range(ow_n):
+                a = xr0[2 * ow]
+                kk = 0
+                v = xr0[2 * ow + 1]
+                t = (v > a) | ((v != v) & (a == a))
+                a = v if t else a
+                kk = 1 if t else kk
+                v = xr1[2 * ow]
+                t = (v > a) | ((v != v) & (a == a))
+                a = v if t else a
+                kk = 2 if t else kk
+                v = xr1[2 * ow + 1]
+                t = (v > a) | ((v != v) & (a == a))
+                kk = 3 if t else kk
+                k[ow] = kk
+            d0 = dx[r0:r0 + w]
+            d1 = dx[r0 + w:r0 + 2 * w]
+            g = dy[yb + oh * ow_n:yb + (oh + 1) * ow_n]
+            for ow in range(ow_n):
+                gv = _ZERO + g[ow]
+                kk = k[ow]
+                d0[2 * ow] = gv if kk == 0 else _ZERO
+                d0[2 * ow + 1] = gv if kk == 1 else _ZERO
+                d1[2 * ow] = gv if kk == 2 else _ZERO
+                d1[2 * ow + 1] = gv if kk == 3 else _ZERO
+            for c in range(2 * ow_n, w):  # an odd last column
+                d0[c] = _ZERO
+                d1[c] = _ZERO
+
+
+@njit(parallel=True, cache=True, error_model="numpy")
+def _max22_rows_par(x, y, planes, ntask, h, w, oh_n, ow_n):
+    for t in prange(ntask):
+        _max22_rows(x, y, planes * t // ntask, planes * (t + 1) // ntask, h, w, oh_n, ow_n)
+
+
+@njit(parallel=True, cache=True, error_model="numpy")
+def _max22_bwd_par(x, dy, dx, planes, ntask, h, w, oh_n, ow_n):
+    for t in prange(ntask):
+        _max22_bwd(x, dy, dx, planes * t // ntask, planes * (t + 1) // ntask, h, w, oh_n, ow_n)
+
+
 def _plain_2d(spatial, padding) -> bool:
     return len(spatial) == 2 and not any(padding)
 
@@ -428,8 +512,10 @@ def _max2d(x, planes, spatial, kernel, stride, dy=None):
     """max_pool (dy None) or max_pool_bwd on the 2-D, unpadded fast path."""
     (h, w), (kh, kw), (sh, sw) = spatial, kernel, stride
     oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
-    x3 = x.reshape(planes, h, w)
     ntask = min(planes, _TASKS)
+    if (kh, kw, sh, sw) == (2, 2, 2, 2) and oh * ow > 0:
+        return _max22(x, planes, h, w, oh, ow, ntask, dy)
+    x3 = x.reshape(planes, h, w)
     with np.errstate(all="ignore"):
         if dy is None:
             y = np.empty((planes, oh, ow), dtype=F32)
@@ -453,6 +539,25 @@ def _max2d(x, planes, spatial, kernel, stride, dy=None):
             else:
                 _max2d_bwd_par(x3, dy3, dx, ntask, kh, kw, sh, sw)
         return dx.reshape(-1)
+
+
+def _max22(x, planes, h, w, oh, ow, ntask, dy):
+    """max_pool / max_pool_bwd (dy given) of 2x2 windows at stride 2 on flat arrays."""
+    serial = planes * oh * ow * 4 < _PARALLEL_WORK or planes == 1
+    with np.errstate(all="ignore"):
+        if dy is None:
+            y = np.empty(planes * oh * ow, dtype=F32)
+            if serial:
+                _max22_rows(x, y, 0, planes, h, w, oh, ow)
+            else:
+                _max22_rows_par(x, y, planes, ntask, h, w, oh, ow)
+            return y
+        dx = np.empty(planes * h * w, dtype=F32)
+        if serial:
+            _max22_bwd(x, dy, dx, 0, planes, h, w, oh, ow)
+        else:
+            _max22_bwd_par(x, dy, dx, planes, ntask, h, w, oh, ow)
+        return dx
 
 
 def _geometry(spatial, kernel, stride, padding):
