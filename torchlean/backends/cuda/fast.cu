@@ -115,3 +115,12 @@ extern "C" __global__ void tl_gemm64_epilogue(const double* __restrict__ c, cons
 extern "C" __global__ void tl_widen_f64(const float* __restrict__ x, long long n, double* __restrict__ y) {
     for (long long i = TL_TID; i < n; i += TL_STRIDE) y[i] = (double)x[i];
 }
+
+// out (m, n) += bias on every row, in place on the GEMM's fresh output: fl(fl(A B) + b), the value
+// cuBLAS's beta = 1 epilogue gives over bias-filled rows, in one launch with four arguments
+// (the general strided gather that filled the rows took several times the host time).
+extern "C" __global__ void tl_add_bias_rows(float* __restrict__ out, const float* __restrict__ bias,
+                                            long long m, long long n) {
+    const long long total = m * n;
+    for (long long i = TL_TID; i < total; i += TL_STRIDE) out[i] = out[i] + bias[i % n];
+}

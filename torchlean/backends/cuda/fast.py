@@ -1,9 +1,10 @@
 """The fast-kernel family on CuPy arrays: fast_gemm (cuBLAS SGEMM / DGEMM), mse_loss_fwd/bwd (fast.cu).
 
-* fast_gemm, fp32: the output is filled with the bias rows (one write pass), then ONE SGEMM with
-  beta = 1 adds op(a) op(b) onto it (linalg.gemm: the transposes are cuBLAS flags, no copies; TF32
-  only when ``set_allow_tf32(True)``, like bmm). The normal linear's bmm_nt + broadcast + add
-  moves the (m, n) output six times; this moves it three times in two launches.
+* fast_gemm, fp32: ONE SGEMM (linalg.gemm: the transposes are cuBLAS flags, no copies; TF32 only
+  when ``set_allow_tf32(True)``, like bmm), then the bias added in place on its fresh output
+  (tl_add_bias_rows: fl(fl(A B) + b), what a beta = 1 epilogue over bias rows gives). Linear with
+  a bias is this: bmm_nt + broadcast + add moved the (m, n) output six times in three launches;
+  this moves it three times in two.
 * fast_gemm, fp64: a and b widened to float64 (tl_widen_f64, subnormals kept), ONE cublasDgemm into a float64
   (m, n) scratch (FP64 tensor cores on Hopper), then one epilogue kernel adds the bias in double
   and rounds to float32 once (tl_gemm64_epilogue).
@@ -83,10 +84,11 @@ def fast_gemm(a, b, bias, m, k, n, trans_a, trans_b, fp64):
     if not fp64:
         from .linalg import gemm
 
-        out = empty(m * n) if bias is None else _bias_rows(bias, m, n)
-        return gemm(a, b, out, m, n, k, m if trans_a else k, k if trans_b else n, n,
-                    trans_a=bool(trans_a), trans_b=bool(trans_b), beta=0.0 if bias is None else 1.0,
-                    name="fast_gemm")
+        out = gemm(a, b, empty(m * n), m, n, k, m if trans_a else k, k if trans_b else n, n,
+                   trans_a=bool(trans_a), trans_b=bool(trans_b), name="fast_gemm")
+        if bias is not None:
+            kernel(_FILE, "tl_add_bias_rows")((grid_for(m * n),), (BLOCK,), (out, bias, I64(m), I64(n)))
+        return out
     c64 = _dgemm(_widen(a), _widen(b), m, k, n, trans_a, trans_b, "fast_gemm")
     out = empty(m * n)
     has = bias is not None
