@@ -147,6 +147,60 @@ def test_separate_bwd_components_equal_fused(device):
     np.testing.assert_array_equal(P.flash_attention_bwd_v(*bufs).to_numpy(), dv.to_numpy())
 
 
+# -- the CPU kernels' two paths for short sequences ------------------------------------------------
+def _small_cases():
+    """Cases of the Numba path (n_q, n_k <= SMALL_N, n_q n_k d <= SMALL_WORK), every mask mode,
+    ragged lane blocks (batch 70 = 64 + 6; 8 x 8 transpose tiles with ragged edges: n d = 9 * 5)."""
+    from torchlean.testing.table_attention import _case
+
+    return [_case(40, 70, 8, 8, 16, causal=True), _case(41, 70, 9, 7, 5, "fill", causal=True),
+            _case(42, 12, 16, 16, 16, "hard"), _case(43, 6, 9, 11, 8, "add", layout=(2 * 11, (3, 11, 0, 0, 1)))]
+
+
+def test_cpu_small_path_is_taken_and_meets_contracts():
+    from torchlean.backends.cpu import attention as cpu_att
+
+    assert cpu_att._small(256, 8, 8, 16) and cpu_att._small(70, 9, 7, 5)
+    assert not cpu_att._small(2, 17, 17, 32) and not cpu_att._small(1, 33, 2, 4)  # both sides of the thresholds
+    for fargs in _small_cases():
+        assert cpu_att._small(*fargs[4:8])
+        for name, args in [("flash_attention_fwd", fargs)] + [
+                (n, bwd_args(fargs, rng=np.random.default_rng(1))) for n in ("flash_attention_bwd_q",
+                                                                           "flash_attention_bwd_kv")]:
+            verdict = run_case(TABLE[name], args, "cpu")[0]
+            assert verdict.ok, f"{name}: {verdict.detail}"
+
+
+def test_cpu_small_path_bits_independent_of_lanes_threads_and_path(monkeypatch):
+    """Each lane computes the same float32 operations whatever its block, the vector width, the
+    path (serial or prange) or the thread count: the bits must not change."""
+    import numba
+
+    from torchlean.backends.cpu import attention as cpu_att
+
+    def run_all():
+        res = []
+        for fargs in _small_cases():
+            res += list(cpu_att.flash_attention_fwd(*fargs))
+            bargs = bwd_args(fargs, rng=np.random.default_rng(2))
+            res.append(cpu_att.flash_attention_bwd_q(*bargs))
+            res += list(cpu_att.flash_attention_bwd_kv(*bargs))
+        return res
+
+    ref = run_all()
+    threads = numba.get_num_threads()
+    try:
+        for lanes, par, t in [(8, 1 << 40, threads), (13, 1, 1), (64, 1, threads), (5, 1, threads)]:
+            monkeypatch.setattr(cpu_att, "LANES", lanes)
+            monkeypatch.setattr(cpu_att, "PAR_WORK", par)
+            numba.set_num_threads(t)
+            for a, b in zip(run_all(), ref):
+                assert np.array_equal(a.view(np.uint32), b.view(np.uint32)) or \
+                    np.array_equal(np.isnan(a), np.isnan(b)) and np.array_equal(a[~np.isnan(a)], b[~np.isnan(b)])
+    finally:
+        numba.set_num_threads(threads)
+
+
 # -- PyTorch agreement -----------------------------------------------------------------------
 def _torch_dev(device):
     return "cuda" if device == "cuda" and torch.cuda.is_available() else "cpu"

@@ -281,6 +281,24 @@ def test_cross_entropy_rows_bwd_rows_sum_to_zero_and_ignored_rows_are_zero(devic
     assert (dx[2] == 0).all() and not np.signbit(dx[2]).any()
 
 
+def test_cpu_float32_gelu_within_contract_on_a_dense_grid():
+    """The CPU GELUs (erf form) evaluate Phi in float32 with their own erfcx polynomial and
+    expf: measured within 0.63 of the contract bounds over every 13th float32 in [-14.5, 20]
+    (backends/cpu/classify.py). Here a dense grid of 400k points over the range where the
+    result is a normal float32, and small magnitudes down to 1e-30, must stay within 0.8."""
+    x = np.concatenate([np.linspace(-14.5, 10.0, 300001, dtype=F32),
+                        (10.0 ** np.linspace(-30, 1, 50000)).astype(F32) * F32(-1.0),
+                        (10.0 ** np.linspace(-30, 1, 50000)).astype(F32)])
+    dy = np.resize(f32(1.0, -2.0, 0.5, 3.0), x.size)
+    x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
+    for name, args, args64 in (("gelu", (x,), (x64,)), ("gelu_bwd", (x, dy), (x64, dy64))):
+        out = getattr(cpu_classify, name)(*args)
+        ref = getattr(spec, name)(*args64)
+        with np.errstate(all="ignore"):
+            ratio = np.abs(out - ref) / contract.CONTRACTS[name].bound(ref, *args64)
+        assert np.nanmax(ratio) < 0.8, f"{name}: err/bound {np.nanmax(ratio):.3f} at x = {x[np.nanargmax(ratio)]!r}"
+
+
 def test_gelu_limits_and_signed_zeros(device):
     x = f32(INF, -INF, NAN, 0.0, -0.0, -1e-30, -200.0)
     for fwd, bwd in ((P.gelu, P.gelu_bwd), (P.gelu_tanh, P.gelu_tanh_bwd)):
@@ -611,6 +629,26 @@ def test_primitive_errors():
 
 
 # == determinism and random masks ===================================================================
+def test_cpu_scatter_add_rows_accumulates_in_index_order_and_gather_zero_fills():
+    """The CPU scatters add in index order in float32 (order matters here: 1e8 + 1 - 1e8 = 0 but
+    1e8 - 1e8 + 1 = 1), out-of-bounds rows are ignored; gather_rows zero-fills them."""
+    from torchlean.backends.cpu import index as cpu_index
+
+    mat = np.zeros(2 * 3, F32)
+    vals = np.array([[1e8, 2, 3], [1, 1, 1], [-1e8, 5, 6], [7, 7, 7], [1, 0.5, 0.25]], F32).reshape(-1)
+    idx = np.array([0, 0, 0, 2**32 - 1, 1], np.int64)
+    out = cpu_index.scatter_add_rows(mat, vals, 2, 3, idx, 5).reshape(2, 3)
+    ref = np.zeros((2, 3), F32)
+    for r, i in enumerate(idx):
+        if i < 2:
+            ref[i] = ref[i] + vals.reshape(5, 3)[r]
+    assert np.array_equal(out, ref) and out[0, 0] == 0.0
+    v = cpu_index.scatter_add(np.zeros(2, F32), f32(1e8, 1, -1e8, 4), 2, np.array([1, 1, 1, 7], np.int64), 4)
+    assert v.tolist() == [0.0, 0.0]
+    g = cpu_index.gather_rows(np.arange(6, dtype=F32), 2, 3, np.array([1, 2**32 - 1, 0, 5], np.int64), 4)
+    assert g.tolist() == [3, 4, 5, 0, 0, 0, 0, 1, 2, 0, 0, 0]
+
+
 def test_embedding_backward_is_deterministic(device):
     """Deterministic reductions on: 100 backward passes of an embedding with many repeated indices
     (fast mode on CUDA would add with atomics) give bitwise identical weight gradients."""

@@ -66,6 +66,10 @@ def check(name: str, args: list, device: str):
     return out, ref
 
 
+def outputs(out) -> tuple:
+    return out if isinstance(out, tuple) else (out,)
+
+
 def ln_args(rng, rows, cols, affine=True, eps=EPS6, scale=1.0, shift=0.0):
     return [randn(rng, rows * cols, scale=scale, shift=shift), randn(rng, cols) if affine else None,
             randn(rng, cols) if affine else None, rows, cols, eps]
@@ -119,26 +123,40 @@ def test_batch_norm_launch_plans(b, c, i, device):
           device)
 
 
-def test_cpu_blocks_and_float64_fallback(monkeypatch):
-    """The CPU kernels cut the data into blocks of rows / batch items and redo suspicious groups
-    in float64. With tiny blocks every case must still meet its contract, and whatever is
-    computed row by row (layer norm's y, mean, var and dx) must not change at all."""
+def test_cpu_chunks_threads_and_paths(monkeypatch):
+    """The CPU kernels accumulate each group (row, channel) on one thread in float64; layer_norm_bwd's
+    column sums add partial sums over fixed chunks of rows. Small chunks must still meet the
+    contracts, and the parallel path (any thread count) must give the serial path's bits."""
+    import numba
+
     rng = rng_for("cpu-blocks")
     ln = ln_args(rng, 37, 24)
-    ln[0][24:48] = 3.0            # a constant row: the float64 path
-    ln[0][48:72] *= 1e25          # squares overflow in float32: the float64 path
+    ln[0][24:48] = 3.0            # a constant row
+    ln[0][48:72] *= 1e25          # squares overflow in float32
     lnb = ln_bwd_args(rng, 37, 24)
     bn = bn_args(rng, 9, 3, 5)
     bn[0].reshape(9, 3, 5)[:, 1, :] = -2.0  # a constant channel
     bnb = bn_bwd_args(rng, 9, 3, 5)
-    cases = [("layer_norm", ln, (0, 1, 2)), ("layer_norm_bwd", lnb, (0,)), ("batch_norm", bn, ()),
-             ("batch_norm_bwd", bnb, ())]
-    whole = [check(name, args, "cpu")[0] for name, args, _ in cases]
-    monkeypatch.setattr(cpu_norm, "_BLOCK_BYTES", 200)
-    for (name, args, row_local), before in zip(cases, whole):
-        after = check(name, args, "cpu")[0]
+    bni = [randn(rng, 9 * 3 * 5), randn(rng, 3), np.abs(randn(rng, 3)) + 0.1, randn(rng, 3), None, 9, 3, 5, EPS5]
+    cases = [("layer_norm", ln, (0, 1, 2)), ("layer_norm_bwd", lnb, (0,)), ("batch_norm", bn, (0, 1, 2)),
+             ("batch_norm_bwd", bnb, (0, 1, 2)), ("batch_norm_infer", bni, (0,))]
+    whole = [outputs(check(name, args, "cpu")[0]) for name, args, _ in cases]
+    monkeypatch.setattr(cpu_norm, "_CHUNK_ELEMS", 50)   # layer_norm_bwd: 19 chunks of 2 rows
+    chunked = [outputs(check(name, args, "cpu")[0]) for name, args, _ in cases]
+    for (name, args, row_local), before, after in zip(cases, whole, chunked):
         for k in row_local:
-            assert same_bits(after[k], before[k]), f"{name}: output {k} depends on the blocking"
+            assert same_bits(after[k], before[k]), f"{name}: output {k} depends on the chunking"
+    monkeypatch.setattr(cpu_norm, "_PAR_MIN", 1)       # every call takes the parallel path
+    threads = numba.get_num_threads()
+    try:
+        for t in sorted({1, threads}):
+            numba.set_num_threads(t)
+            for (name, args, _), ref in zip(cases, chunked):
+                got = outputs(check(name, args, "cpu")[0])
+                for k, (a, b) in enumerate(zip(got, ref)):
+                    assert same_bits(a, b), f"{name}: output {k} differs between the serial and parallel paths"
+    finally:
+        numba.set_num_threads(threads)
 
 
 def test_results_are_bitwise_repeatable(device):

@@ -12,6 +12,24 @@ tile: short sequences, e.g. 256 (batch, head) pairs of 8 tokens, run as one item
 GEMMs and row-wise NumPy ops instead of 256 Python iterations; each entry's arithmetic is the same
 as alone, so the bits do not depend on the chunk). Work items run on parallel threads with
 OpenBLAS at one thread each (the conv family's scheme), each item computed exactly as in one thread.
+
+Short sequences (n_q, n_k <= SMALL_N and n_q n_k d <= SMALL_WORK: GPT-style training sizes, e.g.
+256 (batch, head) pairs of 8 tokens with d = 16) take one Numba kernel per primitive instead: there
+the NumPy path spends its time in the per-call overhead of tiny batched GEMMs and row reductions.
+The kernel takes blocks of LANES batch entries and makes them SIMD lanes (the block's q, k, v, ...
+transposed to (row, d, lane) by 8 x 8 tiles; every loop then runs over the lanes, which vectorize,
+where loops over n = 8 keys or d = 16 would not). The arithmetic is the float32 model the contract
+is derived for, operation by operation: q pre-scaled (one rounding), scores as float32 dot products
+over d in order (gamma(d)), the mask (fill -1000, hard, add: one rounding), the row maximum m,
+weights expf(s - m) by classify._exp32 (s - m rounded, then within 1.7u < LIB), their sum l and
+sum p v in key order (gamma(n_k)), out = acc / l (one rounding), lse = m + logf(l); no online
+rescaling (R = 0). The backward recomputes P = expf(s - lse) the same way, D and dP as float32 dot
+products, dS = P (dP - D) (0 where filled), dQ = (sum_j dS k_j) scale in key order, dK = sum_i dS
+(q scale) and dV = sum_i P dout in query order. Each lane's operations are the same whatever its
+block, the vector width or the thread (no fastmath: nothing is reassociated or contracted), so the
+bits depend neither on LANES nor on the path (serial below PAR_WORK multiply-adds, prange over
+blocks above) nor on the thread count. NaN and infinity follow the spec: a row with a NaN or +inf
+allowed score gives NaN, a row without a finite allowed score 0 and -inf.
 """
 
 from __future__ import annotations
@@ -19,6 +37,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from numba import njit, prange
+
+from .classify import _exp32
 from .conv import _over_images
 
 __all__ = ["flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
@@ -31,6 +52,324 @@ FILL = F32(-1000.0)
 
 
 CHUNK = 1 << 16  # score elements per work item: short sequences batch many (batch, head) pairs in one
+SMALL_N = 32       # the Numba kernels take n_q, n_k <= SMALL_N with n_q n_k d <= SMALL_WORK (module docstring)
+SMALL_WORK = 4096  # measured: up to here they win (256 x (8, 8, 16): 90/120/144 us against 325/222/211
+                   # fwd/bwd_q/bwd_kv), at (32, 32, 32) or (32, 32, 64) per entry BLAS tiles win
+LANES = 64        # Numba kernels: batch entries computed side by side as SIMD lanes
+PAR_WORK = 1 << 23  # Numba kernels: batch * n_q * n_k * d of at least this spread blocks over threads (a
+                    # parallel launch costs ~80 us on the 2-core machine; 2048 x (8, 8, 16) still ran
+                    # faster on one thread)
+_MODES = {"none": 0, "fill": 1, "hard": 2, "add": 3}
+_NO_MASK = np.zeros(1, F32)
+_NO_LAYOUT = np.array([1, 0, 0, 0, 0], np.int64)
+_INF32 = F32(np.inf)
+_FILL32 = F32(-1000.0)
+_Z32, _ONE32 = F32(0.0), F32(1.0)
+
+
+# -- Numba kernels for short sequences --------------------------------------------------------------
+@njit(inline="always", error_model="numpy")
+def _lanes_in(a3, b0, nb, out, mul):
+    """out[i, c, l] = a3[b0 + l, i, c] * mul (float32; mul = 1 is exact): the block's entries become
+    SIMD lanes. A transpose by 8 x 8 tiles of constant size (unrolled; vectorizing the plain loops
+    would use gathers or scatters, 2-3x slower), the ragged edges element by element."""
+    e = a3.shape[1] * a3.shape[2]
+    src = a3.reshape(a3.shape[0], e)
+    dst = out.reshape(e, out.shape[2])
+    l8, e8 = nb - nb % 8, e - e % 8
+    for l0 in range(0, l8, 8):
+        for e0 in range(0, e8, 8):
+            for x in range(8):
+                for y in range(8):
+                    dst[e0 + x, l0 + y] = src[b0 + l0 + y, e0 + x] * mul
+    for l in range(l8, nb):
+        for x in range(e):
+            dst[x, l] = src[b0 + l, x] * mul
+    for l in range(l8):
+        for x in range(e8, e):
+            dst[x, l] = src[b0 + l, x] * mul
+
+
+@njit(inline="always", error_model="numpy")
+def _lanes_out(src3, b0, nb, a3):
+    """a3[b0 + l, j, c] = src3[j, c, l]: the inverse of _lanes_in (no arithmetic)."""
+    e = a3.shape[1] * a3.shape[2]
+    src = src3.reshape(e, src3.shape[2])
+    dst = a3.reshape(a3.shape[0], e)
+    l8, e8 = nb - nb % 8, e - e % 8
+    for l0 in range(0, l8, 8):
+        for e0 in range(0, e8, 8):
+            for y in range(8):
+                for x in range(8):
+                    dst[b0 + l0 + y, e0 + x] = src[e0 + x, l0 + y]
+    for l in range(l8, nb):
+        for x in range(e):
+            dst[b0 + l, x] = src[x, l]
+    for l in range(l8):
+        for x in range(e8, e):
+            dst[b0 + l, x] = src[x, l]
+
+
+@njit(inline="always", error_model="numpy")
+def _scores(qt, kt, i, kend, nb, mask, mode, moff, s_q, s_k, srow, state):
+    """srow[j, l] = the masked score of query i and key j of lane l (j < kend): a float32 dot
+    product over d in order (q pre-scaled); state[j, l] = 0 blocked (srow -inf), 1 allowed, 2 filled."""
+    d = qt.shape[1]
+    for j in range(kend):
+        sj = srow[j]
+        for l in range(nb):
+            sj[l] = _Z32
+        kj = kt[j]
+        for c in range(d):
+            qc, kc = qt[i, c], kj[c]
+            for l in range(nb):
+                sj[l] += qc[l] * kc[l]
+    if mode != 0:
+        for j in range(kend):
+            for l in range(nb):
+                mv = mask[moff[l] + i * s_q + j * s_k]
+                st = 1
+                if mode == 1:
+                    if mv == 0.0:
+                        srow[j, l] = _FILL32
+                        st = 2
+                elif mode == 2:
+                    if mv == 0.0:
+                        st = 0
+                        srow[j, l] = -_INF32
+                else:
+                    srow[j, l] += mv
+                    if mv == -_INF32:
+                        st = 0
+                state[j, l] = st
+
+
+@njit(inline="always", error_model="numpy")
+def _offsets(lay, b0, nb):
+    heads, s_n, s_h = lay[0], lay[1], lay[2]
+    moff = np.empty(nb, np.int64)
+    for l in range(nb):
+        b = b0 + l
+        moff[l] = (b // heads) * s_n + (b % heads) * s_h
+    return moff
+
+
+@njit(cache=True, error_model="numpy")
+def _fwd_block(q3, k3, v3, mask, mode, lay, scale, causal, out, lse, b0, b1):
+    n_q, d, n_k = q3.shape[1], q3.shape[2], k3.shape[1]
+    s_q, s_k = lay[3], lay[4]
+    nb = b1 - b0
+    qt = np.empty((n_q, d, nb), F32)
+    kt = np.empty((n_k, d, nb), F32)
+    vt = np.empty((n_k, d, nb), F32)
+    ot = np.empty((n_q, d, nb), F32)
+    _lanes_in(q3, b0, nb, qt, np.float32(scale))
+    _lanes_in(k3, b0, nb, kt, _ONE32)
+    _lanes_in(v3, b0, nb, vt, _ONE32)
+    moff = _offsets(lay, b0, nb)
+    srow = np.empty((n_k, nb), F32)
+    state = np.ones((n_k, nb), np.int8)
+    m = np.empty(nb, F32)
+    mu = np.empty(nb, F32)
+    tot = np.empty(nb, F32)
+    for i in range(n_q):
+        kend = min(n_k, i + 1) if causal else n_k
+        _scores(qt, kt, i, kend, nb, mask, mode, moff, s_q, s_k, srow, state)
+        for l in range(nb):
+            m[l] = -_INF32
+            tot[l] = _Z32
+        for j in range(kend):
+            sj = srow[j]
+            for l in range(nb):
+                t = sj[l]
+                m[l] = t if (t > m[l]) | (t != t) else m[l]  # NaN sticks
+        for l in range(nb):  # the shift: +inf / NaN rows give NaN below, -inf rows are empty
+            ml = m[l]
+            mu[l] = ml if (ml - ml) == _Z32 else _Z32
+        acc = ot[i]
+        acc[:] = _Z32
+        for j in range(kend):
+            sj = srow[j]
+            for l in range(nb):  # (loops kept to one store each: they vectorize)
+                sj[l] = _exp32(sj[l] - mu[l])  # exactly 0 on blocked keys (-inf)
+            for l in range(nb):
+                tot[l] += sj[l]
+            vj = vt[j]
+            for c in range(d):
+                ac, vc = acc[c], vj[c]
+                for l in range(nb):
+                    ac[l] += sj[l] * vc[l]
+        for c in range(d):
+            ac = acc[c]
+            for l in range(nb):
+                ml = m[l]
+                if ml != ml or ml == _INF32:
+                    ac[l] = np.nan
+                elif ml == -_INF32:  # no allowed key, or every allowed score -inf
+                    ac[l] = _Z32
+                else:
+                    ac[l] = ac[l] / tot[l]
+        for l in range(nb):
+            ml = m[l]
+            if ml != ml or ml == _INF32:
+                lse[b0 + l, i] = np.nan
+            elif ml == -_INF32:
+                lse[b0 + l, i] = -_INF32
+            else:
+                lse[b0 + l, i] = ml + np.log(tot[l])
+    _lanes_out(ot, b0, nb, out)
+
+
+@njit(cache=True, error_model="numpy")
+def _fwd_serial(q3, k3, v3, mask, mode, lay, scale, causal, out, lse, block):
+    batch = q3.shape[0]
+    for b0 in range(0, batch, block):
+        _fwd_block(q3, k3, v3, mask, mode, lay, scale, causal, out, lse, b0, min(batch, b0 + block))
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def _fwd_par(q3, k3, v3, mask, mode, lay, scale, causal, out, lse, block):
+    batch = q3.shape[0]
+    for t in prange((batch + block - 1) // block):
+        _fwd_block(q3, k3, v3, mask, mode, lay, scale, causal, out, lse, t * block, min(batch, (t + 1) * block))
+
+
+@njit(cache=True, error_model="numpy")
+def _bwd_block(q3, k3, v3, mask, mode, lay, scale, causal, out3, lse2, g3, want_q, dq, dk, dv, b0, b1):
+    """dq (want_q) or (dk, dv) of the entries [b0, b1) as lanes, float32 as in the module docstring."""
+    n_q, d, n_k = q3.shape[1], q3.shape[2], k3.shape[1]
+    s_q, s_k = lay[3], lay[4]
+    nb = b1 - b0
+    sc = np.float32(scale)
+    qt = np.empty((n_q, d, nb), F32)
+    kt = np.empty((n_k, d, nb), F32)
+    vt = np.empty((n_k, d, nb), F32)
+    gt = np.empty((n_q, d, nb), F32)
+    ot = np.empty((n_q, d, nb), F32)
+    _lanes_in(q3, b0, nb, qt, sc)
+    _lanes_in(k3, b0, nb, kt, _ONE32)
+    _lanes_in(v3, b0, nb, vt, _ONE32)
+    _lanes_in(g3, b0, nb, gt, _ONE32)
+    _lanes_in(out3, b0, nb, ot, _ONE32)
+    moff = _offsets(lay, b0, nb)
+    srow = np.empty((n_k, nb), F32)
+    dsr = np.empty((n_k, nb), F32)
+    state = np.ones((n_k, nb), np.int8)
+    le = np.empty(nb, F32)
+    dd = np.empty(nb, F32)
+    if want_q:
+        aq = np.empty((n_q, d, nb), F32)
+        ak = av = aq[:0]
+    else:
+        ak = np.zeros((n_k, d, nb), F32)
+        av = np.zeros((n_k, d, nb), F32)
+        aq = ak[:0]
+    for i in range(n_q):
+        kend = min(n_k, i + 1) if causal else n_k
+        _scores(qt, kt, i, kend, nb, mask, mode, moff, s_q, s_k, srow, state)
+        for l in range(nb):
+            le[l] = lse2[b0 + l, i]
+            dd[l] = _Z32
+        gi, oi, qi = gt[i], ot[i], qt[i]
+        for c in range(d):
+            gc, oc = gi[c], oi[c]
+            for l in range(nb):
+                dd[l] += gc[l] * oc[l]  # D_i = dout_i . out_i
+        for j in range(kend):
+            sj, dj, stj, vj = srow[j], dsr[j], state[j], vt[j]
+            for l in range(nb):
+                dj[l] = _Z32
+            for c in range(d):
+                gc, vc = gi[c], vj[c]
+                for l in range(nb):
+                    dj[l] += gc[l] * vc[l]  # dP_ij = dout_i . v_j
+            for l in range(nb):
+                p = _exp32(sj[l] - le[l])  # 0 on blocked keys (-inf); NaN stays NaN
+                sj[l] = _Z32 if (stj[l] == 0) | (le[l] == -_INF32) else p
+            for l in range(nb):
+                dj[l] = _Z32 if stj[l] == 2 else sj[l] * (dj[l] - dd[l])
+        if want_q:
+            acc = aq[i]
+            acc[:] = _Z32
+            for j in range(kend):
+                dj, kj = dsr[j], kt[j]
+                for c in range(d):
+                    ac, kc = acc[c], kj[c]
+                    for l in range(nb):
+                        ac[l] += dj[l] * kc[l]
+            for c in range(d):
+                ac = acc[c]
+                for l in range(nb):
+                    ac[l] = ac[l] * sc
+        else:
+            for j in range(kend):
+                sj, dj, akj, avj = srow[j], dsr[j], ak[j], av[j]
+                for c in range(d):
+                    avc, gc = avj[c], gi[c]
+                    for l in range(nb):
+                        avc[l] += sj[l] * gc[l]
+                    akc, qc = akj[c], qi[c]
+                    for l in range(nb):
+                        akc[l] += dj[l] * qc[l]
+    if want_q:
+        _lanes_out(aq, b0, nb, dq)
+    else:
+        _lanes_out(ak, b0, nb, dk)
+        _lanes_out(av, b0, nb, dv)
+
+
+@njit(cache=True, error_model="numpy")
+def _bwd_serial(q3, k3, v3, mask, mode, lay, scale, causal, out3, lse2, g3, want_q, dq, dk, dv, block):
+    batch = q3.shape[0]
+    for b0 in range(0, batch, block):
+        _bwd_block(q3, k3, v3, mask, mode, lay, scale, causal, out3, lse2, g3, want_q, dq, dk, dv, b0,
+                   min(batch, b0 + block))
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def _bwd_par(q3, k3, v3, mask, mode, lay, scale, causal, out3, lse2, g3, want_q, dq, dk, dv, block):
+    batch = q3.shape[0]
+    for t in prange((batch + block - 1) // block):
+        _bwd_block(q3, k3, v3, mask, mode, lay, scale, causal, out3, lse2, g3, want_q, dq, dk, dv, t * block,
+                   min(batch, (t + 1) * block))
+
+
+def _small(batch, n_q, n_k, d) -> bool:
+    return n_q <= SMALL_N and n_k <= SMALL_N and 0 < n_q * n_k * d <= SMALL_WORK and batch > 0
+
+
+def _numba_args(q, k, v, mask, batch, n_q, n_k, d, mask_mode, mask_layout):
+    mk = _NO_MASK if mask is None else mask
+    if mask_mode == "none":
+        lay = _NO_LAYOUT
+    else:  # the runtime always passes a layout; None (a direct call) means the dense one
+        lay = np.asarray((1, n_q * n_k, 0, n_k, 1) if mask_layout is None else mask_layout, np.int64)
+    return (q.reshape(batch, n_q, d), k.reshape(batch, n_k, d), v.reshape(batch, n_k, d), mk, _MODES[mask_mode], lay)
+
+
+def _parallel(batch, n_q, n_k, d) -> bool:
+    return batch * n_q * n_k * d >= PAR_WORK and batch > LANES
+
+
+def _fwd_small(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    out = np.empty((batch, n_q, d), F32)
+    lse = np.empty((batch, n_q), F32)
+    args = _numba_args(q, k, v, mask, batch, n_q, n_k, d, mask_mode, mask_layout) + (
+        float(scale), bool(causal), out, lse, LANES)
+    (_fwd_par if _parallel(batch, n_q, n_k, d) else _fwd_serial)(*args)
+    return out.reshape(-1), lse.reshape(-1)
+
+
+def _bwd_small(want_q, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    if want_q:
+        dq, dk, dv = np.empty((batch, n_q, d), F32), np.empty((1, 1, 1), F32), np.empty((1, 1, 1), F32)
+    else:
+        dq, dk, dv = np.empty((1, 1, 1), F32), np.empty((batch, n_k, d), F32), np.empty((batch, n_k, d), F32)
+    args = _numba_args(q, k, v, mask, batch, n_q, n_k, d, mask_mode, mask_layout) + (
+        float(scale), bool(causal), out.reshape(batch, n_q, d), lse.reshape(batch, n_q),
+        dout.reshape(batch, n_q, d), want_q, dq, dk, dv, LANES)
+    (_bwd_par if _parallel(batch, n_q, n_k, d) else _bwd_serial)(*args)
+    return dq.reshape(-1) if want_q else (dk.reshape(-1), dv.reshape(-1))
 
 
 class _Problem:
@@ -107,6 +446,8 @@ def _t(a):
 
 
 def flash_attention_fwd(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    if _small(batch, n_q, n_k, d):
+        return _fwd_small(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
     pr = _Problem(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
     out = np.empty((batch, n_q, d), F32)
     lse = np.empty((batch, n_q), F32)
@@ -170,6 +511,9 @@ def _rowdot(dout, out, batch, n_q, d):
 
 
 def flash_attention_bwd_q(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    if _small(batch, n_q, n_k, d):
+        return _bwd_small(True, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode,
+                          mask_layout)
     pr = _Problem(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
     dq = np.zeros((batch, n_q, d), F32)
     if batch * n_q * n_k * d == 0:
@@ -202,6 +546,9 @@ def flash_attention_bwd_q(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, sca
 
 
 def flash_attention_bwd_kv(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    if _small(batch, n_q, n_k, d):
+        return _bwd_small(False, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode,
+                          mask_layout)
     pr = _Problem(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
     dk = np.zeros((batch, n_k, d), F32)
     dv = np.zeros((batch, n_k, d), F32)
