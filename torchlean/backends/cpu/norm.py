@@ -209,11 +209,9 @@ def _bn_stats(x3, c):
     return mu, q / (batch * inner)
 
 
-@njit(cache=True, error_model="numpy", fastmath=_RA)
-def _bn_channel(x3, g, b, has_g, has_b, eps, y3, mean, var, c):
-    mu, v = _bn_stats(x3, c)
-    mean[c] = np.float32(mu)
-    var[c] = np.float32(v)
+@njit(inline="always", error_model="numpy", fastmath=_RA)
+def _bn_apply(x3, mu, v, g, b, has_g, has_b, eps, y3, c):
+    """y = ((x - mu) r) g + b for channel c, r = 1/sqrt(v + eps), in float64, rounded once."""
     r = 1.0 / math.sqrt(v + eps)
     rg = r * np.float64(g[c]) if has_g else r
     bb = np.float64(b[c]) if has_b else 0.0
@@ -221,6 +219,14 @@ def _bn_channel(x3, g, b, has_g, has_b, eps, y3, mean, var, c):
         row, out = x3[bi, c], y3[bi, c]
         for j in range(x3.shape[2]):
             out[j] = np.float32((np.float64(row[j]) - mu) * rg + bb)
+
+
+@njit(cache=True, error_model="numpy", fastmath=_RA)
+def _bn_channel(x3, g, b, has_g, has_b, eps, y3, mean, var, c):
+    mu, v = _bn_stats(x3, c)
+    mean[c] = np.float32(mu)
+    var[c] = np.float32(v)
+    _bn_apply(x3, mu, v, g, b, has_g, has_b, eps, y3, c)
 
 
 @njit(cache=True, error_model="numpy")
@@ -306,14 +312,7 @@ def batch_norm_bwd(x, gamma, mean, var, dy, batch, channels, inner, eps):
 
 @njit(cache=True, error_model="numpy", fastmath=_RA)
 def _bn_infer_channel(x3, mean, var, g, b, has_g, has_b, eps, y3, c):
-    mu = np.float64(mean[c])
-    r = 1.0 / math.sqrt(np.float64(var[c]) + eps)
-    rg = r * np.float64(g[c]) if has_g else r  # the direct form ((x - mean) r) g + b, in float64
-    bb = np.float64(b[c]) if has_b else 0.0
-    for bi in range(x3.shape[0]):
-        row, out = x3[bi, c], y3[bi, c]
-        for j in range(x3.shape[2]):
-            out[j] = np.float32((np.float64(row[j]) - mu) * rg + bb)
+    _bn_apply(x3, np.float64(mean[c]), np.float64(var[c]), g, b, has_g, has_b, eps, y3, c)
 
 
 @njit(cache=True, error_model="numpy")
