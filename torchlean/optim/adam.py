@@ -60,9 +60,11 @@ class Adam(Optimizer):
 
         Parameters of a group that share a device and a step count are updated by one
         ``adam_step_many_inplace`` call (one kernel launch on CUDA, nothing allocated), bitwise the
-        same as one ``adam_step`` per parameter. Parameters, exp_avg and exp_avg_sq are updated in
-        place, as in PyTorch; if two of them share a buffer (or a gradient is one of them) the
-        bucket takes the out-of-place ``adam_step_many`` instead, with the same bits."""
+        same as one ``adam_step`` per parameter, written over p, exp_avg and exp_avg_sq when
+        nothing else refers to their buffers (``exclusively_held``). A parameter whose buffers are
+        also held elsewhere (a state_dict snapshot, a detached tensor, a retained graph), or shared
+        with another, steps out of place (``adam_step_many``, the same bits): the holder keeps its
+        values, so buffers stay values."""
         loss = self._closure_loss(closure)
         state = self.state
         with autograd.no_grad():
