@@ -18,8 +18,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 
 import numpy as np
@@ -259,11 +257,9 @@ def main() -> None:
     ratio = memory(lines)
     rows = bench(lines, args.reps, args.quick)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "attention_cuda.md"), "w") as f:
-            f.write("\n".join(lines) + "\n")
-        with open(os.path.join(args.out, "attention_cuda.json"), "w") as f:
-            json.dump(dict(check_ok=ok, memory_ratio=ratio, rows=rows), f, indent=1)
+        from benchmarks.harness import write_report
+
+        write_report(args.out, "attention_cuda", lines, dict(check_ok=ok, memory_ratio=ratio, rows=rows))
     print("\n".join(lines))
 
 

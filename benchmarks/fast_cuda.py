@@ -25,8 +25,6 @@ Prints markdown; with --out also writes DIR/fast_cuda.md and DIR/fast_cuda.json.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 
 import numpy as np
@@ -48,7 +46,7 @@ def _gamma(k, u=U):
     return k * u / (1 - k * u)
 
 
-from benchmarks.harness import median_synced as _timeit  # noqa: E402
+from benchmarks.harness import median_synced as _timeit, write_report  # noqa: E402
 
 
 def main() -> int:
@@ -303,11 +301,7 @@ def main() -> int:
 
     say("\nAll checks PASS" if ok_all else "\nSOME CHECKS FAILED")
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "fast_cuda.md"), "w") as f:
-            f.write("\n".join(lines) + "\n")
-        with open(os.path.join(args.out, "fast_cuda.json"), "w") as f:
-            json.dump(record, f, indent=1)
+        write_report(args.out, "fast_cuda", lines, record)
     return 0 if ok_all else 1
 
 

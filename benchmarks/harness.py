@@ -515,5 +515,14 @@ def write_json(path: str, results: Sequence[Result], meta: dict[str, Any]) -> No
         f.write("\n")
 
 
+def write_report(out_dir: str, name: str, lines: Sequence[str], record: Any) -> None:
+    """``out_dir/name.md`` (the lines) and ``out_dir/name.json`` (the record) of a GPU script."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
+        json.dump(record, f, indent=1)
+
+
 def today() -> str:
     return _dt.date.today().isoformat()

@@ -20,8 +20,6 @@ Prints a markdown table; with --out also writes DIR/optim_cuda.md and DIR/optim_
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 
 import numpy as np
@@ -39,7 +37,7 @@ def _parse():
     return ap.parse_args()
 
 
-from benchmarks.harness import median_synced as _timeit  # noqa: E402
+from benchmarks.harness import median_synced as _timeit, write_report  # noqa: E402
 
 
 def main() -> int:
@@ -197,11 +195,7 @@ def main() -> int:
         _timeit(ts.step, sync, args.reps), 20 * total)
     say("\nAll checks PASS" if ok_all else "\nSOME CHECKS FAILED")
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "optim_cuda.md"), "w") as f:
-            f.write("\n".join(lines) + "\n")
-        with open(os.path.join(args.out, "optim_cuda.json"), "w") as f:
-            json.dump(record, f, indent=1)
+        write_report(args.out, "optim_cuda", lines, record)
     return 0 if ok_all else 1
 
 
