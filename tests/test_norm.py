@@ -580,7 +580,35 @@ ERRORS = [
                                                   2, 3, 1, float("inf")), ArgumentError, ["batch_norm_infer", "eps"]),
     ("prim-gamma-type", lambda: P.batch_norm(_x(6).buffer, np.ones(3, F32), None, 2, 3, 1, EPS6), DTypeError,
      ["batch_norm", "gamma"]),
+    ("prim-running-stat", lambda: P.running_stat_update(_x(3).buffer, _x(2).buffer, 3, 0.1, 1.0), ShapeError,
+     ["running_stat_update", "stat"]),
+    ("prim-running-momentum", lambda: P.running_stat_update(_x(3).buffer, _x(3).buffer, 3, "0.1", 1.0), ArgumentError,
+     ["running_stat_update", "momentum"]),
 ]
+
+
+def test_running_stat_update_matches_the_composition_bitwise(device):
+    """One call gives the bits of scale(running, 1 - m), scale(var, n/(n-1)) and axpy, which batch
+    norm used before: checkpoints and CPU/CUDA agreement do not move."""
+    rng = rng_for("running")
+    n = 4 * 4 * 7
+    for momentum in (0.1, 0.01, 0.3):
+        running = Buffer.from_numpy(rng.standard_normal(37).astype(F32), device)
+        stat = Buffer.from_numpy((rng.standard_normal(37) * 3).astype(F32) ** 2, device)
+        for factor in (1.0, n / (n - 1)):
+            composed = P.axpy(P.scale(running, 1.0 - momentum), P.scale(stat, factor) if factor != 1.0 else stat,
+                              momentum)
+            fused = P.running_stat_update(running, stat, 37, momentum, factor)
+            assert same_bits(fused.to_numpy(), composed.to_numpy()), (device, momentum, factor)
+
+
+def test_batch_norm_training_updates_running_stats_in_one_call_each(monkeypatch):
+    calls = []
+    real = P.running_stat_update
+    monkeypatch.setattr(P, "running_stat_update", lambda *a: calls.append(a[3:]) or real(*a))
+    bn = tl.nn.BatchNorm2d(3, momentum=0.2)
+    bn(tl.randn(4, 3, 5, 5))
+    assert calls == [(0.2, 1.0), (0.2, 100 / 99)]
 
 
 @pytest.mark.parametrize("name, call, exc, needles", ERRORS, ids=[e[0] for e in ERRORS])

@@ -187,3 +187,19 @@ _register("batch_norm_bwd",
 _register("batch_norm_infer",
           "direct form ((x - mean) r) g + b: |err| <= gamma(9) |g xhat| + u|b| + TINY",
           _batch_norm_infer_bound)
+
+
+def _running_stat_update_bound(ref, running, stat, n, momentum, factor):
+    keep, mom, fac = (float(np.float32(c)) for c in (1.0 - momentum, momentum, factor))
+    with np.errstate(all="ignore"):
+        kept = np.abs(keep * np.asarray(running, np.float64))
+        new = np.abs(mom * fac * np.asarray(stat, np.float64))
+    # fl(fl(running keep) + fl(mom fl(stat fac))): one rounding on the first product, two on the
+    # second, one on the sum (relative to both magnitudes: no cancellation amplifies them).
+    return 2.01 * U * kept + 3.01 * U * new + TINY
+
+
+_register("running_stat_update",
+          "fl(fl(r k) + fl(m fl(s f))) with k = fl32(1 - momentum), m = fl32(momentum), f = fl32(factor): "
+          "|err| <= 2.01u|k r| + 3.01u|m f s| + TINY",
+          _running_stat_update_bound)

@@ -101,11 +101,9 @@ def _rebind(t: Tensor, buf: Buffer) -> None:
     t._buf = buf
 
 
-def _update_running(op: str, running: Tensor, batch_stat: Buffer, momentum: float) -> None:
-    """running = (1 - momentum) running + momentum batch_stat."""
-    kept = P.scale(fbuf(op, running), 1.0 - momentum)
-    _rebind(running, P.axpy(kept, batch_stat, momentum))
-    kept.release()
+def _update_running(op: str, running: Tensor, batch_stat: Buffer, momentum: float, factor: float = 1.0) -> None:
+    """running = (1 - momentum) running + momentum (factor batch_stat), in one primitive call."""
+    _rebind(running, P.running_stat_update(fbuf(op, running), batch_stat, batch_stat.size, momentum, factor))
 
 
 def _batch_norm_train(op: str, x: Tensor, w: Tensor | None, b: Tensor | None, batch: int, channels: int,
@@ -118,10 +116,8 @@ def _batch_norm_train(op: str, x: Tensor, w: Tensor | None, b: Tensor | None, ba
     if n > 0:  # as PyTorch, an empty batch leaves the running statistics alone
         if running_mean is not None:
             _update_running(op, running_mean, mean, momentum)
-        if running_var is not None:
-            unbiased = P.scale(var, n / (n - 1))  # PyTorch's running_var uses the unbiased variance
-            _update_running(op, running_var, unbiased, momentum)
-            unbiased.release()
+        if running_var is not None:  # PyTorch's running_var uses the unbiased variance
+            _update_running(op, running_var, var, momentum, n / (n - 1))
 
     def vjp(g: Buffer):
         dx, dgamma, dbeta = P.batch_norm_bwd(xb, gb, mean, var, g, batch, channels, inner, eps)

@@ -17,7 +17,7 @@ from .buffer import Buffer
 from .checks import check_buffer, check_product, check_scalar, check_u32, same_device
 from .primitives import _run, _wrap
 
-__all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer"]
+__all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer", "running_stat_update"]
 
 
 def _eps(op: str, eps: Any) -> float:
@@ -136,3 +136,19 @@ def batch_norm_infer(x: Buffer, mean: Buffer, var: Buffer, gamma: Buffer | None,
     ctx = _device(op, x=x, mean=mean, var=var, gamma=gamma, beta=beta)
     return _wrap(ctx, _run(op, ctx, n, ctx.backend.batch_norm_infer, x._data, mean._data, var._data,
                            _raw(gamma), _raw(beta), b, c, i, e))
+
+
+# -- running statistics --------------------------------------------------------------------------------
+def running_stat_update(running: Buffer, stat: Buffer, n: int, momentum: float, factor: float) -> Buffer:
+    """(1 - momentum) running + momentum (factor stat) as fl(fl(running k) + fl(m fl(stat f))) with
+    k = fl32(1 - momentum), m = fl32(momentum), f = fl32(factor): batch norm's running statistics
+    in one call, the same bits as scale(running, 1 - momentum), scale(stat, factor) and axpy."""
+    op = "running_stat_update"
+    n_ = check_u32(op, "n", n)
+    check_buffer(op, "running", running, n_)
+    check_buffer(op, "stat", stat, n_)
+    m = check_scalar(op, "momentum", momentum)
+    keep = check_scalar(op, "1 - momentum", 1.0 - float(momentum))
+    f = check_scalar(op, "factor", factor)
+    ctx = same_device(op, running=running, stat=stat)
+    return _wrap(ctx, _run(op, ctx, n_, ctx.backend.running_stat_update, running._data, stat._data, n_, keep, m, f))

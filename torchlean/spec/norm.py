@@ -19,7 +19,7 @@ import numpy as np
 
 F64 = np.float64
 
-__all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer"]
+__all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer", "running_stat_update"]
 
 
 def _f(x):
@@ -119,3 +119,13 @@ def batch_norm_infer(x, mean, var, gamma, beta, batch, channels, inner, eps):
         beta_ = np.zeros(channels) if beta is None else _f(beta)
         y = _normalize_rows(xc, _f(mean), _f(var), _affine(gamma, channels), beta_, eps)
         return _rows_as_channels(y, batch, channels, inner)
+
+
+# -- running statistics ---------------------------------------------------------------------------------
+def running_stat_update(running, stat, n, momentum, factor):
+    """(1 - momentum) running + momentum (factor stat), the coefficients rounded to float32 as the
+    primitive takes them: the exponential moving average of batch norm's running statistics
+    (factor n/(n-1) turns the biased batch variance into PyTorch's unbiased one)."""
+    keep, mom, fac = (float(np.float32(c)) for c in (1.0 - momentum, momentum, factor))
+    with np.errstate(all="ignore"):
+        return keep * _f(running) + mom * (fac * _f(stat))

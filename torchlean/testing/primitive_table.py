@@ -153,12 +153,17 @@ _add(PrimitiveInfo("reduce_sum", lambda rng, d, kind: [values(rng, d[0], kind)],
                    exact_on_int=True, max_dim=200))
 _add(PrimitiveInfo("reduce_mean", lambda rng, d, kind: [values(rng, d[0], kind)], 1,
                    edge_cases=[[np.zeros(0, F32)], [np.array([3.0], F32)], [np.full(1000, 0.1, F32)]], max_dim=200))
+_EDGE_RNG = np.random.default_rng(20261121)
+# Both sides of the CUDA column paths (reduce.py): fewer than 64 rows (one pass), 64..8192 rows (one
+# tl_cols_tile launch; 70 columns end in a partial tile), more than 8192 (partials, then a finish).
+_COLUMN_SHAPES = [(40, 33), (100, 5), (200, 70), (9000, 3)]
 for _n in ("reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0", "reduce_max_axis1"):
     _add(PrimitiveInfo(
         _n, lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1]], 2,
         edge_cases=[[np.zeros(0, F32), 0, 3], [np.zeros(0, F32), 3, 0],
                     [np.array([np.nan, 1.0, np.nan, np.nan], F32), 2, 2],
-                    [np.array([2.0, 2.0, -1.0, 2.0], F32), 2, 2]],
+                    [np.array([2.0, 2.0, -1.0, 2.0], F32), 2, 2]]
+                   + [[_EDGE_RNG.standard_normal(r * c).astype(F32), r, c] for r, c in _COLUMN_SHAPES],
         exact_on_int=_n.startswith("reduce_sum")))
 
 
@@ -227,7 +232,12 @@ _add(PrimitiveInfo("broadcast_to", _broadcast_to, 2,
                                [np.arange(6, dtype=F32), (2, 3), (3, 2), (2, 1)]], max_dim=30))
 _add(PrimitiveInfo("reduce_from_broadcast", _reduce_from_broadcast, 2,
                    edge_cases=[[np.arange(6, dtype=F32), (), (2, 3), (0, 0)],
-                               [np.arange(24, dtype=F32), (3, 1), (2, 3, 4), (0, 1, 2)]],
+                               [np.arange(24, dtype=F32), (3, 1), (2, 3, 4), (0, 1, 2)],
+                               # per-channel sums (A, B, C) -> B: one CUDA launch when C >= 32 and A*C <= 2**18
+                               # (float4 rows when C % 4 == 0), passes otherwise
+                               [_EDGE_RNG.standard_normal(5 * 3 * 37).astype(F32), (3,), (5, 3, 37), (0, 1, 0)],
+                               [_EDGE_RNG.standard_normal(3 * 2 * 64).astype(F32), (2,), (3, 2, 64), (0, 1, 0)],
+                               [_EDGE_RNG.standard_normal(600 * 2 * 500).astype(F32), (2,), (600, 2, 500), (0, 1, 0)]],
                    exact_on_int=True, max_dim=30))
 
 

@@ -167,3 +167,23 @@ _add(PrimitiveInfo(
         [f32(1, 2, 3, 4, 5, 6), np.zeros(3, F32), f32(4, 1, 0.25), _G3, None, 2, 3, 1, EPS6],  # the VJP's form
         [_BN_HUGE, f32(0, 1, -1), f32(1e30, 1, 1e-30), _G3, _B3, 2, 3, 2, EPS6],
     ]))
+
+
+# -- running statistics ---------------------------------------------------------------------------------
+_MOMENTA = [0.1, 0.01, 0.5, 1.0, 0.0]
+
+
+def _running_stat_update(rng, d, kind):
+    n = d[0]
+    factor = 1.0 if rng.random() < 0.5 else n / max(n - 1, 1)  # the mean's and the variance's calls
+    return [values(rng, n, kind), values(rng, n, kind), n, _MOMENTA[int(rng.integers(0, len(_MOMENTA)))], factor]
+
+
+_add(PrimitiveInfo(
+    "running_stat_update", _running_stat_update, 1, kinds=SUM_KINDS, max_dim=64,
+    edge_cases=[
+        [np.zeros(0, F32), np.zeros(0, F32), 0, 0.1, 1.0],
+        [f32(1, np.nan, np.inf, -2), f32(np.inf, 3, 1, np.nan), 4, 0.1, 4 / 3],
+        [f32(1e-38, -1e-39, 3e38), f32(1e-40, 5e-39, 3e38), 3, 0.1, 1.0],   # subnormal products; no overflow
+        [f32(0.3, -7.5), f32(2.25, 1e20), 2, 0.1, 64 / 63],
+    ]))

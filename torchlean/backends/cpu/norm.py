@@ -38,7 +38,7 @@ _CHUNK_ELEMS = 1 << 14  # layer_norm_bwd: rows per partial column sum ~ this man
 _PAR_MIN = 1 << 20
 _RA = {"reassoc", "contract"}  # sums vectorize; never assumes finite values
 
-__all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer"]
+__all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer", "running_stat_update"]
 
 _ONE = np.ones(1, F32)  # stands for an absent gamma / beta (never read)
 
@@ -339,3 +339,10 @@ def batch_norm_infer(x, mean, var, gamma, beta, batch, channels, inner, eps):
     else:
         _bn_infer_serial(*args)
     return y
+
+
+# -- running statistics ---------------------------------------------------------------------------------
+def running_stat_update(running, stat, n, keep, momentum, factor):
+    # float32 NumPy arithmetic, one rounding per operation, in the order of the primitive's formula.
+    with np.errstate(all="ignore"):
+        return running * F32(keep) + F32(momentum) * (stat * F32(factor))

@@ -47,6 +47,7 @@ from functools import lru_cache
 
 import cupy
 import numpy as np
+from cupy.cuda.function import CPointer
 
 from .kernels import BLOCK, I64, empty, grid_for, kernel, sm_count
 
@@ -94,16 +95,37 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+class _Geometry:
+    """A TlConvGeom, built once per shape (``_geom`` caches it): ``arr`` holds its bytes and ``arg``
+    passes them to a kernel by value. ``arg`` is a CuPy CPointer to those bytes: handed the
+    structured array itself, CuPy rebuilds its __array_interface__ (the dtype's descr) on every
+    launch, about 15 us of host time."""
+
+    __slots__ = ("arr", "arg", "_fits")
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self.arr = arr
+        self.arg = CPointer(arr.ctypes.data)  # arr lives as long as this object (the cache holds it)
+        self._fits: dict[tuple[int, int], bool] = {}
+
+    def fits32(self, nb: int, c: int) -> bool:
+        key = (nb, c)
+        hit = self._fits.get(key)
+        if hit is None:
+            hit = self._fits[key] = _fits32(self.arr, nb, c)
+        return hit
+
+
 @lru_cache(maxsize=1024)
-def _geom(spatial: tuple, out: tuple, kernel_: tuple, stride: tuple, padding: tuple) -> np.ndarray:
-    """The geometry as a 0-d structured array: CuPy passes a size-one NumPy array by value."""
+def _geom(spatial: tuple, out: tuple, kernel_: tuple, stride: tuple, padding: tuple) -> _Geometry:
+    """The geometry of one shape as a _Geometry (the 0-d structured array and its kernel argument)."""
     r = len(spatial)
     g = np.zeros((), dtype=_GEOM)
     g["r"], g["S"], g["P"], g["K"] = r, math.prod(spatial), math.prod(out), math.prod(kernel_)
     for name, dims in (("inp", spatial), ("out", out), ("k", kernel_), ("s", stride), ("p", padding)):
         g[name][:r] = dims
     g.flags.writeable = False
-    return g
+    return _Geometry(g)
 
 
 def _out_dims(spatial, kernel_, stride, padding) -> tuple:
@@ -154,17 +176,17 @@ def _fits32(g, nb: int, c: int) -> bool:
     return max(c * K * nb * P, nb * c * S + off) <= _INT32_MAX
 
 
-def _im2col(x, cols, g, nb: int, c: int, rank: int, p: int) -> None:
-    if _FAST_IM2COL and rank <= 3 and _fits32(g, nb, c):
+def _im2col(x, cols, g: _Geometry, nb: int, c: int, rank: int, p: int) -> None:
+    if _FAST_IM2COL and rank <= 3 and g.fits32(nb, c):
         v = 4 if (nb * p) % 4 == 0 else 1
-        _launch(f"tl_conv_im2col_fast_r{rank}v{v}", _grid2(nb * p // v, c), (x, cols, g, np.int32(nb), np.int32(c)))
+        _launch(f"tl_conv_im2col_fast_r{rank}v{v}", _grid2(nb * p // v, c), (x, cols, g.arg, np.int32(nb), np.int32(c)))
         return
-    _launch(f"tl_conv_im2col_{_SUFFIX.get(rank, 'rn')}", _grid2(nb * p, c), (x, cols, g, I64(nb), I64(c)))
+    _launch(f"tl_conv_im2col_{_SUFFIX.get(rank, 'rn')}", _grid2(nb * p, c), (x, cols, g.arg, I64(nb), I64(c)))
 
 
-def _col2im(dcols, dx, bias, g, nb: int, c: int, rank: int, s: int) -> None:
+def _col2im(dcols, dx, bias, g: _Geometry, nb: int, c: int, rank: int, s: int) -> None:
     _launch(f"tl_conv_col2im_{_SUFFIX.get(rank, 'rn')}", _grid2(nb * s, _cdiv(c, _CHANNEL_GROUP)),
-            (dcols, dx, bias, g, I64(nb), I64(c)))
+            (dcols, dx, bias, g.arg, I64(nb), I64(c)))
 
 
 def _swap01(src, dst, bias, a0: int, a1: int, length: int) -> None:

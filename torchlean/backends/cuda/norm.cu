@@ -612,3 +612,12 @@ extern "C" __global__ void tl_bn_bwd_apply_cols(const float* x, const float* dy,
                                                 long long B, long long C, long long I, float* out) {
     bn_apply_cols<true>(x, dy, coef, B, C, I, out);
 }
+
+// Batch norm's running statistics: out = fl(fl(r keep) + fl(m fl(s f))), each product and the sum
+// rounded once (no FMA: the module is compiled with --fmad=false), as the CPU computes it.
+extern "C" __global__ void tl_running_stat_update(const float* __restrict__ running, const float* __restrict__ stat,
+                                                  long long n, float keep, float m, float f,
+                                                  float* __restrict__ out) {
+    for (long long i = TL_TID; i < n; i += TL_STRIDE) out[i] = __fadd_rn(__fmul_rn(running[i], keep),
+                                                                      __fmul_rn(m, __fmul_rn(stat[i], f)));
+}

@@ -28,7 +28,7 @@ import numpy as np
 
 from .kernels import BLOCK, F32, I64, empty, grid_for, kernel, sm_count
 
-__all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer"]
+__all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer", "running_stat_update"]
 
 _FILE = "norm.cu"
 _NULL = np.uint64(0)  # a NULL device pointer, passed by value: gamma or beta absent
@@ -191,3 +191,11 @@ def batch_norm_infer(x, mean, var, gamma, beta, batch, channels, inner, eps):
             (mean, var, _p(gamma), _p(beta), I64(channels), F32(eps), coef))
     _apply("tl_bn_apply", (x,), coef, batch, channels, inner, y)
     return y
+
+
+def running_stat_update(running, stat, n, keep, momentum, factor):
+    out = empty(n)
+    if n:
+        _launch("tl_running_stat_update", grid_for(n), BLOCK,
+                (running, stat, I64(n), F32(keep), F32(momentum), F32(factor), out))
+    return out

@@ -188,6 +188,67 @@ __device__ void cols_finish(const typename Op::T* __restrict__ partials, long lo
     }
 }
 
+// inner > 1, short axis (one launch, no partials): block b owns a 32-wide tile of columns of one
+// o; its warps split the axis (warp w takes l = w, w + nwarps, ...; lane i is column i of the
+// tile, so a warp reads 128 contiguous bytes), and warp 0 adds the nwarps partials in warp order.
+#define TL_TILE_WARPS 32
+template <class Op>
+__device__ void cols_tile(const float* __restrict__ x, long long outer, long long len, long long inner,
+                          float* __restrict__ out) {
+    __shared__ typename Op::T part[TL_TILE_WARPS][33];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    long long tiles = (inner + 31) >> 5;
+    for (long long b = blockIdx.x; b < outer * tiles; b += gridDim.x) {
+        long long o = b / tiles, i = ((b - o * tiles) << 5) + lane;
+        typename Op::T acc = Op::init();
+        if (i < inner) {
+            const float* p = x + o * len * inner + i;
+            long long l = warp;
+            for (; l + 3 * nwarps < len; l += 4 * nwarps) {  // four loads in flight, added in order
+                float v0 = p[l * inner], v1 = p[(l + nwarps) * inner];
+                float v2 = p[(l + 2 * nwarps) * inner], v3 = p[(l + 3 * nwarps) * inner];
+                acc = Op::step(Op::step(Op::step(Op::step(acc, v0), v1), v2), v3);
+            }
+            for (; l < len; l += nwarps) acc = Op::step(acc, p[l * inner]);
+        }
+        part[warp][lane] = acc;
+        __syncthreads();
+        if (warp == 0 && i < inner) {
+            typename Op::T r = part[0][lane];
+            for (int w = 1; w < nwarps; ++w) r = Op::comb(r, part[w][lane]);
+            out[o * inner + i] = Op::fin(r);
+        }
+        __syncthreads();
+    }
+}
+
+// (A, B, C) summed over A and C: out[b] (a per-channel sum such as a conv bias gradient), one
+// launch. Block b owns channel b: warp w walks rows a = w, w + nwarps, ... (each a contiguous run
+// of C floats, as float4 when vec), lanes striding the run; then a block tree. The order of the
+// adds depends on the shape and the block size alone.
+extern "C" __global__ void tl_sum_outer_inner(const float* __restrict__ x, long long A, long long B,
+                                              long long C, int vec, float* __restrict__ out) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    for (long long b = blockIdx.x; b < B; b += gridDim.x) {
+        double acc = 0.0;
+        for (long long a = warp; a < A; a += nwarps) {
+            const float* row = x + (a * B + b) * C;
+            if (vec) {
+                const float4* r4 = reinterpret_cast<const float4*>(row);
+                for (long long j = lane; j < (C >> 2); j += 32) {
+                    float4 v = r4[j];
+                    acc += ((double)v.x + v.y) + ((double)v.z + v.w);
+                }
+            } else {
+                for (long long j = lane; j < C; j += 32) acc += (double)row[j];
+            }
+        }
+        acc = block_reduce<SumOp>(acc);
+        if (threadIdx.x == 0) out[b] = (float)acc;
+        __syncthreads();
+    }
+}
+
 #define TL_STRIDED(SUFFIX, OP)                                                                   \
 extern "C" __global__ void tl_rows_warp_##SUFFIX(const float* x, long long outer, long long len, \
                                                  float* out) {                                   \
@@ -208,6 +269,10 @@ extern "C" __global__ void tl_cols_##SUFFIX(const float* x, long long outer, lon
 extern "C" __global__ void tl_cols_finish_##SUFFIX(const OP::T* partials, long long oi,         \
                                                    long long split, float* out) {                \
     cols_finish<OP>(partials, oi, split, out);                                                   \
+}                                                                                                \
+extern "C" __global__ void tl_cols_tile_##SUFFIX(const float* x, long long outer, long long len, \
+                                                 long long inner, float* out) {                  \
+    cols_tile<OP>(x, outer, len, inner, out);                                                    \
 }
 
 TL_STRIDED(sum, SumOp)

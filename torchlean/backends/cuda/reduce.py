@@ -28,6 +28,8 @@ _ROW_CHUNK = 4096            # a block's share of a long row when rows are too f
 _TARGET_BLOCKS = 1024
 _TARGET_THREADS = 1 << 18
 _ACC = {"sum": np.float64, "max": np.float32}
+_TILE_MAX_LEN = 8192         # inner > 1: an axis up to this long is one tl_cols_tile launch (no partials)
+_OUTER_INNER_MAX = 1 << 18   # (A, B, C) -> B in one launch when a block's A*C elements are at most this
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -92,6 +94,13 @@ def strided_reduce(x, outer: int, length: int, inner: int, op: str = "sum"):
         return out
     split = 1
     if n_out < _TARGET_THREADS // 4 and length >= 64:
+        if length <= _TILE_MAX_LEN:
+            # One launch: a block per 32 columns, its warps splitting the axis (the warp count
+            # depends on the length alone, so the order of the adds is fixed by the shape).
+            warps = min(32, _cdiv(length, 8))
+            kernel(_FILE, f"tl_cols_tile_{op}")((min(outer * _cdiv(inner, 32), 65535),), (32 * warps,), (
+                x, I64(outer), I64(length), I64(inner), out))
+            return out
         split = max(1, min(_cdiv(length, 64), _cdiv(_TARGET_THREADS, n_out)))
     chunk = _cdiv(length, split)
     partials = cupy.empty(n_out * split, dtype=_ACC[op]) if split > 1 else out
@@ -127,7 +136,8 @@ def reduce_sum_axis(b, dims, axis):
 
 @lru_cache(maxsize=1024)
 def _broadcast_adjoint_plan(in_dims: tuple, out_dims: tuple, axis_map: tuple) -> tuple:
-    """The (outer, length, inner) strided sums, and the final permutation (or None), once per shape."""
+    """The (outer, length, inner) strided sums, the final permutation (or None), and the (A, B, C)
+    of a one-launch per-channel sum (or None), once per shape."""
     aligned = [1 if a == 0 else in_dims[a - 1] for a in axis_map]
     # Runs of adjacent output axes that are all reduced or all kept; axes of size 1 vanish.
     groups: list[list] = []  # [size, reduced]
@@ -151,12 +161,26 @@ def _broadcast_adjoint_plan(in_dims: tuple, out_dims: tuple, axis_map: tuple) ->
     perm = None
     if order != tuple(range(len(used))):
         perm = (tuple(aligned[j] for j, a in enumerate(axis_map) if a != 0), order)
-    return tuple(steps), perm
+    # Summed axes on both sides of one kept run, (A, B, C) -> B (a per-channel sum such as a conv
+    # bias gradient): one tl_sum_outer_inner launch instead of a pass per side.
+    direct = None
+    if perm is None and len(steps) == 2 and steps[0][2] == 1 and steps[1][0] == 1:
+        (ab, c, _), (_, a, b) = steps
+        if c >= 32 and a * c <= _OUTER_INNER_MAX:  # rows of at least a warp's width
+            direct = (a, b, c)
+    return tuple(steps), perm, direct
 
 
 def reduce_from_broadcast(dout, in_dims, out_dims, axis_map):
     """Sum dout over the broadcast axes (one strided pass per run of them), then undo any permutation."""
-    steps, perm = _broadcast_adjoint_plan(tuple(in_dims), tuple(out_dims), tuple(axis_map))
+    steps, perm, direct = _broadcast_adjoint_plan(tuple(in_dims), tuple(out_dims), tuple(axis_map))
+    if direct is not None:
+        a, b, c = direct
+        out = empty(b)
+        if b:
+            vec = np.int32(c % 4 == 0 and dout.data.ptr % 16 == 0)
+            kernel(_FILE, "tl_sum_outer_inner")((min(b, 65535),), (1024,), (dout, I64(a), I64(b), I64(c), vec, out))
+        return out
     d = dout
     for outer, length, inner in steps:
         d = strided_reduce(d, outer, length, inner, "sum")
