@@ -145,6 +145,24 @@ def test_separate_bwd_components_equal_fused(device):
     dk, dv = P.flash_attention_bwd_kv(*bufs)
     np.testing.assert_array_equal(P.flash_attention_bwd_k(*bufs).to_numpy(), dk.to_numpy())
     np.testing.assert_array_equal(P.flash_attention_bwd_v(*bufs).to_numpy(), dv.to_numpy())
+    dq3, dk3, dv3 = P.flash_attention_bwd(*bufs)  # all three in one call: the same bits
+    np.testing.assert_array_equal(dq3.to_numpy(), P.flash_attention_bwd_q(*bufs).to_numpy())
+    np.testing.assert_array_equal(dk3.to_numpy(), dk.to_numpy())
+    np.testing.assert_array_equal(dv3.to_numpy(), dv.to_numpy())
+
+
+def test_vjp_takes_one_backward_call_when_q_k_v_all_need_grads(monkeypatch):
+    calls = []
+    for name in ("flash_attention_bwd", "flash_attention_bwd_q", "flash_attention_bwd_kv"):
+        real = getattr(P, name)
+        monkeypatch.setattr(P, name, lambda *a, _n=name, _r=real: calls.append(_n) or _r(*a))
+    q, k, v = (tl.randn(2, 5, 8, requires_grad=True) for _ in range(3))
+    tl.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+    assert calls == ["flash_attention_bwd"]
+    calls.clear()
+    k2, v2 = k.detach(), v.detach()
+    tl.nn.functional.scaled_dot_product_attention(q, k2, v2).sum().backward()
+    assert calls == ["flash_attention_bwd_q"]
 
 
 # -- the CPU kernels' two paths for short sequences ------------------------------------------------
@@ -353,7 +371,7 @@ def test_contract_catches_wrong_kernel(monkeypatch, name, fake, args):
 
 def test_contract_statements_exist():
     for n in ("flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
-              "flash_attention_bwd_kv"):
+              "flash_attention_bwd_kv", "flash_attention_bwd"):
         assert contract.CONTRACTS[n].statement
 
 

@@ -171,6 +171,10 @@ def _bwd_kv_bound(ref, *args, xp=np):
     return _bwd_k_bound(ref[0], *args, xp=xp), _bwd_v_bound(ref[1], *args, xp=xp)
 
 
+def _bwd_bound(ref, *args, xp=np):
+    return _bwd_q_bound(ref[0], *args, xp=xp), _bwd_k_bound(ref[1], *args, xp=xp), _bwd_v_bound(ref[2], *args, xp=xp)
+
+
 bwd_q_bound, bwd_k_bound, bwd_v_bound, bwd_kv_bound = _bwd_q_bound, _bwd_k_bound, _bwd_v_bound, _bwd_kv_bound
 
 _FWD = ("(out, lse): eta_ij = gamma(d+4)|scale| sum_k|q_ik k_jk| + 4u(|s'| + |mask|) + 2u|s' - m| + "
@@ -190,3 +194,5 @@ _register("flash_attention_bwd_v", "dV = P^T dout: |err| <= ((eta^b P)^T|dout| +
           "u|dV| + TINY(n_q+1); " + _BWD_COMMON, _bwd_v_bound)
 _register("flash_attention_bwd_kv", "(dK, dV): the bounds of flash_attention_bwd_k and flash_attention_bwd_v",
           _bwd_kv_bound)
+_register("flash_attention_bwd", "(dQ, dK, dV): the bounds of flash_attention_bwd_q, _bwd_k and _bwd_v",
+          _bwd_bound)

@@ -114,6 +114,8 @@ def _record(op: str, q: Tensor, k: Tensor, v: Tensor, out_shape, mask_b, mode, l
     def vjp(g: Buffer):
         dq = dk = dv = None
         args = (qb, kb, vb, mask_b, out_b, lse_b, g, batch, n_q, n_k, d, scale, causal, mode, layout)
+        if need_q and need_kv:
+            return P.flash_attention_bwd(*args)
         if need_q:
             dq = P.flash_attention_bwd_q(*args)
         if need_kv:

@@ -35,7 +35,7 @@ from .checks import check_buffer, check_product, check_scalar, check_u32, check_
 from .primitives import _run, _wrap
 
 __all__ = ["flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
-           "flash_attention_bwd_kv"]
+           "flash_attention_bwd_kv", "flash_attention_bwd"]
 
 MASK_MODES = ("none", "fill", "hard", "add")
 
@@ -117,3 +117,5 @@ flash_attention_bwd_q = _bwd("flash_attention_bwd_q", "dq = scale dS k (batch, n
 flash_attention_bwd_k = _bwd("flash_attention_bwd_k", "dk = scale dS^T q (batch, n_k, d).", 1)
 flash_attention_bwd_v = _bwd("flash_attention_bwd_v", "dv = P^T dout (batch, n_k, d).", 1)
 flash_attention_bwd_kv = _bwd("flash_attention_bwd_kv", "(dk, dv) in one pass over the tiles.", 2)
+flash_attention_bwd = _bwd("flash_attention_bwd", "(dq, dk, dv): bwd_q and bwd_kv in one call (D = rowsum(dout out) "
+                           "computed once).", 3)

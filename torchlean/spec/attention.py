@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
-           "flash_attention_bwd_kv"]
+           "flash_attention_bwd_kv", "flash_attention_bwd"]
 
 FILL = -1000.0
 
@@ -149,3 +149,8 @@ def flash_attention_bwd_v(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, sca
 def flash_attention_bwd_kv(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
     _, dk, dv = _grads(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
     return dk.reshape(-1), dv.reshape(-1)
+
+
+def flash_attention_bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    dq, dk, dv = _grads(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
+    return dq.reshape(-1), dk.reshape(-1), dv.reshape(-1)

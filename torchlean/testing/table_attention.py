@@ -15,7 +15,8 @@ from .primitive_table import SUM_KINDS, PrimitiveInfo, _add
 F32 = np.float32
 MODES = ("none", "fill", "hard", "add")
 FWD = "flash_attention_fwd"
-BWD = ("flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v", "flash_attention_bwd_kv")
+BWD = ("flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v", "flash_attention_bwd_kv",
+       "flash_attention_bwd")
 
 
 def _vals(rng, n, kind):

@@ -43,7 +43,7 @@ from .classify import _exp32
 from .conv import _over_images
 
 __all__ = ["flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
-           "flash_attention_bwd_kv"]
+           "flash_attention_bwd_kv", "flash_attention_bwd"]
 
 F32 = np.float32
 TQ = 256   # query rows per tile
@@ -583,6 +583,10 @@ def flash_attention_bwd_kv(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, sc
 
     _run_items(_items(batch, n_k, TK, pr.chunk()), 8 * batch * n_q * n_k * d, tile)
     return dk.reshape(-1), dv.reshape(-1)
+
+
+def flash_attention_bwd(*args):
+    return (flash_attention_bwd_q(*args), *flash_attention_bwd_kv(*args))
 
 
 def flash_attention_bwd_k(*args):

@@ -10,7 +10,8 @@
   or by assigning the module attributes, so one GPU run can A/B them.
 * backward: D = rowsum(dout * out) (tl_attn_rowdot, batch*n_q floats), then tl_attn_bwd_q_d* (a
   block per query tile, looping over key tiles) and/or tl_attn_bwd_kv_d* (a block per key tile,
-  looping over query tiles). bwd_k and bwd_v run the fused kv kernel and drop one output.
+  looping over query tiles). bwd_k and bwd_v run the fused kv kernel and drop one output;
+  flash_attention_bwd runs both kernels after one rowdot (three launches for dq, dk, dv).
 Extra device memory: the outputs, lse and D: O(n d). Every element is produced by one block in a
 fixed order: deterministic in both reduction modes, no atomics. Mask mode "none" passes a null
 mask pointer that the kernels never read.
@@ -27,7 +28,7 @@ from cupy.cuda import driver
 from .kernels import BLOCK, F32, I64, empty, grid_for, kernel, sm_count
 
 __all__ = ["flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
-           "flash_attention_bwd_kv"]
+           "flash_attention_bwd_kv", "flash_attention_bwd"]
 
 _FILE = "attention.cu"
 _NT = 128
@@ -35,7 +36,6 @@ _LD = 68
 _TILE = 64
 _GENERIC_MAX_D = 1024
 _MODES = {"none": 0, "fill": 1, "hard": 2, "add": 3}
-_configured: set = set()
 FWD_KERNEL = int(os.environ.get("TORCHLEAN_ATTN_FWD", "2"))
 VEC_LOADS = os.environ.get("TORCHLEAN_ATTN_VEC", "1") != "0"
 _FWD2_RT = {32: 8, 64: 8, 128: 4}  # rows per thread of tl_attn_fwd2_d*: BR = 16 RT query rows per block
@@ -63,24 +63,32 @@ def _smem(kind: str, dp: int) -> int:
     return 4 * (4 * dp * _LD + 2 * 64 * _LD + 128)
 
 
+_tiled_cache: dict[tuple[int, str, int], tuple] = {}
+
+
 def _tiled(kind: str, dp: int):
-    name = {"fwd": "tl_attn_fwd_d", "fwd2": "tl_attn_fwd2_d", "q": "tl_attn_bwd_q_d",
-            "kv": "tl_attn_bwd_kv_d"}[kind] + str(dp)
-    fn = kernel(_FILE, name)
-    smem = _smem(kind, dp)
-    key = (cupy.cuda.runtime.getDevice(), name)
-    if key not in _configured:
+    """(kernel, dynamic shared memory bytes) of a tiled kernel on the current device, configured once."""
+    key = (cupy.cuda.runtime.getDevice(), kind, dp)
+    hit = _tiled_cache.get(key)
+    if hit is None:
+        name = {"fwd": "tl_attn_fwd_d", "fwd2": "tl_attn_fwd2_d", "q": "tl_attn_bwd_q_d",
+                "kv": "tl_attn_bwd_kv_d"}[kind] + str(dp)
+        fn = kernel(_FILE, name)
+        smem = _smem(kind, dp)
         if smem > 48 * 1024:
             driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
-        _configured.add(key)
-    return fn, smem
+        hit = _tiled_cache[key] = (fn, smem)
+    return hit
+
+
+# The mask arguments when no mask is read (mode "none"), per causal flag: built once.
+_NO_MASK = {c: (np.uintp(0), I64(1), I64(0), I64(0), I64(0), I64(0), np.int32(0), np.int32(1 if c else 0))
+            for c in (False, True)}
 
 
 def _mask_args(mask, mode, layout, causal):
     if mode == "none" or mask is None:
-        heads, s_n, s_h, s_q, s_k = 1, 0, 0, 0, 0
-        ptr = np.uintp(0)
-        m = 0
+        return _NO_MASK[bool(causal)]
     else:
         heads, s_n, s_h, s_q, s_k = layout
         ptr = mask
@@ -135,12 +143,11 @@ def _rowdot(dout, out, rows, d):
 
 
 def _bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, want_q, want_kv):
-    dq = dk = dv = None
-    if want_q:
-        dq = cupy.zeros(batch * n_q * d, dtype=cupy.float32)
-    if want_kv:
-        dk = cupy.zeros(batch * n_k * d, dtype=cupy.float32)
-        dv = cupy.zeros(batch * n_k * d, dtype=cupy.float32)
+    # The kernels write every element of their outputs (a row with no allowed key gets 0), so only
+    # a problem with no terms needs zeros.
+    alloc = empty if batch * n_q * n_k * d else (lambda n: cupy.zeros(n, dtype=cupy.float32))
+    dq = alloc(batch * n_q * d) if want_q else None
+    dk, dv = (alloc(batch * n_k * d), alloc(batch * n_k * d)) if want_kv else (None, None)
     if batch * n_q * n_k * d == 0:
         return dq, dk, dv
     _check_d(d)
@@ -173,6 +180,10 @@ def _bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_
 
 def flash_attention_bwd_q(*args):
     return _bwd(*args, True, False)[0]
+
+
+def flash_attention_bwd(*args):
+    return _bwd(*args, True, True)
 
 
 def flash_attention_bwd_kv(*args):

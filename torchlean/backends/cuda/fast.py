@@ -33,6 +33,7 @@ _INT_MAX = 2**31 - 1
 _N, _T = 0, 1             # cublasOperation_t
 _ONE64 = np.ones(1, dtype=np.float64)
 _ZERO64 = np.zeros(1, dtype=np.float64)
+_ONE64_PTR, _ZERO64_PTR = _ONE64.ctypes.data, _ZERO64.ctypes.data  # read once (ndarray.ctypes is slow)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -56,9 +57,21 @@ def _dgemm(a64, b64, m, k, n, trans_a, trans_b, name):
     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
     # Column-major view: C^T (n, m) = op(B)^T op(A)^T, so B goes first (as linalg.gemm).
     cublas.dgemm(handle, _T if trans_b else _N, _T if trans_a else _N, n, m, k,
-                 _ONE64.ctypes.data, b64.data.ptr, ldb, a64.data.ptr, lda,
-                 _ZERO64.ctypes.data, c.data.ptr, n)
+                 _ONE64_PTR, b64.data.ptr, ldb, a64.data.ptr, lda,
+                 _ZERO64_PTR, c.data.ptr, n)
     return c
+
+
+def _linalg():
+    # Imported on first use (linalg loads cuBLAS, which this module's import must not), then a global.
+    global _LINALG
+    if _LINALG is None:
+        from . import linalg
+        _LINALG = linalg
+    return _LINALG
+
+
+_LINALG = None
 
 
 def _bias_rows(bias, m, n):
@@ -82,10 +95,8 @@ def fast_gemm(a, b, bias, m, k, n, trans_a, trans_b, fp64):
     if k == 0:
         return cupy.zeros(m * n, dtype=cupy.float32) if bias is None else _bias_rows(bias, m, n)
     if not fp64:
-        from .linalg import gemm
-
-        out = gemm(a, b, empty(m * n), m, n, k, m if trans_a else k, k if trans_b else n, n,
-                   trans_a=bool(trans_a), trans_b=bool(trans_b), name="fast_gemm")
+        out = _linalg().gemm(a, b, empty(m * n), m, n, k, m if trans_a else k, k if trans_b else n, n,
+                             trans_a=bool(trans_a), trans_b=bool(trans_b), name="fast_gemm")
         if bias is not None:
             kernel(_FILE, "tl_add_bias_rows")((grid_for(m * n),), (BLOCK,), (out, bias, I64(m), I64(n)))
         return out

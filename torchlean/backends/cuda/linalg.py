@@ -16,6 +16,8 @@ __all__ = ["bmm", "bmm_nt", "bmm_tn"]  # primitives; gemm is a helper for other 
 
 _ONE = np.ones(1, dtype=np.float32)
 _ZERO = np.zeros(1, dtype=np.float32)
+# Host addresses of the scalars, read once: ndarray.ctypes builds a new object per access (~1 us).
+_ONE_PTR, _ZERO_PTR = _ONE.ctypes.data, _ZERO.ctypes.data
 _R_32F = 0                      # cudaDataType CUDA_R_32F
 _COMPUTE_32F = 68               # cublasComputeType_t CUBLAS_COMPUTE_32F: true float32 FMAs
 _COMPUTE_32F_FAST_TF32 = 77     # CUBLAS_COMPUTE_32F_FAST_TF32: tensor cores, TF32 inputs
@@ -39,10 +41,10 @@ def _gemm(a, b, batch, m, n, p, op_b, ld_b, op_a, ld_a, name):
     cublas.setMathMode(handle, _DEFAULT_MATH)  # a TF32 math mode left by other code would override 32F
     cublas.gemmStridedBatchedEx(
         handle, op_b, op_a, p, m, n,
-        _ONE.ctypes.data,
+        _ONE_PTR,
         b.data.ptr, _R_32F, ld_b, n * p,
         a.data.ptr, _R_32F, ld_a, m * n,
-        _ZERO.ctypes.data,
+        _ZERO_PTR,
         c.data.ptr, _R_32F, p, m * p,
         batch, _COMPUTE_32F_FAST_TF32 if allow_tf32() else _COMPUTE_32F, _GEMM_DEFAULT)
     return c
@@ -88,7 +90,7 @@ def gemm(a, b, c, m, n, k, lda, ldb, ldc, trans_a=False, trans_b=False, batch=1,
     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
     cublas.setMathMode(handle, _DEFAULT_MATH)
     compute = _COMPUTE_32F_FAST_TF32 if allow_tf32() else _COMPUTE_32F
-    beta_ptr = (_ONE if beta else _ZERO).ctypes.data
+    beta_ptr = _ONE_PTR if beta else _ZERO_PTR
     # Column-major view: C_i^T (n, m) = op(B_i)^T op(A_i)^T, so B goes first; a row-major matrix
     # with row stride ld is its transpose, column-major with leading dim ld.
     op_b, op_a = (_T if trans_b else _N), (_T if trans_a else _N)
@@ -97,7 +99,7 @@ def gemm(a, b, c, m, n, k, lda, ldb, ldc, trans_a=False, trans_b=False, batch=1,
         nb = min(_MAX_BATCH, batch - i0)
         cublas.gemmStridedBatchedEx(
             handle, op_b, op_a, n, m, k,
-            _ONE.ctypes.data,
+            _ONE_PTR,
             pb + 4 * i0 * stride_b, _R_32F, ldb, stride_b,
             pa + 4 * i0 * stride_a, _R_32F, lda, stride_a,
             beta_ptr,

@@ -78,6 +78,14 @@ def layer_norm(x, gamma, beta, rows, cols, eps):
     return y, mean, var
 
 
+def _parts(nparts: int, cols: int):
+    """The (2, nparts, cols) float32 partials of dgamma and dbeta as one allocation and the address
+    of its second half (a raw pointer argument: slicing a CuPy array costs microseconds per call);
+    the allocation outlives the launches that use it (CuPy's pool frees in stream order)."""
+    part = empty(2 * nparts * cols)
+    return part, np.uint64(part.data.ptr + 4 * nparts * cols)
+
+
 def layer_norm_bwd(x, gamma, mean, var, dy, rows, cols, eps):
     dx = empty(rows * cols)
     if rows * cols == 0:
@@ -87,24 +95,24 @@ def layer_norm_bwd(x, gamma, mean, var, dy, rows, cols, eps):
     if cols <= _LNB_WARP_COLS:
         groups = min(rows, _LNB_MAX_WARPS)
         nparts = _cdiv(groups, 8)
-        part = cupy.empty((2, nparts, cols), dtype=cupy.float32)
-        _launch("tl_ln_bwd_warp", nparts, 256, common + (I64(groups), dx, part[0], part[1]))
+        part, part1 = _parts(nparts, cols)
+        _launch("tl_ln_bwd_warp", nparts, 256, common + (I64(groups), dx, part, part1))
     elif cols <= _LNB_BLOCK_COLS:
         per = 4 if cols <= 1024 else 8 if cols <= 2048 else 16
         vec = "_v" if cols % 4 == 0 and _aligned(x, dy, dx) else ""
         nparts = min(rows, _LNB_MAX_BLOCKS)
-        part = cupy.empty((2, nparts, cols), dtype=cupy.float32)
-        _launch(f"tl_ln_bwd_block{per}{vec}", nparts, 256, common + (dx, part[0], part[1]))
+        part, part1 = _parts(nparts, cols)
+        _launch(f"tl_ln_bwd_block{per}{vec}", nparts, 256, common + (dx, part, part1))
     else:
         _launch("tl_ln_bwd_rows", min(rows, sm_count() * 4), 512, common + (dx,))
         nparts = max(1, min(rows, _cdiv(_BN_TARGET_THREADS, cols)))
         chunk = _cdiv(rows, nparts)
         nparts = _cdiv(rows, chunk)
-        part = cupy.empty((2, nparts, cols), dtype=cupy.float32)
+        part, part1 = _parts(nparts, cols)
         _launch("tl_ln_bwd_cols", grid_for(nparts * cols), BLOCK,
-                (x, mean, var, dy, I64(rows), I64(cols), F32(eps), I64(nparts), I64(chunk), part[0], part[1]))
+                (x, mean, var, dy, I64(rows), I64(cols), F32(eps), I64(nparts), I64(chunk), part, part1))
     _launch("tl_norm_colsum2", (min(_cdiv(cols, 32), 4096), 2), 256,
-            (part[0], part[1], I64(nparts), I64(cols), dgamma, dbeta))
+            (part, part1, I64(nparts), I64(cols), dgamma, dbeta))
     return dx, dgamma, dbeta
 
 
