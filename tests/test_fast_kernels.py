@@ -518,3 +518,39 @@ def test_cuda_tensors_without_use_gpu_is_a_device_error(cuda_device):
     with tl.options(use_gpu=True):
         with pytest.raises(DeviceError, match="one device"):
             ops.matmul_fast(a, tl.randn(3, 2))
+
+
+# -- linear_bwd ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("rows, n_in, n_out", [(7, 5, 3), (300, 16, 33), (9000, 4, 2)])
+def test_linear_bwd_is_the_three_products_bitwise(device, rows, n_in, n_out):
+    """One call, the bits of bmm, bmm_tn and reduce_sum_axis0 (both sides of the CUDA column-sum
+    paths: 300 rows take the one-launch tile, 9000 the partials)."""
+    rng = np.random.default_rng(rows)
+    g, x, w = (up(rng.standard_normal(n).astype(np.float32), device)
+               for n in (rows * n_out, rows * n_in, n_out * n_in))
+    dx, dw, db = P.linear_bwd(g, x, w, rows, n_in, n_out)
+    for got, want in ((dx, P.bmm(g, w, 1, rows, n_out, n_in)), (dw, P.bmm_tn(g, x, 1, n_out, rows, n_in)),
+                      (db, P.reduce_sum_axis0(g, rows, n_out))):
+        assert np.array_equal(got.to_numpy().view(np.uint32), want.to_numpy().view(np.uint32))
+
+
+def test_linear_vjp_uses_one_linear_bwd_call(monkeypatch):
+    calls = []
+    for name in ("linear_bwd", "bmm", "bmm_tn", "reduce_sum_axis0"):
+        real = getattr(P, name)
+        monkeypatch.setattr(P, name, lambda *a, _n=name, _r=real: calls.append(_n) or _r(*a))
+    lin = tl.nn.Linear(4, 3)
+    x = tl.randn(5, 4, requires_grad=True)
+    lin(x).sum().backward()
+    assert calls == ["linear_bwd"]
+    calls.clear()
+    lin(tl.randn(5, 4)).sum().backward()  # the input needs no gradient: dW and db alone
+    assert calls == ["bmm_tn", "reduce_sum_axis0"]
+
+
+def test_linear_bwd_errors():
+    b6 = up(np.zeros(6, np.float32))
+    with pytest.raises(ShapeError, match="linear_bwd.*w"):
+        P.linear_bwd(b6, b6, up(np.zeros(5, np.float32)), 2, 3, 3)
+    with pytest.raises(ShapeError, match="linear_bwd.*n_in"):
+        P.linear_bwd(b6, b6, b6, 2, -3, 3)

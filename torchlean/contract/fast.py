@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import U, _abs, _register, gamma
+from . import U, _abs, _register, _sum_bound, gamma
 
 __all__: list[str] = []
 
@@ -72,6 +72,16 @@ def _gemm_bound(ref, a, b, bias, m, k, n, trans_a, trans_b, fp64):
         return gamma(k + 1) * mag + (k + 1) * S
 
 
+def _linear_bwd_bound(ref, g, x, w, rows, n_in, n_out):
+    from .. import spec
+
+    ag, ax, aw = _abs(g), _abs(x), _abs(w)
+    with np.errstate(all="ignore"):
+        mdx, mdw, mdb = spec.linear_bwd(ag, ax, aw, rows, n_in, n_out)
+        # dx, dw: a GEMM each, in any order (bmm's bound); db: a column sum (reduce_sum_axis0's).
+        return gamma(n_out) * mdx + n_out * S, gamma(rows) * mdw + rows * S, _sum_bound(rows, mdb, ref[2])
+
+
 def _mse_fwd_bound(ref, input, target, n, mean):
     r = _abs(ref)
     with np.errstate(all="ignore"):
@@ -86,6 +96,10 @@ _register("fast_gemm",
           "fp32: |err| <= gamma(k+1) (|A||B| + |bias|) + (k+1) 2^-149 (any order); fp64: float64 GEMM and bias, "
           "one rounding: |err| <= u|ref| + 2 gamma64(k+1) (|A||B| + |bias|) (1+u) + 2^-149",
           _gemm_bound)
+_register("linear_bwd",
+          "(dx, dw, db) = (g W, g^T x, column sums of g): |err| <= gamma(n_out)|g||W| + n_out 2^-149, "
+          "gamma(rows)|g|^T|x| + rows 2^-149, gamma(rows-1) sum|g| + ulp/2 (bmm's, bmm_tn's and reduce_sum_axis0's bounds)",
+          _linear_bwd_bound)
 _register("mse_loss_fwd",
           "squares and sum in float64, one rounding: |err| <= u|ref| + gamma64(n+3) |ref| (1+u) + 2^-149",
           _mse_fwd_bound)

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from ..errors import ArgumentError, AxisError, ShapeError
 from .buffer import Buffer
 from .checks import (
+    U32_LIMIT,
     check_buffer,
     check_dims,
     check_indices,
@@ -351,9 +352,17 @@ def transpose2d(b: Buffer, rows: int, cols: int) -> Buffer:
     return _wrap(b._ctx, _run("transpose2d", b._ctx, b.size, b._ctx.backend.transpose2d, b._data, r, c))
 
 
+def _bmm_dims(op: str, batch: Any, m: Any, n: Any, p: Any) -> tuple[int, int, int, int]:
+    # The hot path (every linear layer): four plain ints in range skip the per-argument checks.
+    if type(batch) is int and type(m) is int and type(n) is int and type(p) is int \
+            and 0 <= batch < U32_LIMIT and 0 <= m < U32_LIMIT and 0 <= n < U32_LIMIT and 0 <= p < U32_LIMIT:
+        return batch, m, n, p
+    return tuple(check_u32(op, k, v) for k, v in (("batch", batch), ("m", m), ("n", n), ("p", p)))  # type: ignore
+
+
 def bmm(a: Buffer, b: Buffer, batch: int, m: int, n: int, p: int) -> Buffer:
     """Batched matmul: (batch, m, n) @ (batch, n, p) -> (batch, m, p), row-major."""
-    bt, m_, n_, p_ = (check_u32("bmm", k, v) for k, v in (("batch", batch), ("m", m), ("n", n), ("p", p)))
+    bt, m_, n_, p_ = _bmm_dims("bmm", batch, m, n, p)
     check_buffer("bmm", "a", a, check_product("bmm", "batch*m*n", bt, m_, n_))
     check_buffer("bmm", "b", b, check_product("bmm", "batch*n*p", bt, n_, p_))
     ctx = same_device("bmm", a=a, b=b)
@@ -363,7 +372,7 @@ def bmm(a: Buffer, b: Buffer, batch: int, m: int, n: int, p: int) -> Buffer:
 
 def _bmm_variant(name: str, a_dims: tuple[str, str], b_dims: tuple[str, str], doc: str):
     def prim(a: Buffer, b: Buffer, batch: int, m: int, n: int, p: int) -> Buffer:
-        dims = {k: check_u32(name, k, v) for k, v in (("batch", batch), ("m", m), ("n", n), ("p", p))}
+        dims = dict(zip(("batch", "m", "n", "p"), _bmm_dims(name, batch, m, n, p)))
         bt = dims["batch"]
         check_buffer(name, "a", a, check_product(name, f"batch*{a_dims[0]}*{a_dims[1]}", bt, dims[a_dims[0]], dims[a_dims[1]]))
         check_buffer(name, "b", b, check_product(name, f"batch*{b_dims[0]}*{b_dims[1]}", bt, dims[b_dims[0]], dims[b_dims[1]]))

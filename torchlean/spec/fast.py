@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-__all__ = ["fast_gemm", "mse_loss_fwd", "mse_loss_bwd"]
+__all__ = ["fast_gemm", "linear_bwd", "mse_loss_fwd", "mse_loss_bwd"]
 
 F64 = np.float64
 
@@ -33,6 +33,19 @@ def fast_gemm(a, b, bias, m, k, n, trans_a, trans_b, fp64):
         if bias is not None:
             out = out + np.asarray(bias, dtype=F64).reshape(1, n)
     return np.ascontiguousarray(out, dtype=F64).reshape(-1)
+
+
+def linear_bwd(g, x, w, rows, n_in, n_out):
+    """(dx, dw, db) of y = x w^T + b: g (rows, n_out) w (n_out, n_in), g^T x (n_out, n_in) and the
+    column sums of g (n_out,), flat."""
+    G = np.asarray(g, dtype=F64).reshape(rows, n_out)
+    X = np.asarray(x, dtype=F64).reshape(rows, n_in)
+    W = np.asarray(w, dtype=F64).reshape(n_out, n_in)
+    with np.errstate(all="ignore"):
+        dx = np.einsum("ro,oi->ri", G, W, optimize=False) if n_out else np.zeros((rows, n_in))
+        dw = np.einsum("ro,ri->oi", G, X, optimize=False) if rows else np.zeros((n_out, n_in))
+        db = G.sum(axis=0)
+    return dx.reshape(-1), dw.reshape(-1), db
 
 
 def mse_loss_fwd(input, target, n, mean):

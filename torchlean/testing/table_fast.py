@@ -63,6 +63,25 @@ _add(PrimitiveInfo(
     exact_on_int=True, kinds=SUM_KINDS))
 
 
+def _linear_bwd(rng, d, kind):
+    rows, n_in, n_out = d
+    return [values(rng, rows * n_out, kind), values(rng, rows * n_in, kind), values(rng, n_out * n_in, kind),
+            rows, n_in, n_out]
+
+
+_add(PrimitiveInfo(
+    "linear_bwd", _linear_bwd, 3,
+    edge_cases=[
+        [_Z0, _Z0, np.arange(6, dtype=F32), 0, 3, 2],           # no rows: dx empty, dw and db zeros
+        [_Z0, np.arange(6, dtype=F32), _Z0, 2, 3, 0],           # no outputs: dx zeros
+        [f32(1, np.nan, 2, 3), f32(1, 2, 3, 4, 5, 6), f32(1, 2, 3, 4, 5, 6), 2, 3, 2],  # a NaN spreads
+        # 100 rows: the CUDA column sum of db takes its one-launch tile path
+        [np.linspace(-1, 1, 100 * 3, dtype=F32), np.linspace(-2, 2, 100 * 4, dtype=F32),
+         np.linspace(0, 1, 12, dtype=F32), 100, 4, 3],
+    ],
+    kinds=SUM_KINDS))
+
+
 def _mse_fwd(rng, d, kind):
     n = d[0]
     return [values(rng, n, kind), values(rng, n, kind), n, int(rng.integers(0, 2))]

@@ -17,7 +17,7 @@ from numba import njit, prange
 
 from .conv import _single_threaded_blas
 
-__all__ = ["fast_gemm", "mse_loss_fwd", "mse_loss_bwd"]
+__all__ = ["fast_gemm", "linear_bwd", "mse_loss_fwd", "mse_loss_bwd"]
 
 F32 = np.float32
 F64 = np.float64
@@ -50,6 +50,14 @@ def fast_gemm(a, b, bias, m, k, n, trans_a, trans_b, fp64):
         if bias is not None:
             out += bias
         return out.reshape(-1)
+
+
+def linear_bwd(g, x, w, rows, n_in, n_out):
+    # The three products of a linear layer's backward, each exactly as its own primitive computes it.
+    from .layout import bmm, bmm_tn
+    from .reduce import reduce_sum_axis0
+
+    return bmm(g, w, 1, rows, n_out, n_in), bmm_tn(g, x, 1, n_out, rows, n_in), reduce_sum_axis0(g, rows, n_out)
 
 
 # The chunk sum may reassociate (fastmath "reassoc" only: no FMA contraction, no NaN/inf

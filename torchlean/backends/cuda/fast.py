@@ -24,7 +24,7 @@ import numpy as np
 from ...errors import ArgumentError
 from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
 
-__all__ = ["fast_gemm", "mse_loss_fwd", "mse_loss_bwd"]
+__all__ = ["fast_gemm", "linear_bwd", "mse_loss_fwd", "mse_loss_bwd"]
 
 _FILE = "fast.cu"
 _MAX_BLOCKS = 1024        # fixed (not per device): the sum's order depends on n alone
@@ -106,6 +106,15 @@ def fast_gemm(a, b, bias, m, k, n, trans_a, trans_b, fp64):
     kernel(_FILE, "tl_gemm64_epilogue")((grid_for(m * n),), (BLOCK,), (
         c64, bias if has else out, np.int32(has), I64(m), I64(n), out))
     return out
+
+
+def linear_bwd(g, x, w, rows, n_in, n_out):
+    """dx = g w (bmm), dw = g^T x (bmm_tn), db = column sums of g (reduce_sum_axis0): the kernels of
+    those primitives, so the same bits, in one call."""
+    from .reduce import reduce_sum_axis0
+
+    lin = _linalg()
+    return lin.bmm(g, w, 1, rows, n_out, n_in), lin.bmm_tn(g, x, 1, n_out, rows, n_in), reduce_sum_axis0(g, rows, n_out)
 
 
 _workspaces: dict[tuple[int, int], tuple] = {}

@@ -20,6 +20,8 @@ from functools import lru_cache
 import cupy
 import numpy as np
 
+from cupy.cuda.function import CPointer
+
 from .kernels import BLOCK, I64, empty, grid_for, kernel
 
 __all__ = [
@@ -100,8 +102,7 @@ def _strided_plan(od, st, n_units: int, mode: int) -> tuple:
     if rank <= _MAX_RANK:
         d = od + [1] * (_MAX_RANK - rank)
         s = st + [0] * (_MAX_RANK - rank)
-        ints = (I64(n_units), *(I64(v) for v in d), *(I64(v) for v in s))
-        return (f"tl_strided_m{mode}_r{rank}", (grid_for(n_units),), (BLOCK,), ints, None)
+        return (f"tl_strided_m{mode}_r{rank}", (grid_for(n_units),), (BLOCK,), _shape_arg(n_units, d, s), None)
     # More axes than the kernel's argument list: axis 0 of the launch enumerates the first
     # rank-7 axes in row-major order, with their offsets from a table built here.
     head = rank - (_MAX_RANK - 1)
@@ -110,8 +111,22 @@ def _strided_plan(od, st, n_units: int, mode: int) -> tuple:
         tab = (tab[:, None] + np.arange(d, dtype=np.int64) * s).reshape(-1)
     d = [int(tab.size)] + od[head:]
     s = [0] + st[head:]
-    ints = (I64(n_units), *(I64(v) for v in d), *(I64(v) for v in s))
-    return (f"tl_strided_tab_m{mode}", (grid_for(n_units),), (BLOCK,), ints, tab)
+    return (f"tl_strided_tab_m{mode}", (grid_for(n_units),), (BLOCK,), _shape_arg(n_units, d, s), tab)
+
+
+class _HostStruct(CPointer):
+    """A kernel argument passed by value from host bytes it owns (CuPy copies the bytes a CPointer
+    names at launch). The plan cache holds it, and with it the bytes."""
+
+    def __init__(self, arr: np.ndarray) -> None:
+        super().__init__(arr.ctypes.data)
+        self.arr = arr
+
+
+def _shape_arg(n_units: int, d: list, s: list) -> tuple:
+    """The launch's trailing argument: TlStrided (n, d[8], s[8]), one argument instead of 17 int64
+    scalars (each costs CuPy a conversion per launch)."""
+    return (_HostStruct(np.array([n_units, *d, *s], dtype=np.int64)),)
 
 
 @lru_cache(maxsize=1024)
