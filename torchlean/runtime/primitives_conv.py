@@ -13,6 +13,7 @@ output at least 1 along every axis, every buffer's size); backends get checked t
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from ..errors import ShapeError
@@ -35,6 +36,18 @@ def _tuple(op: str, name: str, value: Any, rank: int | None) -> tuple[int, ...]:
 
 def _geometry(op: str, batch: Any, in_c: Any, out_c: Any, spatial: Any, kernel: Any, stride: Any,
               padding: Any) -> tuple:
+    """The checked (batch, in_c, out_c, spatial, kernel, stride, padding); calls with plain int
+    tuples (every call from the ops layer) are checked once per geometry."""
+    args = (op, batch, in_c, out_c, spatial, kernel, stride, padding)
+    if type(spatial) is tuple and type(kernel) is tuple and type(stride) is tuple and type(padding) is tuple \
+            and type(batch) is int and type(in_c) is int and type(out_c) is int \
+            and all(type(v) is int for v in spatial + kernel + stride + padding):  # True == 1 would share an entry
+        return _geometry_cached(*args)
+    return _geometry_checked(*args)
+
+
+def _geometry_checked(op: str, batch: Any, in_c: Any, out_c: Any, spatial: Any, kernel: Any, stride: Any,
+                      padding: Any) -> tuple:
     bt, ic, oc = (check_u32(op, n, v) for n, v in (("batch", batch), ("in_c", in_c), ("out_c", out_c)))
     sp = _tuple(op, "spatial", spatial, None)
     if not 1 <= len(sp) <= MAX_RANK:
@@ -51,6 +64,11 @@ def _geometry(op: str, batch: Any, in_c: Any, out_c: Any, spatial: Any, kernel: 
     # every backend may materialize the zero-padded input: its size must fit the uint32 dims too
     check_product(op, "batch*in_c*prod(spatial+2*padding)", bt, ic, *(s + 2 * p for s, p in zip(sp, pd)))
     return bt, ic, oc, sp, kn, st, pd
+
+
+# Only successful checks are cached (lru_cache does not keep exceptions); the tuples hold ints
+# (bools and numpy ints take the uncached path, where the checks name them).
+_geometry_cached = lru_cache(maxsize=1024)(_geometry_checked)
 
 
 def _out_dims(op: str, sp, kn, st, pd) -> tuple[int, ...]:

@@ -15,6 +15,7 @@ writes dx once; max_pool_bwd also writes and reads 4 bytes of winner per output.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import cupy
@@ -50,13 +51,18 @@ def _geometry_dev(device: int, spatial, kernel, stride, padding):
         return cupy.asarray(g)
 
 
-def _setup(spatial, kernel, stride, padding):
-    """(device geometry, kernel-name suffix, S = prod(spatial), nout = prod(out), K = prod(kernel))."""
+@lru_cache(maxsize=512)
+def _setup_key(device: int, spatial: tuple, kernel: tuple, stride: tuple, padding: tuple):
     key = tuple(tuple(int(v) for v in a) for a in (spatial, kernel, stride, padding))
-    g = _geometry_dev(cupy.cuda.runtime.getDevice(), *key)
     r = len(key[0])
-    suffix = f"r{r}" if r <= 3 else "rn"
-    return g, suffix, int(np.prod(key[0])), int(np.prod(_out(*key))), int(np.prod(key[1]))
+    return (_geometry_dev(device, *key), f"r{r}" if r <= 3 else "rn", math.prod(key[0]), math.prod(_out(*key)),
+            math.prod(key[1]))
+
+
+def _setup(spatial, kernel, stride, padding):
+    """(device geometry, kernel-name suffix, S = prod(spatial), nout = prod(out), K = prod(kernel)),
+    cached per device and geometry (the arguments arrive as tuples of checked ints)."""
+    return _setup_key(cupy.cuda.runtime.getDevice(), tuple(spatial), tuple(kernel), tuple(stride), tuple(padding))
 
 
 def _launch(name: str, work: int, args) -> None:
