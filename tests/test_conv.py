@@ -374,7 +374,8 @@ def test_cpu_each_conv_layout_meets_the_contracts(monkeypatch, plan):
 def test_cpu_images_in_parallel_are_repeatable(monkeypatch):
     """Parts of the batch in parallel threads: the same answers as one thread (within the contract;
     BLAS edge tiles may round differently when a chunk holds other images) and bitwise repeatable
-    for a fixed split; OpenBLAS's thread count is restored afterwards."""
+    for a fixed split; OpenBLAS is left at one thread (raising it again wakes its spinning threads),
+    its former count kept as the number of parts."""
     if CPU_CONV._BLAS is None:
         pytest.skip("NumPy's BLAS is not an OpenBLAS whose thread count we can set")
     rng = np.random.default_rng(9)
@@ -396,7 +397,8 @@ def test_cpu_images_in_parallel_are_repeatable(monkeypatch):
     for name, a, b, s in zip(("conv", "conv_bwd_input", "conv_bwd_weight"), par, again, serial):
         assert a.tobytes() == b.tobytes(), f"{name}: parallel runs differ"
         np.testing.assert_allclose(a, s, rtol=1e-5, atol=1e-5, err_msg=name)
-    assert CPU_CONV._BLAS[0]() == before and CPU_CONV._BLAS_STATE["depth"] == 0
+    assert CPU_CONV._BLAS[0]() == 1
+    assert CPU_CONV._BLAS_STATE["threads"] in (None, before) or before == 1
 
 
 def _bwd_input_all_phases(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
@@ -587,6 +589,12 @@ _FAST_GEOMS = [
     (2, 2, 3, (5, 6), (2, 2), (1, 1), (3, 2)),
     (2, 3, 2, (6, 5), (1, 1), (1, 1), (0, 0)),
     (2, 2, 3, (4, 4), (1, 1), (1, 1), (0, 0)),  # P = 16: the fast path
+    # stride 1 keeping the row pitch (ow == w: the masked shifted-row im2col / gathered col2im)
+    # with fewer output rows than input rows, output rows wholly in the padding, and padding
+    # wider than the kernel (the largest col2im margins)
+    (2, 3, 2, (7, 6), (5, 3), (1, 1), (1, 1)),
+    (2, 2, 3, (5, 6), (1, 1), (1, 1), (2, 0)),
+    (3, 2, 3, (4, 5), (3, 5), (1, 1), (3, 2)),
     (2, 2, 3, (5, 5), (3, 3), (1, 1), (1, 0)),  # P = 15: the older paths
 ]
 
@@ -600,15 +608,18 @@ def _fast_case(rng, geom):
     return x, w, dy, rng.standard_normal(co).astype(F32), list(geom), out
 
 
-@pytest.mark.parametrize("col_bytes, group", [(8 << 20, 16), (1, 1), (3000, 3)])
+@pytest.mark.parametrize("col_bytes, group, dyt", [(8 << 20, 16, None), (1, 1, 0), (3000, 3, 1 << 30)])
 @pytest.mark.parametrize("geom", _FAST_GEOMS)
-def test_cpu_fast_2d_path_meets_the_contracts(monkeypatch, geom, col_bytes, group):
+def test_cpu_fast_2d_path_meets_the_contracts(monkeypatch, geom, col_bytes, group, dyt):
     """conv (with and without a bias), conv_bwd_input and conv_bwd_weight on both sides of
-    _FAST_MIN_P, with chunks of one image or a few, weight-gradient groups of 1, 3 or 16 images."""
+    _FAST_MIN_P, with chunks of one image or a few, weight-gradient groups of 1, 3 or 16 images,
+    the weight gradient's products in either orientation (both sides of _DYT_MIN_CK)."""
     assert CPU_CONV._fast_2d(geom[3], tuple((s + 2 * p - k) // t + 1 for s, k, t, p in zip(*geom[3:]))) == \
         (geom is not _FAST_GEOMS[-1])
     monkeypatch.setattr(CPU_CONV, "_COL_BYTES", col_bytes)
     monkeypatch.setattr(CPU_CONV, "_GROUP_IMAGES", group)
+    if dyt is not None:
+        monkeypatch.setattr(CPU_CONV, "_DYT_MIN_CK", dyt)
     x, w, dy, b, dims, _ = _fast_case(np.random.default_rng(_FAST_GEOMS.index(geom)), geom)
     for name, args in [("conv", [x, w, b] + dims), ("conv", [x, w, None] + dims), ("conv_bwd_input", [dy, w] + dims),
                        ("conv_bwd_weight", [x, dy] + dims)]:
@@ -649,3 +660,108 @@ def test_cpu_fast_2d_path_same_bits_for_any_thread_count(monkeypatch):
     for t in (2, 3):
         monkeypatch.setattr(CPU_CONV, "_workers", lambda t=t: t)
         assert run() == serial, f"{t} threads"
+
+
+def _im2col_reference(x, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, bias_row):
+    """The column matrix by definition (float64 loops, then float32)."""
+    xs = x.reshape(n, c, h, w)
+    col = np.zeros((n, c * kh * kw + bias_row, oh * ow))
+    for i in range(n):
+        for ci in range(c):
+            for ky in range(kh):
+                for kx in range(kw):
+                    for a in range(oh):
+                        for b in range(ow):
+                            iy, ix = a * sh + ky - ph, b * sw + kx - pw
+                            if 0 <= iy < h and 0 <= ix < w:
+                                col[i, (ci * kh + ky) * kw + kx, a * ow + b] = xs[i, ci, iy, ix]
+        if bias_row:
+            col[i, -1] = 1.0
+    return col.astype(F32).reshape(-1)
+
+
+@pytest.mark.parametrize("geom", _FAST_GEOMS[:-1])
+def test_cpu_im2col_col2im_known_answers(geom):
+    """_im2col2d copies exactly (NaN, inf, -0 included; the masked shifted rows of the stride-1
+    same-pitch case and the per-row copies of the others), and _col2im2d is its adjoint: each dx
+    element is, from +0, the sum of its taps in row-major order (checked exactly against that sum
+    in float32), whatever the margin's contents."""
+    n, ci, _, (h, w), (kh, kw), (sh, sw), (ph, pw) = geom
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    rng = np.random.default_rng(sum(geom[3]) + kh)
+    x = rng.standard_normal(n * ci * h * w).astype(F32)
+    x[rng.integers(x.size, size=3)] = [np.nan, np.inf, -0.0]
+    for bias_row in (0, 1):
+        col = np.full(n * (ci * kh * kw + bias_row) * oh * ow, 7.0, F32)
+        CPU_CONV._im2col2d(x, 0, n, ci, h, w, col, kh, kw, sh, sw, ph, pw, oh, ow, bias_row)
+        ref = _im2col_reference(x, n, ci, h, w, kh, kw, sh, sw, ph, pw, oh, ow, bias_row)
+        assert col.tobytes() == ref.tobytes(), f"im2col {geom} bias_row={bias_row}"
+    dcol = rng.integers(-8, 9, n * ci * kh * kw * oh * ow).astype(F32)  # integers: exact sums
+    dcol[rng.integers(dcol.size)] = -0.0
+    margin = CPU_CONV._col2im_margin(h, w, kh, kw, ph, pw, oh, ow)
+    buf = np.full(dcol.size + 2 * margin, np.nan, F32)  # the margins must never be used
+    buf[margin:margin + dcol.size] = dcol
+    dx = np.full(n * ci * h * w, 7.0, F32)
+    CPU_CONV._col2im2d(buf, dx, 0, n, ci, h, w, kh, kw, sh, sw, ph, pw, oh, ow, margin)
+    want = np.zeros((n, ci, h, w), F32)
+    d6 = dcol.reshape(n, ci, kh, kw, oh, ow)
+    for ky in range(kh):
+        for kx in range(kw):
+            for a in range(oh):
+                for b in range(ow):
+                    iy, ix = a * sh + ky - ph, b * sw + kx - pw
+                    if 0 <= iy < h and 0 <= ix < w:
+                        want[:, :, iy, ix] += d6[:, :, ky, kx, a, b]
+    assert dx.tobytes() == want.reshape(-1).tobytes(), f"col2im {geom}"
+
+
+def test_cpu_worker_threads_pass_errors_and_stay_usable(monkeypatch):
+    """An error in any part reaches the caller after every part has finished; the workers serve the
+    next call; a caller that finds the workers busy (here: a part that itself splits) runs its
+    parts in order in its own thread, with the same answers."""
+    monkeypatch.setattr(CPU_CONV, "_workers", lambda: 3)
+    done = []
+
+    def fails_in(bad):
+        def part(n0, n1):
+            done.append(n0)
+            if n0 == bad:
+                raise ValueError(f"part {n0}")
+            return n0, n1
+        return part
+
+    for bad in (0, 2, 4):
+        done.clear()
+        with pytest.raises(ValueError, match=f"part {bad}"):
+            CPU_CONV._over_images(6, 1, fails_in(bad), 0)
+        assert sorted(done) == [0, 2, 4]
+    assert CPU_CONV._over_images(6, 1, lambda a, b: (a, b), 0) == [(0, 2), (2, 4), (4, 6)]
+    def splits(a, b):
+        return CPU_CONV._over_images(b - a, 1, lambda c, d: (a + c, a + d), 0)
+
+    nested = CPU_CONV._over_images(6, 1, splits, 0)
+    assert nested == [[(0, 1), (1, 2)], [(2, 3), (3, 4)], [(4, 5), (5, 6)]]
+
+
+# -- reduce_from_broadcast over (A, K, C) summed over A and C: the conv bias gradient's CPU kernel --
+@pytest.mark.parametrize("dims", [(3, 4, 5), (2, 3, 16), (5, 2, 17), (7, 3, 64), (3, 2, 2 * 2048 + 5), (4, 9, 300),
+                                  (2, 1, 1, 3, 1, 40), (0, 3, 20), (3, 2, 0), (64, 4, 1)])
+@pytest.mark.parametrize("outer_max", [None, 0])
+def test_cpu_reduce_over_outer_blocks_meets_the_contract(monkeypatch, dims, outer_max):
+    """The lane-sum kernel (rows of C <= _LANES summed in order; longer ones in lanes, in chunks
+    of _CHUNK; several rows per group) and NumPy's add.reduce above _OUTER_MAX (forced to 0):
+    within the contract, exact on integers, bitwise repeatable."""
+    layout = sys.modules["torchlean.backends.cpu.layout"]
+    if outer_max is not None:
+        monkeypatch.setattr(layout, "_OUTER_MAX", outer_max)
+    rng = np.random.default_rng(math.prod(dims) + len(dims))
+    kept = [i for i, d in enumerate(dims) if i not in (0, len(dims) - 1) and (d != 1 or len(dims) == 3)]
+    in_dims = tuple(dims[i] for i in kept)
+    amap = tuple(kept.index(i) + 1 if i in kept else 0 for i in range(len(dims)))
+    for d in (rng.standard_normal(math.prod(dims)).astype(F32), rng.integers(-50, 50, math.prod(dims)).astype(F32)):
+        verdict = run_case(TABLE["reduce_from_broadcast"], [d, in_dims, dims, amap], "cpu")[0]
+        assert verdict.ok, f"{dims}: {verdict.detail}"
+        out = cpu_backend.reduce_from_broadcast(d, in_dims, dims, amap)
+        assert out.tobytes() == cpu_backend.reduce_from_broadcast(d, in_dims, dims, amap).tobytes()
+    ints = d.astype(np.float64).reshape(dims).sum(axis=tuple(i for i in range(len(dims)) if i not in kept))
+    np.testing.assert_array_equal(out, ints.reshape(-1).astype(F32))

@@ -502,11 +502,13 @@ def test_contract_catches_wrong_kernel(monkeypatch, name, fake, args):
 
 # -- the CPU's 2x2 / stride 2 kernels (the CNN's pool) -----------------------------------------------
 @pytest.mark.parametrize("parallel", [False, True])
-@pytest.mark.parametrize("spatial", [(4, 6), (5, 7), (2, 2), (3, 2), (8, 16)])
+@pytest.mark.parametrize("spatial", [(4, 6), (5, 7), (2, 2), (3, 2), (8, 16), (7, 10), (6, 5), (5, 34), (16, 16)])
 def test_cpu_max_pool_2x2_stride_2(monkeypatch, spatial, parallel):
-    """_max22_rows / _max22_bwd (serial and in Numba's threads, below and above _PARALLEL_WORK forced
+    """The 2x2 / stride 2 kernels (even w: _max22e_rows / _max22e_bwd, the pair passes; odd w:
+    _max22_rows / _max22_bwd), serial and in Numba's threads (below and above _PARALLEL_WORK forced
     to 0): exact against the spec with NaN, +-inf, -0/+0 ties and repeated maxima, odd sizes
-    leaving a last row / column outside every window (their dx is +0)."""
+    leaving a last row / column outside every window (their dx is +0), and the same bits as the
+    generic kernels."""
     cpu_pool = __import__("sys").modules["torchlean.backends.cpu.pool"]
     if parallel:
         monkeypatch.setattr(cpu_pool, "_PARALLEL_WORK", 0)
@@ -526,3 +528,30 @@ def test_cpu_max_pool_2x2_stride_2(monkeypatch, spatial, parallel):
         assert verdict.ok, f"{name} {spatial}: {verdict.detail}"
     assert cpu_backend.max_pool_bwd(x, dy, *geo).tobytes() == cpu_pool._bwd(0, x, cpu_pool._EMPTY, dy, *geo).tobytes()
     assert cpu_backend.max_pool(x, *geo).tobytes() == cpu_pool._fwd(0, x, *geo).tobytes()
+
+
+@pytest.mark.parametrize("spatial", [(4, 6), (7, 10), (3, 2), (16, 16), (9, 8)])
+def test_cpu_max_pool_2x2_pair_passes_match_the_window_kernels(spatial):
+    """The even-w pair passes give the bits of the per-window kernels they replace, on every plane
+    range (a task of the parallel split starts at any plane), the first NaN of a window winning
+    and -0/+0 ties keeping the first; dx entries outside the planes are left alone."""
+    cpu_pool = __import__("sys").modules["torchlean.backends.cpu.pool"]
+    h, w = spatial
+    oh, ow = h // 2, w // 2
+    rng = np.random.default_rng(h * w)
+    planes = 5
+    x = rng.integers(-2, 3, planes * h * w).astype(F32)
+    specials = np.array([NAN, -NAN, INF, -INF, -0.0, 0.0], F32)
+    idx = rng.choice(x.size, size=x.size // 2, replace=False)
+    x[idx] = specials[rng.integers(0, 6, idx.size)]
+    dy = rng.standard_normal(planes * oh * ow).astype(F32)
+    dy[::3] = -0.0
+    for p0, p1 in [(0, planes), (1, 4), (4, 5), (2, 2)]:
+        y0, y1 = np.full(planes * oh * ow, 7, F32), np.full(planes * oh * ow, 7, F32)
+        cpu_pool._max22_rows(x, y0, p0, p1, h, w, oh, ow)
+        cpu_pool._max22e_rows(x, y1, p0, p1, h, w, oh, ow)
+        assert y0.tobytes() == y1.tobytes(), (spatial, p0, p1)
+        d0, d1 = np.full(x.size, 7, F32), np.full(x.size, 7, F32)
+        cpu_pool._max22_bwd(x, dy, d0, p0, p1, h, w, oh, ow)
+        cpu_pool._max22e_bwd(x, dy, d1, p0, p1, h, w, oh, ow)
+        assert d0.tobytes() == d1.tobytes(), (spatial, p0, p1)

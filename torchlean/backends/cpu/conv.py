@@ -32,11 +32,12 @@ import itertools
 import math
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 __all__ = ["conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose"]
@@ -78,8 +79,7 @@ def _find_blas_threads():
 
 _BLAS = _find_blas_threads()
 _BLAS_LOCK = threading.Lock()
-_BLAS_STATE = {"depth": 0, "saved": 1}
-_POOL: list = []
+_BLAS_STATE = {"threads": None}  # OpenBLAS's thread count before we first set it to one (None: not yet)
 _PARALLEL_MIN_MACS = 1 << 24  # below ~16M multiply-adds the threads cost more than they save
 
 
@@ -87,65 +87,163 @@ _CPUS = os.cpu_count() or 1  # os.cpu_count() reads /sys on every call (~6 us)
 
 
 def _workers() -> int:
-    """How many parts to run at once: OpenBLAS's own thread count (1 where we cannot set it)."""
+    """How many parts to run at once: OpenBLAS's own thread count before we set it to one (1 where
+    we cannot set it)."""
     if _BLAS is None:
         return 1
-    with _BLAS_LOCK:
-        n = _BLAS_STATE["saved"] if _BLAS_STATE["depth"] else _BLAS[0]()
-    return max(1, min(n, _CPUS))
+    n = _BLAS_STATE["threads"]
+    return max(1, min(_BLAS[0]() if n is None else n, _CPUS))
 
 
+# OpenBLAS is set to one thread on first use and left there (the count it had is kept: it is the
+# number of parts _over_images runs at once). Restoring it after each call was costly: raising
+# the count wakes OpenBLAS's idle threads into a spin-wait (~0.1 s), which then takes a core from
+# our own threads and from Numba's. Measured on 2 cores: a hand-off to a worker thread and back
+# took 45-70 us with the count restored after every call against 4-25 us with it left at one, and
+# two concurrent single-threaded GEMMs ran 15-30% slower (4% with it left at one). Every GEMM of this backend runs inside
+# this context (conv here, bmm in layout.py, fast_gemm in fast.py), so none of them lose anything;
+# NumPy GEMMs elsewhere in the process also run on one thread from then on.
 @contextmanager
 def _single_threaded_blas():
-    """OpenBLAS at one thread inside (nested uses count; the outermost restores the old count).
-    Nothing to do where NumPy's BLAS is not an OpenBLAS we can set."""
-    if _BLAS is None:
-        yield
-        return
-    with _BLAS_LOCK:
-        if _BLAS_STATE["depth"] == 0:
-            _BLAS_STATE["saved"] = _BLAS[0]()
-            _BLAS[1](1)
-        _BLAS_STATE["depth"] += 1
-    try:
-        yield
-    finally:
+    """OpenBLAS at one thread inside, and left so (see above). Nothing to do where NumPy's BLAS is
+    not an OpenBLAS we can set."""
+    if _BLAS is not None and _BLAS[0]() != 1:
         with _BLAS_LOCK:
-            _BLAS_STATE["depth"] -= 1
-            if _BLAS_STATE["depth"] == 0:
-                _BLAS[1](_BLAS_STATE["saved"])
+            if _BLAS_STATE["threads"] is None:
+                _BLAS_STATE["threads"] = _BLAS[0]()
+            _BLAS[1](1)
+    yield
+
+
+# The parts run on plain worker threads, each handed one part through a pair of locks (the
+# cheapest blocking hand-off CPython has), one caller at a time; a concurrent or nested caller runs
+# its parts one after another in its own thread (the same parts, so the same bits). Waking a
+# thread that sleeps costs 10-50 us on a small VM, so the waits spin first: the caller, whose own
+# part is done, spins (in Numba, without the GIL) on the worker's done counter for up to
+# _SPIN_CALLER iterations before it sleeps on the lock; a worker spins on its job counter for up
+# to _SPIN_WORKER iterations after each part (so back-to-back calls find it awake) before it
+# sleeps. The counters are read with an atomic acquire load (an ordinary load could be hoisted
+# out of the loop); one poll is ~0.3 ns. Measured at the CNN's second conv layer: the caller's
+# spin saves ~30 us per call, the worker's another ~5-10 us when calls follow each other.
+_SPIN_CALLER = 1 << 21  # ~0.6 ms
+_SPIN_WORKER = 1 << 16  # ~20 us
+
+
+@intrinsic
+def _load_acquire(typingctx, arr, idx):
+    """arr[idx] by an atomic acquire load (never hoisted out of a loop, sees other threads' stores)."""
+    if not isinstance(arr, types.Array) or not isinstance(idx, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        return builder.load_atomic(ptr, "acquire", aryty.dtype.bitwidth // 8)
+
+    return arr.dtype(arr, idx), codegen
+
+
+@njit(cache=True, nogil=True)
+def _spin_until(counter, value, limit):
+    """Whether counter[0] reached value within limit polls (without the GIL)."""
+    for _ in range(limit):
+        if _load_acquire(counter, 0) >= value:
+            return True
+    return False
+
+
+class _Worker:
+    def __init__(self) -> None:
+        self._go = threading.Lock()
+        self._go.acquire()
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._job = None
+        self._out = self._err = None
+        self._posted = np.zeros(1, np.int64)  # jobs handed over
+        self._finished = np.zeros(1, np.int64)  # jobs done
+        threading.Thread(target=self._loop, daemon=True, name="torchlean-conv").start()
+
+    def _loop(self) -> None:
+        seen = 0
+        while True:
+            _spin_until(self._posted, seen + 1, _SPIN_WORKER)
+            self._go.acquire()
+            seen += 1
+            fn, args = self._job
+            self._job = None
+            try:
+                self._out = fn(*args)
+            except BaseException as e:  # handed to the caller by result()
+                self._err = e
+            self._finished[0] = seen
+            self._done.release()
+
+    def submit(self, fn, *args) -> None:
+        self._job = (fn, args)
+        self._posted[0] += 1
+        self._go.release()
+
+    def result(self):
+        _spin_until(self._finished, self._posted[0], _SPIN_CALLER)
+        self._done.acquire()
+        out, err = self._out, self._err
+        self._out = self._err = None
+        if err is not None:
+            raise err
+        return out
+
+
+_POOL: list = []
+_POOL_LOCK = threading.Lock()
 
 
 def _reset_after_fork() -> None:
-    """A forked child has none of the parent's threads: start a fresh pool and lock on demand."""
-    global _BLAS_LOCK
+    """A forked child has none of the parent's threads: start fresh workers and locks on demand."""
+    global _BLAS_LOCK, _POOL_LOCK
     _POOL.clear()
     _BLAS_LOCK = threading.Lock()
-    _BLAS_STATE["depth"] = 0
+    _POOL_LOCK = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_after_fork)
 
 
-def _over_images(batch: int, macs: int, fn, min_macs: int = _PARALLEL_MIN_MACS) -> list:
+def _over_images(batch: int, macs: int, fn, min_macs: int | None = None) -> list:
     """[fn(n0, n1) for each part of the batch], the parts run in parallel when that pays (at least
-    ``min_macs`` multiply-adds). OpenBLAS runs at one thread either way: its own threads spin
-    after a GEMM and then fight Numba's threads and the next call's parts for the two cores."""
-    t = min(_workers(), batch) if macs >= min_macs else 1
-    if t <= 1:
-        with _single_threaded_blas():
-            return [fn(0, batch)]
-    bounds = [batch * i // t for i in range(t + 1)]
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(max_workers=max(_CPUS, 2), thread_name_prefix="torchlean-conv"))
+    ``min_macs`` multiply-adds, default _PARALLEL_MIN_MACS as it is at the call). OpenBLAS runs at
+    one thread either way: its own threads spin after a GEMM and then fight Numba's threads and the
+    next call's parts for the two cores."""
+    t = min(_workers(), batch) if macs >= (_PARALLEL_MIN_MACS if min_macs is None else min_macs) else 1
     with _single_threaded_blas():
-        futures = [_POOL[0].submit(fn, bounds[i], bounds[i + 1]) for i in range(1, t)]
+        if t <= 1:
+            return [fn(0, batch)]
+        bounds = [batch * i // t for i in range(t + 1)]
+        if not _POOL_LOCK.acquire(blocking=False):  # workers busy (another thread, or nested)
+            return [fn(bounds[i], bounds[i + 1]) for i in range(t)]
         try:
-            first = fn(bounds[0], bounds[1])
+            while len(_POOL) < t - 1:
+                _POOL.append(_Worker())
+            workers = _POOL[:t - 1]
+            for i, w in enumerate(workers):
+                w.submit(fn, bounds[i + 1], bounds[i + 2])
+            out, err = [None] * t, None
+            try:
+                out[0] = fn(bounds[0], bounds[1])
+            except BaseException as e:
+                err = e
+            for i, w in enumerate(workers):  # wait for every part, even after an error in another
+                try:
+                    out[i + 1] = w.result()
+                except BaseException as e:
+                    err = err if err is not None else e
+            if err is not None:
+                raise err
+            return out
         finally:
-            wait(futures)  # never leave a part running after an error in another
-        return [first] + [f.result() for f in futures]
+            _POOL_LOCK.release()
 
 
 def _out(spatial, kernel, stride, padding) -> tuple[int, ...]:
@@ -360,10 +458,48 @@ def _conv_part(y: np.ndarray, x5: np.ndarray, w: np.ndarray, b, kernel, stride, 
 # whatever the chunking or the thread split, so conv and conv_bwd_input do not depend on either;
 # conv_bwd_weight sums per-image products in fixed groups of images (sizes alone fix the groups),
 # each group in image order, then the group sums in group order: the same bits for any thread count.
+# Measured at the CNN's second layer (64 x 16 -> 32, 8x8, 3x3), one thread: the GEMMs ~170 us per
+# 32 images (~110 GFLOP/s, about the core's peak); im2col 32 us, col2im 32 us, dy's transpose 18 us.
 _FAST_MIN_P = 16  # fewer output positions per image: one wide GEMM over the chunk does better
 _GROUP_IMAGES = 16  # conv_bwd_weight: at most this many images per group sum
+_DYT_MIN_CK = 32  # conv_bwd_weight: transpose dy from this many col rows (C*K) up
 _ZERO32 = np.float32(0.0)
 _ONE32 = np.float32(1.0)
+
+
+_U = np.uint64
+
+
+# Index arithmetic in the kernels below is unsigned (np.uint64) wherever a loop should vectorize:
+# Numba adds a negative-index wraparound to every signed index, and with an offset in the index
+# LLVM cannot prove it dead, so the loop stays scalar (measured 3-5x slower). Every value
+# converted is >= 0 by construction.
+@njit(cache=True, error_model="numpy", nogil=True)
+def _span(ow_n, sw, kx, pw, w):
+    """[a, b): the outputs ow whose tap kx reads an input column inside the image."""
+    a = 0
+    while a < ow_n and a * sw + kx - pw < 0:
+        a += 1
+    b = ow_n
+    while b > a and (b - 1) * sw + kx - pw >= w:
+        b -= 1
+    return a, b
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _shift_masks(kh, kw, ph, pw, h, w, oh_n):
+    """For stride 1 with ow_n == w ("row pitch kept"): the tap (ky, kx) of output q = oh*w + ow reads
+    input q + (ky - ph)*w + kx - pw. mask[ky*kw + kx, q]: whether that input lies inside the image
+    (its row and its column: a column off a side would wrap to the next or previous row)."""
+    m = np.zeros((kh * kw, oh_n * w), dtype=np.bool_)
+    for ky in range(kh):
+        for kx in range(kw):
+            for oh in range(oh_n):
+                ih = oh + ky - ph
+                for ow in range(w):
+                    iw = ow + kx - pw
+                    m[ky * kw + kx, oh * w + ow] = ih >= 0 and ih < h and iw >= 0 and iw < w
+    return m
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
@@ -372,7 +508,33 @@ def _im2col2d(x, n0, n1, c_n, h, w, col, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bia
     x[n0+n, c, oh*sh + ky - ph, ow*sw + kx - pw] (0 outside the image), then a row of ones."""
     p_n = oh_n * ow_n
     ck = c_n * kh * kw
-    same = sh == 1 and sw == 1 and oh_n == h and ow_n == w
+    if sh == 1 and sw == 1 and ow_n == w:
+        # each row is the plane shifted by (ky - ph) rows and (kx - pw) columns: one run over the
+        # whole row, with a select against the tap's mask (entries off the image read a neighbour
+        # in x and are replaced by 0; a row whose run would leave x takes the careful loop)
+        m = _shift_masks(kh, kw, ph, pw, h, w, oh_n)
+        for n in range(n0, n1):
+            cb = (n - n0) * (ck + bias_row) * p_n
+            for c in range(c_n):
+                xb = (n * c_n + c) * h * w
+                for k in range(kh * kw):
+                    ky = k // kw
+                    rb = _U(cb + (c * kh * kw + k) * p_n)
+                    lo = xb + (ky - ph) * w + (k - ky * kw) - pw
+                    mk = m[k]
+                    if lo >= 0 and lo + p_n <= x.size:
+                        s0 = _U(lo)
+                        for q in range(_U(p_n)):
+                            v = x[s0 + q]
+                            col[rb + q] = v if mk[q] else _ZERO32
+                    else:
+                        for q in range(p_n):
+                            col[rb + _U(q)] = x[_U(lo + q)] if mk[q] else _ZERO32
+            if bias_row:
+                b0 = _U(cb + ck * p_n)
+                for q in range(_U(p_n)):
+                    col[b0 + q] = _ONE32
+        return
     for n in range(n0, n1):
         cb = (n - n0) * (ck + bias_row) * p_n
         for c in range(c_n):
@@ -380,97 +542,125 @@ def _im2col2d(x, n0, n1, c_n, h, w, col, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bia
             for ky in range(kh):
                 for kx in range(kw):
                     rb = cb + ((c * kh + ky) * kw + kx) * p_n
-                    a = 0  # outputs ow in [a, b) read columns inside the image
-                    while a < ow_n and a * sw + kx - pw < 0:
-                        a += 1
-                    b = ow_n
-                    while b > a and (b - 1) * sw + kx - pw >= w:
-                        b -= 1
-                    if same:
-                        # stride 1, output of the input's size: the row is the plane shifted by
-                        # (ky - ph) rows and (kx - pw) columns, one contiguous copy, then the
-                        # columns that fell off a side are zeroed
-                        oa = min(max(0, ph - ky), oh_n)
-                        ob = max(min(oh_n, h + ph - ky), oa)
-                        shift = (ky - ph) * w + kx - pw
-                        q0, q1 = oa * ow_n, ob * ow_n
-                        qa = min(max(q0, -shift), q1)
-                        qb = max(min(q1, h * w - shift), qa)
-                        for q in range(0, qa):
-                            col[rb + q] = _ZERO32
-                        for q in range(qb, p_n):
-                            col[rb + q] = _ZERO32
-                        dst = col[rb + qa:rb + qb]
-                        src = x[xb + qa + shift:xb + qb + shift]
-                        for q in range(qb - qa):
-                            dst[q] = src[q]
-                        for oh in range(oa, ob):
-                            for ow in range(0, a):
-                                col[rb + oh * ow_n + ow] = _ZERO32
-                            for ow in range(b, ow_n):
-                                col[rb + oh * ow_n + ow] = _ZERO32
-                        continue
+                    a, b = _span(ow_n, sw, kx, pw, w)
                     for oh in range(oh_n):
                         ih = oh * sh + ky - ph
                         ro = rb + oh * ow_n
                         if ih < 0 or ih >= h:
                             for ow in range(ow_n):
-                                col[ro + ow] = _ZERO32
+                                col[_U(ro + ow)] = _ZERO32
                             continue
-                        xr = xb + ih * w + kx - pw
                         for ow in range(a):
-                            col[ro + ow] = _ZERO32
+                            col[_U(ro + ow)] = _ZERO32
+                        for ow in range(b, ow_n):
+                            col[_U(ro + ow)] = _ZERO32
+                        xr = xb + ih * w + kx - pw
                         if sw == 1:
-                            d = col[ro + a:ro + b]
-                            src = x[xr + a:xr + b]
-                            for i in range(b - a):
-                                d[i] = src[i]
+                            d0, s0 = _U(ro + a), _U(xr + a)
+                            for i in range(_U(b - a)):
+                                col[d0 + i] = x[s0 + i]
                         else:
                             for ow in range(a, b):
-                                col[ro + ow] = x[xr + ow * sw]
-                        for ow in range(b, ow_n):
-                            col[ro + ow] = _ZERO32
+                                col[_U(ro + ow)] = x[_U(xr + ow * sw)]
         if bias_row:
-            for q in range(p_n):
-                col[cb + ck * p_n + q] = _ONE32
+            b0 = _U(cb + ck * p_n)
+            for q in range(_U(p_n)):
+                col[b0 + q] = _ONE32
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _col2im2d(dcol, dx, n0, n1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n):
-    """dx[n0:n1] (flat (batch, C, h, w)) = the adjoint of _im2col2d applied to dcol (n1-n0, C*K, P):
-    each dx element gets, from +0, the dcol entries of the taps that land on it, added in
-    row-major order of (ky, kx) and then (oh, ow); taps in the padding are dropped."""
+def _dx_masks(kh, kw, ph, pw, h, w, oh_n):
+    """For stride 1 with ow_n == w: mask[ky*kw + kx, i] whether input i (flat) receives the tap
+    (ky, kx) of an output, i.e. output i - ((ky - ph)*w + kx - pw) exists and its tap lands on i
+    without wrapping across a row."""
+    m = np.zeros((kh * kw, h * w), dtype=np.bool_)
+    for ky in range(kh):
+        for kx in range(kw):
+            for ih in range(h):
+                oh = ih - ky + ph
+                for iw in range(w):
+                    ow = iw - kx + pw
+                    m[ky * kw + kx, ih * w + iw] = oh >= 0 and oh < oh_n and ow >= 0 and ow < w
+    return m
+
+
+def _col2im_margin(h, w, kh, kw, ph, pw, oh_n, ow_n) -> int:
+    """Entries _col2im2d may read before the first and after the last row of dcol (the stride-1,
+    ow_n == w case reads each row over the whole plane, shifted; the masked entries are never
+    used). 0 otherwise."""
+    if ow_n != w:
+        return 0
+    return max(0, (kh - 1 - ph) * w + kw - 1 - pw, h * w + ph * w + pw - oh_n * ow_n)
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _col2im2d(dcol, dx, n0, n1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, margin):
+    """dx[n0:n1] (flat (batch, C, h, w)) = the adjoint of _im2col2d applied to dcol (n1-n0, C*K, P),
+    which starts at dcol[margin]: each dx element gets, from +0, the dcol entries of the taps that
+    land on it, added in row-major order of (ky, kx) and then (oh, ow); taps in the padding are
+    dropped. With stride 1 and ow_n == w (sh == sw == 1 required) each tap's row is gathered over
+    the whole plane, dx[i] += row[i - shift] where the tap lands on i and +0 elsewhere (a select
+    against the mask; the reads elsewhere fall in neighbouring rows or the margins and are not
+    used): a +0 term leaves a sum that started from +0 unchanged, bit for bit (such a sum is never
+    -0). Each dx element is read and written at the same place by every tap (no shifted stores)."""
     p_n = oh_n * ow_n
     ck = c_n * kh * kw
+    if sh == 1 and sw == 1 and ow_n == w:
+        m = _dx_masks(kh, kw, ph, pw, h, w, oh_n)
+        hw = _U(h * w)
+        for n in range(n0, n1):
+            cb = margin + (n - n0) * ck * p_n
+            for c in range(c_n):
+                d = _U((n * c_n + c) * h * w)
+                for k in range(kh * kw):
+                    ky = k // kw
+                    shift = (ky - ph) * w + (k - ky * kw) - pw
+                    r = _U(cb + (c * kh * kw + k) * p_n - shift)
+                    mk = m[k]
+                    if k == 0:
+                        for i in range(hw):
+                            v = dcol[r + i]
+                            dx[d + i] = _ZERO32 + (v if mk[i] else _ZERO32)
+                    else:
+                        for i in range(hw):
+                            v = dcol[r + i]
+                            dx[d + i] += v if mk[i] else _ZERO32
+        return
     for n in range(n0, n1):
-        cb = (n - n0) * ck * p_n
+        cb = margin + (n - n0) * ck * p_n
         for c in range(c_n):
             xb = (n * c_n + c) * h * w
-            for i in range(xb, xb + h * w):
-                dx[i] = _ZERO32
+            d = _U(xb)
+            for i in range(_U(h * w)):
+                dx[d + i] = _ZERO32
             for ky in range(kh):
                 for kx in range(kw):
                     rb = cb + ((c * kh + ky) * kw + kx) * p_n
-                    a = 0
-                    while a < ow_n and a * sw + kx - pw < 0:
-                        a += 1
-                    b = ow_n
-                    while b > a and (b - 1) * sw + kx - pw >= w:
-                        b -= 1
+                    a, b = _span(ow_n, sw, kx, pw, w)
                     for oh in range(oh_n):
                         ih = oh * sh + ky - ph
                         if ih < 0 or ih >= h:
                             continue
                         ro = rb + oh * ow_n
                         xr = xb + ih * w + kx - pw
-                        if sw == 1:  # unit stride: plain vector loads and stores (no scatter)
-                            d = dx[xr + a:xr + b]
-                            g = dcol[ro + a:ro + b]
-                            for i in range(b - a):
-                                d[i] += g[i]
+                        if sw == 1:
+                            d0, s0 = _U(xr + a), _U(ro + a)
+                            for i in range(_U(b - a)):
+                                dx[d0 + i] += dcol[s0 + i]
                         else:
                             for ow in range(a, b):
-                                dx[xr + ow * sw] += dcol[ro + ow]
+                                dx[_U(xr + ow * sw)] += dcol[_U(ro + ow)]
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _transpose_images(g, n0, n1, o_n, p_n, out):
+    """out (n1-n0, p_n, o_n) flat = images n0:n1 of g (batch, o_n, p_n) flat, each transposed."""
+    for n in range(n1 - n0):
+        gb = _U((n0 + n) * o_n * p_n)
+        ob = _U(n * o_n * p_n)
+        for p in range(_U(p_n)):
+            for o in range(_U(o_n)):
+                out[ob + p * _U(o_n) + o] = g[gb + o * _U(p_n) + p]
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
@@ -523,40 +713,55 @@ def _bwd_input2d_col2im(dy, w, batch, in_c, out_c, spatial, kernel, stride, padd
     g3 = dy.reshape(batch, out_c, p_n)
     dx = np.empty(batch * in_c * h * wd, F32)
 
+    margin = _col2im_margin(h, wd, kh, kw, ph, pw, oh, ow)
+
     def part(n0, n1):
         for m0, m1 in _chunks(n1 - n0, ck * p_n):
             m0, m1 = m0 + n0, m1 + n0
-            dcol = np.matmul(w2t, g3[m0:m1])
-            _col2im2d(dcol.reshape(-1), dx, m0, m1, in_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow)
+            buf = np.empty((m1 - m0) * ck * p_n + 2 * margin, F32)
+            dcol = buf[margin:margin + (m1 - m0) * ck * p_n].reshape(m1 - m0, ck, p_n)
+            np.matmul(w2t, g3[m0:m1], out=dcol)
+            _col2im2d(buf, dx, m0, m1, in_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow, margin)
 
     _over_images(batch, batch * out_c * ck * p_n, part)
     return dx
 
 
 def _bwd_weight2d_fast(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding, out) -> np.ndarray:
-    """conv_bwd_weight (rank 2): per-image products dy_n (O, P) @ col_n^T (P, C*K) in stacked GEMMs,
-    summed in fixed groups of images (image order), then the groups in order."""
+    """conv_bwd_weight (rank 2): per-image products in stacked GEMMs, summed in fixed groups of
+    images (image order), then the groups in order. With C*K >= _DYT_MIN_CK the products are
+    col_n (C*K, P) @ dy_n^T (P, O), dy transposed first (OpenBLAS runs this orientation with both
+    operands contiguous about twice as fast as dy_n @ col_n^T with col_n^T a transposed view);
+    with fewer rows the transpose of dy costs more than it saves and the products are
+    dy_n (O, P) @ col_n^T (P, C*K)."""
     h, wd, kh, kw, sh, sw, ph, pw, oh, ow = _geom2d(spatial, kernel, stride, padding, out)
     p_n, ck = oh * ow, in_c * kh * kw
-    g3 = dy.reshape(batch, out_c, p_n)
     x = np.ascontiguousarray(x)
-    per_image = 4 * (ck * p_n + out_c * ck)
+    dy = np.ascontiguousarray(dy)
+    g3 = dy.reshape(batch, out_c, p_n)
+    dyt = ck >= _DYT_MIN_CK
+    per_image = 4 * (ck * p_n + out_c * p_n + out_c * ck)
     group = max(1, min(_GROUP_IMAGES, _COL_BYTES // per_image))
     n_groups = -(-batch // group)
-    sums = np.empty((n_groups, out_c, ck), F32)
+    sums = np.empty((n_groups, ck, out_c) if dyt else (n_groups, out_c, ck), F32)
 
     def part(g0, g1):
         for gi in range(g0, g1):
             m0, m1 = gi * group, min(batch, (gi + 1) * group)
             col = np.empty((m1 - m0, ck, p_n), F32)
             _im2col2d(x, m0, m1, in_c, h, wd, col.reshape(-1), kh, kw, sh, sw, ph, pw, oh, ow, 0)
-            prods = np.matmul(g3[m0:m1], col.transpose(0, 2, 1))
+            if dyt:
+                gt = np.empty((m1 - m0, p_n, out_c), F32)
+                _transpose_images(dy, m0, m1, out_c, p_n, gt.reshape(-1))
+                prods = np.matmul(col, gt)
+            else:
+                prods = np.matmul(g3[m0:m1], col.transpose(0, 2, 1))
             _sum_in_order(prods, sums[gi])
 
     _over_images(n_groups, batch * out_c * ck * p_n, part)
-    dw = np.empty((out_c, ck), F32)
+    dw = np.empty(sums.shape[1:], F32)
     _sum_in_order(sums, dw)
-    return dw.reshape(-1)
+    return (np.ascontiguousarray(dw.T) if dyt else dw).reshape(-1)
 
 
 def conv(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding):

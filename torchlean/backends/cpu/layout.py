@@ -1,7 +1,8 @@
 """Layout primitives (concat, slice, broadcast, transpose, axis swaps) and bmm on NumPy arrays.
 
 broadcast_to / reduce_from_broadcast whose broadcast axes form one block (the common case: a
-bias, a per-channel or per-step factor) run as Numba loops over (A, B, C) views; the rest goes
+bias, a per-channel or per-step factor) run as Numba loops over (A, B, C) views, and so does
+reduce_from_broadcast over a leading and a trailing block (a conv's bias gradient); the rest goes
 through NumPy. bmm runs OpenBLAS at one thread (see "batched matmul" below).
 """
 
@@ -148,6 +149,105 @@ def _one_summed_block(out_dims, axes):
     return math.prod(sizes[:first]), math.prod(sizes[first:last + 1]), math.prod(sizes[last + 1:])
 
 
+# -- reduce_from_broadcast over two blocks of summed axes around the kept ones (R.. K.. R..) ------
+# The bias gradient of a conv, the per-channel sums of a batch norm: d (A, K, C) summed over A and
+# C. For each k, t (C,) = d[0, k] + d[1, k] + ... (a in order, contiguous runs: vectorized), then t
+# folded into _LANES lane sums (lane j: the entries c = j mod _LANES in order of c; the lanes are
+# independent, so this vectorizes too), the lanes added left to right (C <= _LANES: t summed left
+# to right). t is built for a group of whole rows k (C <= _CHUNK) or _CHUNK entries of one row at a
+# time (the lanes carry over, so the order is the same), so that it stays in cache while each
+# slab a is read in long runs. Inputs of more than _OUTER_MAX elements go to NumPy's add.reduce
+# (measured faster once d is far out of cache). A fixed order of the A*C terms (bitwise repeatable, one thread),
+# within the contract's gamma bound like any order; NumPy's add.reduce over the two axes costs
+# ~3x more at the CNN's sizes.
+_LANES = 16
+_CHUNK = 2048  # a multiple of _LANES
+_OUTER_MAX = 1 << 21  # larger inputs (out of cache): NumPy's add.reduce streams them faster
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _fold_lanes(t, t0, m, acc, first):
+    """Fold t[t0:t0+m] into the lane sums acc (set from its first _LANES entries when first)."""
+    u = np.uint64
+    lanes = u(_LANES)
+    full = m - m % lanes
+    i0 = u(0)
+    if first:
+        for j in range(lanes):
+            acc[j] = t[t0 + j]
+        i0 = lanes
+    for i in range(i0, full, lanes):
+        for j in range(lanes):
+            acc[j] += t[t0 + i + j]
+    for j in range(m - full):
+        acc[j] += t[t0 + full + j]
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _sum_outer_blocks(d, na, nk, nc, out):
+    """out (nk,) = d (na, nk, nc) flat summed over a and c (see above); na, nc >= 1. Unsigned
+    indices: no wraparound check, the loops vectorize."""
+    u = np.uint64
+    kc = u(nk * nc)
+    rows = max(1, _CHUNK // nc)  # whole rows per group (1 when a row is longer than _CHUNK)
+    t = np.empty(min(rows * nc, _CHUNK), dtype=np.float32)
+    acc = np.empty(_LANES, dtype=np.float32)
+    for k0 in range(0, nk, rows):
+        k1 = min(nk, k0 + rows)
+        for c0 in range(0, nc, _CHUNK):
+            # t = the rows k0:k1, columns c0:c0+m, summed over a
+            m = u(min(_CHUNK, nc - c0))
+            span = u(nc) if k1 - k0 > 1 else m  # several rows: whole rows (then nc <= _CHUNK)
+            n = span * u(k1 - k0) if k1 - k0 > 1 else m
+            base = u(k0 * nc + c0)
+            for i in range(n):
+                t[i] = d[base + i]
+            for a in range(1, na):
+                row = base + u(a) * kc
+                for i in range(n):
+                    t[i] += d[row + i]
+            for k in range(k1 - k0):
+                t0 = u(k) * span
+                if nc <= _LANES:
+                    s = t[t0]
+                    for i in range(u(1), m):
+                        s += t[t0 + i]
+                    out[k0 + k] = s
+                    continue
+                _fold_lanes(t, t0, m, acc, c0 == 0)
+                if c0 + _CHUNK >= nc:
+                    s = acc[0]
+                    for j in range(1, _LANES):
+                        s += acc[j]
+                    out[k0 + k] = s
+
+
+def _outer_summed_blocks(out_dims, axes):
+    """(A, K, C) when, size-1 axes ignored, the summed axes are a leading and a trailing block around
+    the kept ones (R.. K.. R..): out = d.reshape(A, K, C) summed over A and C. None otherwise."""
+    a = k = c = 1
+    state = 0  # 0: in the leading summed block, 1: in the kept block, 2: in the trailing summed block
+    for j, o in enumerate(out_dims):
+        if o == 1:
+            continue
+        summed = j in axes
+        if state == 0 and not summed:
+            state = 1
+        elif state == 1 and summed:
+            state = 2
+        elif state == 2 and not summed:
+            return None
+        if state == 0:
+            a *= o
+        elif state == 1:
+            k *= o
+        else:
+            c *= o
+    if state != 2 or a == 1:
+        return None
+    return a, k, c
+
+
 def reduce_from_broadcast(dout, in_dims, out_dims, axis_map):
     d = dout.reshape(out_dims)
     shape = [1 if a == 0 else in_dims[a - 1] for a in axis_map]
@@ -164,6 +264,14 @@ def reduce_from_broadcast(dout, in_dims, out_dims, axis_map):
                 with np.errstate(all="ignore"):
                     _sum_mid_seq(dout.reshape(na, nb, nc), o2)
             return o2.reshape(-1)
+        akc = _outer_summed_blocks(out_dims, axes) if dout.size <= _OUTER_MAX else None
+        if akc is not None:  # R.. K.. R..
+            na, nk, nc = akc
+            if na * nc == 0:  # an empty summed axis: no terms
+                return np.zeros(nk, F32)
+            out = np.empty(nk, F32)
+            _sum_outer_blocks(dout, na, nk, nc, out)
+            return out
     if axes:
         with np.errstate(all="ignore"):
             d = np.add.reduce(d, axis=axes, keepdims=True)
