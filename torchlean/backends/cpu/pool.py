@@ -503,6 +503,12 @@ def _max22_bwd(x, dy, dx, p0, p1, h, w, oh_n, ow_n):
 # below it, a short contiguous run per output row; the backward's pass 3 writes dx from the pair
 # bits in one more flat loop. The stride-2 loads of one window at a time (_max22_rows / _max22_bwd)
 # do not vectorize and cost 4-8x more.
+@njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _beats(v, a):
+    """Whether v, later in the chain, wins against a: larger, or NaN against a number (ties keep a)."""
+    return (v > a) | ((v != v) & (a == a))
+
+
 @njit(cache=True, error_model="numpy", nogil=True)
 def _pair_winners(x, hw, ht, k0):
     """hw[k] = the winner of the pair (x[2(k0+k)], x[2(k0+k)+1]) by the chain's rule (the right one
@@ -511,7 +517,7 @@ def _pair_winners(x, hw, ht, k0):
     for k in range(hw.size):
         a0 = xs[2 * k]
         a1 = xs[2 * k + 1]
-        t = (a1 > a0) | ((a1 != a1) & (a0 == a0))
+        t = _beats(a1, a0)
         hw[k] = a1 if t else a0
         ht[k] = t
 
@@ -527,7 +533,7 @@ def _combine_rows(hw, y, m_n, ow_n):
         for ow in range(ow_n):
             a = hw[t0 + ow]
             v = hw[t0 + ow_n + ow]
-            y[m * ow_n + ow] = v if (v > a) | ((v != v) & (a == a)) else a
+            y[m * ow_n + ow] = v if _beats(v, a) else a
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
@@ -538,7 +544,7 @@ def _share_rows(hw, dy, m_n, ow_n):
         for ow in range(ow_n):
             a = hw[t0 + ow]
             v = hw[t0 + ow_n + ow]
-            tb = (v > a) | ((v != v) & (a == a))
+            tb = _beats(v, a)
             gv = _ZERO + dy[m * ow_n + ow]
             hw[t0 + ow] = _ZERO if tb else gv
             hw[t0 + ow_n + ow] = gv if tb else _ZERO
@@ -551,7 +557,7 @@ def _pair_max(x, hw, k0):
     for k in range(hw.size):
         a0 = xs[2 * k]
         a1 = xs[2 * k + 1]
-        hw[k] = a1 if (a1 > a0) | ((a1 != a1) & (a0 == a0)) else a0
+        hw[k] = a1 if _beats(a1, a0) else a0
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
