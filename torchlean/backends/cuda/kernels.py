@@ -19,6 +19,7 @@ from pathlib import Path
 import cupy
 import numpy as np
 from cupy.cuda import compiler, function, nvrtc
+from cupy.cuda.function import CPointer
 
 HERE = Path(__file__).resolve().parent
 # -ftz=false: keep subnormals (IEEE, as NumPy). --fmad=false: no contraction of a*b+c into an FMA,
@@ -96,3 +97,14 @@ def grid_for(work_items: int, block: int = BLOCK, per_sm: int = 8) -> int:
 
 def empty(n: int) -> cupy.ndarray:
     return cupy.empty(n, dtype=cupy.float32)
+
+
+class HostStruct(CPointer):
+    """A kernel argument passed by value from host bytes it owns: CuPy copies the bytes a CPointer
+    names at launch. Used for shape descriptors cached per plan (one argument instead of many
+    scalars, each of which CuPy converts on every launch; and no structured array, whose
+    __array_interface__ CuPy would rebuild per launch, ~15 us). Keep the object as long as the plan."""
+
+    def __init__(self, arr: np.ndarray) -> None:
+        super().__init__(arr.ctypes.data)
+        self.arr = arr

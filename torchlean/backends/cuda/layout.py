@@ -20,9 +20,7 @@ from functools import lru_cache
 import cupy
 import numpy as np
 
-from cupy.cuda.function import CPointer
-
-from .kernels import BLOCK, I64, empty, grid_for, kernel
+from .kernels import BLOCK, I64, HostStruct, empty, grid_for, kernel
 
 __all__ = [
     "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to", "swap_adjacent_at_depth", "permute",
@@ -114,19 +112,10 @@ def _strided_plan(od, st, n_units: int, mode: int) -> tuple:
     return (f"tl_strided_tab_m{mode}", (grid_for(n_units),), (BLOCK,), _shape_arg(n_units, d, s), tab)
 
 
-class _HostStruct(CPointer):
-    """A kernel argument passed by value from host bytes it owns (CuPy copies the bytes a CPointer
-    names at launch). The plan cache holds it, and with it the bytes."""
-
-    def __init__(self, arr: np.ndarray) -> None:
-        super().__init__(arr.ctypes.data)
-        self.arr = arr
-
-
 def _shape_arg(n_units: int, d: list, s: list) -> tuple:
     """The launch's trailing argument: TlStrided (n, d[8], s[8]), one argument instead of 17 int64
     scalars (each costs CuPy a conversion per launch)."""
-    return (_HostStruct(np.array([n_units, *d, *s], dtype=np.int64)),)
+    return (HostStruct(np.array([n_units, *d, *s], dtype=np.int64)),)
 
 
 @lru_cache(maxsize=1024)
