@@ -10,12 +10,11 @@ import os
 
 import numpy as np
 
-# Numba's default OpenMP layer spins its workers: on a small machine an empty parallel loop costs
-# ~16 ms there against ~0.1 ms with the workqueue layer. A user's NUMBA_THREADING_LAYER still wins.
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    import numba
-
-    numba.config.THREADING_LAYER = "workqueue"
+# Numba's threading layer: its default choice (TBB, else OpenMP, else its own workqueue). A parallel
+# region of the OpenMP layer starts in ~1.5 us (5 us after a few ms idle) on the 2-core machine, the
+# workqueue's in 50-100 us; the GEMMs (gemm.py) split only under the first two. (An earlier version
+# forced the workqueue: OpenMP's spinning workers then fought OpenBLAS's, which now stay at one
+# thread.) A user's NUMBA_THREADING_LAYER still wins.
 
 
 def _reuse_freed_memory() -> bool:

@@ -55,25 +55,34 @@ _UNFOLD_MAX_WASTE = 1.5  # the last-axis unfold computes every padded row: at mo
 # thread (NumPy releases the GIL in both). Every image is computed exactly as in one thread, so
 # results do not depend on the split, except conv_bwd_weight's sum over images, which adds the
 # parts' partial sums in part order (fixed for a given thread count: repeatable run to run).
-def _find_blas_threads():
-    """(get, set) of the thread count of the OpenBLAS that NumPy calls, or None (another BLAS)."""
+def _numpy_openblas():
+    """The OpenBLAS library NumPy calls (a ctypes.CDLL), or None (another BLAS)."""
     try:
         with open("/proc/self/maps") as f:
             libs = sorted({line.split()[-1] for line in f if "openblas" in line.rsplit("/", 1)[-1].lower()})
     except OSError:
         return None
-    for path in sorted(libs, key=lambda q: "numpy" not in q):  # NumPy's own copy first (SciPy ships another)
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for get, put in (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
-                         ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
-                         ("openblas_get_num_threads", "openblas_set_num_threads")):
-            if "numpy" in path and hasattr(lib, get) and hasattr(lib, put):
-                g, p_ = getattr(lib, get), getattr(lib, put)
-                g.restype, g.argtypes, p_.restype, p_.argtypes = ctypes.c_int, [], None, [ctypes.c_int]
-                return g, p_
+    for path in libs:  # NumPy's own copy (SciPy ships another)
+        if "numpy" in path:
+            try:
+                return ctypes.CDLL(path)
+            except OSError:
+                continue
+    return None
+
+
+def _find_blas_threads():
+    """(get, set) of the thread count of the OpenBLAS that NumPy calls, or None (another BLAS)."""
+    lib = _numpy_openblas()
+    if lib is None:
+        return None
+    for get, put in (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+                     ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
+                     ("openblas_get_num_threads", "openblas_set_num_threads")):
+        if hasattr(lib, get) and hasattr(lib, put):
+            g, p_ = getattr(lib, get), getattr(lib, put)
+            g.restype, g.argtypes, p_.restype, p_.argtypes = ctypes.c_int, [], None, [ctypes.c_int]
+            return g, p_
     return None
 
 
@@ -103,15 +112,20 @@ def _workers() -> int:
 # two concurrent single-threaded GEMMs ran 15-30% slower (4% with it left at one). Every GEMM of this backend runs inside
 # this context (conv here, bmm in layout.py, fast_gemm in fast.py), so none of them lose anything;
 # NumPy GEMMs elsewhere in the process also run on one thread from then on.
-@contextmanager
-def _single_threaded_blas():
-    """OpenBLAS at one thread inside, and left so (see above). Nothing to do where NumPy's BLAS is
-    not an OpenBLAS we can set."""
+def _blas_one_thread() -> None:
+    """OpenBLAS at one thread from now on (see above). Nothing to do where NumPy's BLAS is not an
+    OpenBLAS we can set."""
     if _BLAS is not None and _BLAS[0]() != 1:
         with _BLAS_LOCK:
             if _BLAS_STATE["threads"] is None:
                 _BLAS_STATE["threads"] = _BLAS[0]()
             _BLAS[1](1)
+
+
+@contextmanager
+def _single_threaded_blas():
+    """OpenBLAS at one thread inside, and left so (_blas_one_thread)."""
+    _blas_one_thread()
     yield
 
 

@@ -1,7 +1,7 @@
 """The fast-kernel family on the CPU: fast_gemm (NumPy BLAS), mse_loss_fwd / mse_loss_bwd (Numba).
 
-* fast_gemm, fp32: one float32 BLAS GEMM on the operands' (transposed) *views* (NumPy passes the
-  transpose to BLAS as a flag: no copies), written into the output, then the bias added in place
+* fast_gemm, fp32: one float32 GEMM (gemm.py) on the operands' (transposed) *views* (the transpose
+  goes to BLAS as a flag: no copies), written into the output, then the bias added in place
   (one pass, no temporary). fp64: the operands widened to float64 (two copies: BLAS has no
   mixed-precision GEMM), one float64 GEMM, the bias added in float64 in place, one rounding.
 * mse_loss_fwd: one pass in fixed-size chunks spread over Numba's threads; each chunk sums
@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .gemm import gemm
 from .conv import _single_threaded_blas
 
 __all__ = ["fast_gemm", "linear_bwd", "mse_loss_fwd", "mse_loss_bwd"]
@@ -37,19 +38,18 @@ def fast_gemm(a, b, bias, m, k, n, trans_a, trans_b, fp64):
         if bias is not None:
             out += bias
         return out.reshape(-1)
-    A, B = _view(a, m, k, trans_a), _view(b, k, n, trans_b)
-    # OpenBLAS at one thread, as every backend GEMM (layout.py: its spinning threads fight Numba's)
-    with np.errstate(all="ignore"), _single_threaded_blas():
-        if fp64:
-            out64 = np.matmul(A.astype(F64), B.astype(F64))
+    with np.errstate(all="ignore"):
+        if fp64:  # OpenBLAS at one thread, as every backend GEMM (gemm.py)
+            A, B = _view(a, m, k, trans_a), _view(b, k, n, trans_b)
+            with _single_threaded_blas():
+                out64 = np.matmul(A.astype(F64), B.astype(F64))
             if bias is not None:
                 out64 += bias.astype(F64)
             return out64.astype(F32).reshape(-1)
-        out = np.empty((m, n), dtype=F32)
-        np.matmul(A, B, out=out)
+        out = gemm(a, b, 1, m, n, k, bool(trans_a), bool(trans_b))
         if bias is not None:
-            out += bias
-        return out.reshape(-1)
+            out.reshape(m, n)[...] += bias
+        return out
 
 
 def linear_bwd(g, x, w, rows, n_in, n_out):

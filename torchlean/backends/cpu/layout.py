@@ -3,7 +3,7 @@
 broadcast_to / reduce_from_broadcast whose broadcast axes form one block (the common case: a
 bias, a per-channel or per-step factor) run as Numba loops over (A, B, C) views, and so does
 reduce_from_broadcast over a leading and a trailing block (a conv's bias gradient); the rest goes
-through NumPy. bmm runs OpenBLAS at one thread (see "batched matmul" below).
+through NumPy. bmm's GEMMs go through gemm.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .conv import _single_threaded_blas
+from .gemm import gemm
 
 F32 = np.float32
 # Outputs per block of the broadcast/reduce kernels. They run on one thread: memory-bound, and a
@@ -298,45 +298,31 @@ def transpose2d(b, rows, cols):
 
 
 # -- batched matmul ------------------------------------------------------------------------------
-# Every GEMM runs with OpenBLAS at one thread. Its own threads spin-wait at barriers and after each
-# call: between Numba's parallel kernels, and whenever any other process wants a core, a 2-thread
-# GEMM of ~100 us took 5-15 ms (a scheduler time slice) and a whole training step 5-20x longer.
-# Measured on the 2-core machine: 2 OpenBLAS threads win ~17% per step when the machine is
-# otherwise idle and lose ~80% with one other busy process; splitting rows over our own Python
-# threads gained nothing at these sizes (60-250 us per GEMM). Batch 1 takes 2-D views. n == 1:
-# each output is one product, a * b exactly (as BLAS gives it): an outer product by broadcasting.
-def _product(a3, b3, batch, m, n, p):
-    """a3 (batch, m, n) @ b3 (batch, n, p) for views a3, b3 (any strides BLAS takes): flat float32."""
-    out = np.empty((batch, m, p), F32)
-    if out.size == 0:
-        return out.reshape(-1)
+# GEMMs go through gemm.py (cblas_sgemm at one thread, split over Numba's threads), transposed
+# operands as BLAS flags (nothing is copied). n == 1: each output is one product, a * b exactly (as
+# BLAS gives it): an outer product by broadcasting.
+def _product(a, b, batch, m, n, p, trans_a, trans_b):
+    """op(a) @ op(b) per batch entry (a holds (m, n) or, transposed, (n, m) matrices; b (n, p) or
+    (p, n)): flat float32."""
+    if n == 0:
+        return np.zeros(batch * m * p, dtype=F32)
     with np.errstate(all="ignore"):
-        if n == 1:
-            np.multiply(a3, b3, out=out)  # (batch, m, 1) * (batch, 1, p): the outer products
-        elif batch == 1:
-            with _single_threaded_blas():
-                np.matmul(a3[0], b3[0], out=out[0])
-        else:
-            with _single_threaded_blas():
-                np.matmul(a3, b3, out=out)
-    return out.reshape(-1)
+        if n == 1 and batch * m * p:  # either layout of an (m, 1) or (1, p) matrix is the same vector
+            out = np.empty((batch, m, p), F32)
+            np.multiply(a.reshape(batch, m, 1), b.reshape(batch, 1, p), out=out)
+            return out.reshape(-1)
+        return gemm(a, b, batch, m, p, n, trans_a, trans_b)
 
 
 def bmm(a, b, batch, m, n, p):
-    if n == 0:
-        return np.zeros(batch * m * p, dtype=F32)
-    return _product(a.reshape(batch, m, n), b.reshape(batch, n, p), batch, m, n, p)
+    return _product(a, b, batch, m, n, p, False, False)
 
 
 def bmm_nt(a, b, batch, m, n, p):
     """a b^T with b stored (batch, p, n): BLAS reads the transposed view, nothing is copied."""
-    if n == 0:
-        return np.zeros(batch * m * p, dtype=F32)
-    return _product(a.reshape(batch, m, n), b.reshape(batch, p, n).transpose(0, 2, 1), batch, m, n, p)
+    return _product(a, b, batch, m, n, p, False, True)
 
 
 def bmm_tn(a, b, batch, m, n, p):
     """a^T b with a stored (batch, n, m)."""
-    if n == 0:
-        return np.zeros(batch * m * p, dtype=F32)
-    return _product(a.reshape(batch, n, m).transpose(0, 2, 1), b.reshape(batch, n, p), batch, m, n, p)
+    return _product(a, b, batch, m, n, p, True, False)
