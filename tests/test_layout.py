@@ -98,3 +98,83 @@ def test_reduce_from_broadcast_single_term_keeps_negative_zero():
     assert np.array_equal(np.signbit(np.asarray(out)), np.signbit(d))
     out = run_runtime(TABLE["reduce_from_broadcast"], [d, (2, 1), (2, 2), (1, 2)], device)
     assert np.asarray(out).tolist() == [1.0, 0.0] and np.signbit(np.asarray(out))[1]
+
+
+# -- views: slice1d and concat1d without a copy ----------------------------------------------------
+def _shares(a, b) -> bool:
+    """Whether two backend arrays share memory (NumPy or CuPy)."""
+    if isinstance(a, np.ndarray):
+        return np.shares_memory(a, b)
+    import cupy
+
+    return cupy.shares_memory(a, b)
+
+
+def test_aligned_slices_are_views_and_uncounted(device):
+    from torchlean.runtime import Buffer, allocator_stats
+    from torchlean.runtime import primitives as P
+
+    src = np.arange(40, dtype=np.float32)
+    b = Buffer.from_numpy(src, device)
+    live = allocator_stats(device).live_bytes
+    v = P.slice1d(b, 40, 8, 12)
+    assert np.array_equal(v.to_numpy(), src[8:20])
+    assert _shares(v.data, b.data) and v._shared and b._shared
+    assert allocator_stats(device).live_bytes == live  # the view's memory is b's
+    c = P.slice1d(b, 40, 3, 5)  # not 16-byte aligned: a copy
+    assert np.array_equal(c.to_numpy(), src[3:8]) and not _shares(c.data, b.data)
+    assert allocator_stats(device).live_bytes == live + 20
+    del c
+    del v  # dropping a view frees nothing
+    assert allocator_stats(device).live_bytes == live
+    e = P.slice1d(b, 40, 4, 0)
+    assert e.size == 0
+
+
+def test_concat_of_adjacent_views_is_a_view(device):
+    from torchlean.runtime import Buffer
+    from torchlean.runtime import primitives as P
+
+    src = np.arange(48, dtype=np.float32)
+    b = Buffer.from_numpy(src, device)
+    q, k, v = (P.slice1d(b, 48, 16 * i, 16) for i in range(3))
+    qk = P.concat1d(q, k, 16, 16)
+    qkv = P.concat1d(qk, v, 32, 16)
+    assert np.array_equal(qkv.to_numpy(), src) and _shares(qkv.data, b.data)
+    kq = P.concat1d(k, q, 16, 16)  # out of order: a copy
+    assert np.array_equal(kq.to_numpy(), np.concatenate([src[16:32], src[:16]])) and not _shares(kq.data, b.data)
+    other = Buffer.from_numpy(src[:16], device)
+    mixed = P.concat1d(q, other, 16, 16)  # different allocations: a copy
+    assert np.array_equal(mixed.to_numpy(), np.concatenate([src[:16], src[:16]]))
+    assert not _shares(mixed.data, b.data)
+
+
+def test_qkv_gradient_joins_without_a_copy(device, monkeypatch):
+    # The attention pattern q, k, v = qkv[0], qkv[1], qkv[2]: flash_attention_bwd writes dq | dk | dv
+    # side by side, so the slices' gradients join as a view (no concat1d kernel), with the same values.
+    import torchlean as tl
+    import torchlean.nn.functional as F
+    from torchlean.runtime import primitives as P
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 2, 4, 8, 16)).astype(np.float32)
+    g = rng.standard_normal((2, 4, 8, 16)).astype(np.float32)
+
+    def grad():
+        qkv = tl.tensor(x, device=device, requires_grad=True)
+        y = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+        (y * tl.tensor(g, device=device)).sum().backward()
+        return qkv.grad.numpy()
+
+    ctx = tl.tensor(x[:1], device=device)._buf._ctx
+    calls = []
+    real = ctx.backend.concat1d
+    monkeypatch.setattr(ctx.backend, "concat1d", lambda *a: calls.append(1) or real(*a))
+    packed = grad()
+    assert not calls
+    real_union = ctx.backend.adjacent_union
+    monkeypatch.setattr(ctx.backend, "adjacent_union", lambda a, b: None)  # force the copies
+    copied = grad()
+    assert len(calls) == 2
+    monkeypatch.setattr(ctx.backend, "adjacent_union", real_union)
+    assert np.array_equal(packed, copied)

@@ -619,6 +619,8 @@ def test_adam_in_place_only_when_nobody_else_sees_the_buffers(monkeypatch):
         "optimizer state dict": lambda ws, opt: [(t, t.numpy().copy()) for st in opt.state_dict()["state"].values()
                                                  for t in (st["exp_avg"], st["exp_avg_sq"])],
         "raw array": lambda ws, opt: [(w._buf._data, w.numpy().copy()) for w in ws],
+        # a slice is a view of the parameter's memory (slice1d's no-copy case)
+        "slice view": lambda ws, opt: [(t, t.numpy().copy()) for t in (w.detach()[0] for w in ws)],
     }
     for name, hold in holders.items():
         calls.clear()
@@ -641,3 +643,18 @@ def test_adam_step_keeps_a_retained_graph_valid():
     w.grad = None
     loss.backward()
     assert same_bits(w.grad.numpy(), g1)  # the graph still sees the values it was built on
+
+
+def test_a_sliced_parameter_is_never_stepped_in_place():
+    # A NumPy view of a view refers to the array that owns the memory, not to the one it was cut
+    # from: the reference counts alone would not see a slice1d view of a parameter whose array is
+    # itself a view (what most CPU kernels return). Buffer._shared does.
+    from torchlean.optim.optimizer import exclusively_held
+    from torchlean.runtime.device import get_context
+
+    owner = np.zeros((2, 8), F32)
+    w = tl.nn.Parameter(tl.Tensor._wrap(Buffer(owner.reshape(-1), get_context("cpu", "test")), (16,)))
+    assert exclusively_held(w)
+    view = P.slice1d(w._buf, 16, 8, 8)
+    assert not exclusively_held(w)
+    del view

@@ -66,9 +66,11 @@ _ONE_HOLDER_LOCAL, _ONE_HOLDER_ATTR = _calibrate()
 def exclusively_held(t: Tensor) -> bool:
     """True when ``t``'s buffer, and that buffer's array, are referred to by ``t`` alone: no other
     Tensor (a ``detach()``, a ``state_dict()`` snapshot), tape closure (a retained graph), DLPack
-    export or array view can see them, so writing over them in place is unobservable."""
+    export, array view or view Buffer (``Buffer._shared``: a NumPy view of a view need not hold a
+    reference to the array it came from) can see them, so writing over them in place is
+    unobservable."""
     b = t._buf
-    return (b is not None and sys.getrefcount(b) <= _ONE_HOLDER_LOCAL
+    return (b is not None and not b._shared and sys.getrefcount(b) <= _ONE_HOLDER_LOCAL
             and sys.getrefcount(b._data) <= _ONE_HOLDER_ATTR)
 
 

@@ -3,6 +3,14 @@
 A buffer is a value: primitives never write into their inputs, they return new buffers.
 ``release()`` frees the memory at once (the tape calls it for workspaces it no longer needs);
 any later use raises ``BufferReleasedError`` instead of reading freed memory.
+
+A few layout primitives return *views* (``Buffer._view``): a 16-byte-aligned contiguous run of an
+existing buffer's memory (``slice1d``), or two adjacent runs of one allocation joined
+(``concat1d``), with no copy and no kernel. Values make that safe: nobody writes a buffer after it
+is made. A view is not counted by the allocator telemetry (its memory is its source's; it keeps
+that memory alive as long as it lives, as a PyTorch view does), and both it and its source are
+marked ``_shared``, so that no optimizer ever updates either in place
+(``optim.optimizer.exclusively_held``).
 """
 
 from __future__ import annotations
@@ -21,14 +29,26 @@ _F32 = np.dtype(np.float32)
 class Buffer:
     """Flat float32 storage on one device. Create with ``from_numpy``, ``zeros`` or ``full``."""
 
-    __slots__ = ("_data", "_ctx", "_nbytes", "__weakref__")
+    __slots__ = ("_data", "_ctx", "_nbytes", "_counted", "_shared", "__weakref__")
 
     def __init__(self, data: Any, ctx: DeviceContext) -> None:
         # Internal: `data` is a 1-D contiguous float32 array of ctx's backend, owned from now on.
         self._data = data
         self._ctx = ctx
         self._nbytes = data.nbytes
+        self._counted = True
+        self._shared = False
         ctx.counters.on_alloc(self._nbytes)
+
+    @classmethod
+    def _view(cls, data: Any, ctx: DeviceContext, *sources: "Buffer") -> "Buffer":
+        """Internal: a buffer over ``data``, a 1-D contiguous run of the memory of ``sources``
+        (see the module docstring): not counted, and it and its sources marked shared."""
+        b = object.__new__(cls)
+        b._data, b._ctx, b._nbytes, b._counted, b._shared = data, ctx, data.nbytes, False, True
+        for s in sources:
+            s._shared = True
+        return b
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -79,7 +99,8 @@ class Buffer:
         if self._data is None:
             return False
         self._data = None
-        self._ctx.counters.on_free(self._nbytes)
+        if self._counted:
+            self._ctx.counters.on_free(self._nbytes)
         return True
 
     def __del__(self) -> None:
@@ -87,7 +108,8 @@ class Buffer:
         try:
             if self._data is not None:
                 self._data = None
-                self._ctx.counters.on_free(self._nbytes)
+                if self._counted:
+                    self._ctx.counters.on_free(self._nbytes)
         except AttributeError:  # __init__ failed half-way
             pass
 

@@ -240,22 +240,34 @@ def reduce_sum_axis(b: Buffer, dims: Sequence[int], axis: int) -> Buffer:
 
 # -- layout ------------------------------------------------------------------------------
 def concat1d(a: Buffer, b: Buffer, n: int, m: int) -> Buffer:
-    """[a; b] for a of length n and b of length m."""
+    """[a; b] for a of length n and b of length m. When b's memory starts where a's ends, in one
+    allocation (the gradient pieces of one tensor that a VJP computed side by side), the result is
+    a view of both (Buffer._view): no copy."""
     n_, m_ = check_u32("concat1d", "n", n), check_u32("concat1d", "m", m)
     check_buffer("concat1d", "a", a, n_)
     check_buffer("concat1d", "b", b, m_)
     ctx = same_device("concat1d", a=a, b=b)
     check_product("concat1d", "n+m", n_ + m_)
+    if n_ and m_:
+        joined = ctx.backend.adjacent_union(a._data, b._data)
+        if joined is not None:
+            return Buffer._view(joined, ctx, a, b)
     return _wrap(ctx, _run("concat1d", ctx, n_ + m_, ctx.backend.concat1d, a._data, b._data, n_, m_))
 
 
+_VIEW_ALIGN = 4  # elements: a view starts 16-byte aligned, as every buffer (the CUDA kernels' float4 loads)
+
+
 def slice1d(b: Buffer, n: int, start: int, length: int) -> Buffer:
-    """b[start:start+length]; requires start + length <= n."""
+    """b[start:start+length]; requires start + length <= n. A view of b (Buffer._view: no copy)
+    when start is a multiple of 4 elements, else a copy."""
     n_ = check_u32("slice1d", "n", n)
     s, ln = check_u32("slice1d", "start", start), check_u32("slice1d", "length", length)
     check_buffer("slice1d", "b", b, n_)
     if s + ln > n_:
         raise ShapeError(f"slice1d: start + length = {s} + {ln} exceeds n = {n_}")
+    if ln and s % _VIEW_ALIGN == 0:
+        return Buffer._view(b._data[s:s + ln], b._ctx, b)
     return _wrap(b._ctx, _run("slice1d", b._ctx, ln, b._ctx.backend.slice1d, b._data, n_, s, ln))
 
 

@@ -360,11 +360,16 @@ def _fwd_small(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask
     return out.reshape(-1), lse.reshape(-1)
 
 
-def _bwd_small(want_q, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+def _bwd_small(want_q, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout,
+               into=None):
+    """dq (want_q) or (dk, dv), written into the flat arrays ``into`` when given (else new ones)."""
+    none = np.empty((1, 1, 1), F32)
     if want_q:
-        dq, dk, dv = np.empty((batch, n_q, d), F32), np.empty((1, 1, 1), F32), np.empty((1, 1, 1), F32)
+        dq = np.empty(batch * n_q * d, F32) if into is None else into[0]
+        dq, dk, dv = dq.reshape(batch, n_q, d), none, none
     else:
-        dq, dk, dv = np.empty((1, 1, 1), F32), np.empty((batch, n_k, d), F32), np.empty((batch, n_k, d), F32)
+        dk, dv = (np.empty(batch * n_k * d, F32), np.empty(batch * n_k * d, F32)) if into is None else into
+        dq, dk, dv = none, dk.reshape(batch, n_k, d), dv.reshape(batch, n_k, d)
     args = _numba_args(q, k, v, mask, batch, n_q, n_k, d, mask_mode, mask_layout) + (
         float(scale), bool(causal), out.reshape(batch, n_q, d), lse.reshape(batch, n_q),
         dout.reshape(batch, n_q, d), want_q, dq, dk, dv, LANES)
@@ -586,6 +591,16 @@ def flash_attention_bwd_kv(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, sc
 
 
 def flash_attention_bwd(*args):
+    batch, n_q, n_k, d = args[7:11]
+    m = batch * n_q * d
+    if _small(batch, n_q, n_k, d) and n_q == n_k:
+        # One allocation, dq | dk | dv: the gradient of the q, k, v slices of one tensor (qkv[0],
+        # qkv[1], qkv[2]) then joins without a copy (concat1d's view case).
+        packed = np.empty(3 * m, F32)
+        dq, dk, dv = packed[:m], packed[m:2 * m], packed[2 * m:]
+        _bwd_small(True, *args, into=(dq,))
+        _bwd_small(False, *args, into=(dk, dv))
+        return dq, dk, dv
     return (flash_attention_bwd_q(*args), *flash_attention_bwd_kv(*args))
 
 

@@ -24,6 +24,7 @@ _RED_BLOCK = 256
 __all__ = [
     "concat1d", "slice1d", "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to",
     "reduce_from_broadcast", "swap_adjacent_at_depth", "permute", "transpose2d", "bmm", "bmm_nt", "bmm_tn",
+    "adjacent_union",
 ]
 
 
@@ -33,6 +34,19 @@ def concat1d(a, b, n, m):
 
 def slice1d(b, n, start, length):
     return b[start:start + length].copy()
+
+
+def adjacent_union(a, b):
+    """The view [a; b] when b's memory starts where a's ends in one allocation, else None (not a
+    primitive: concat1d's no-copy case)."""
+    base = a.base
+    if base is None or b.base is not base or base.dtype != F32 or not base.flags.c_contiguous:
+        return None
+    pa, pb = a.__array_interface__["data"][0], b.__array_interface__["data"][0]
+    if pa + a.nbytes != pb:
+        return None
+    off = (pa - base.__array_interface__["data"][0]) // 4
+    return base.reshape(-1)[off:off + a.size + b.size]
 
 
 def broadcast_vec_to_rows(vec, rows, cols):

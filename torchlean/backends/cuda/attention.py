@@ -146,8 +146,15 @@ def _bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_
     # The kernels write every element of their outputs (a row with no allowed key gets 0), so only
     # a problem with no terms needs zeros.
     alloc = empty if batch * n_q * n_k * d else (lambda n: cupy.zeros(n, dtype=cupy.float32))
-    dq = alloc(batch * n_q * d) if want_q else None
-    dk, dv = (alloc(batch * n_k * d), alloc(batch * n_k * d)) if want_kv else (None, None)
+    nq, nk = batch * n_q * d, batch * n_k * d
+    if want_q and want_kv and nq == nk and nq % 4 == 0:
+        # One allocation, dq | dk | dv (16-byte aligned runs): the gradient of the q, k, v slices of
+        # one tensor (qkv[0], qkv[1], qkv[2]) then joins without a copy (concat1d's view case).
+        packed = alloc(3 * nq)
+        dq, dk, dv = packed[:nq], packed[nq:2 * nq], packed[2 * nq:]
+    else:
+        dq = alloc(nq) if want_q else None
+        dk, dv = (alloc(nk), alloc(nk)) if want_kv else (None, None)
     if batch * n_q * n_k * d == 0:
         return dq, dk, dv
     _check_d(d)

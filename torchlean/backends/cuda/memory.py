@@ -16,7 +16,8 @@ import numpy as np
 from .elementwise import fill
 from .kernels import empty
 
-__all__ = ["from_host", "to_host", "full", "memory_info", "cached_bytes", "collect", "concat1d", "slice1d"]
+__all__ = ["from_host", "to_host", "full", "memory_info", "cached_bytes", "collect", "concat1d", "slice1d",
+           "adjacent_union"]
 
 
 def from_host(a: np.ndarray):
@@ -57,6 +58,19 @@ def concat1d(a, b, n, m):
     if m:
         (out.data + 4 * n).copy_from_device_async(b.data, 4 * m)
     return out
+
+
+def adjacent_union(a, b):
+    """The view [a; b] when b's memory starts where a's ends in one allocation, else None (not a
+    primitive: concat1d's no-copy case)."""
+    base = a.base
+    if base is None or b.base is not base or base.dtype != cupy.float32 or not base.flags.c_contiguous:
+        return None
+    pa = a.data.ptr
+    if pa + a.nbytes != b.data.ptr:
+        return None
+    off = (pa - base.data.ptr) // 4
+    return base.reshape(-1)[off:off + a.size + b.size]
 
 
 def slice1d(b, n, start, length):
