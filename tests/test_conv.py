@@ -662,6 +662,77 @@ def test_cpu_fast_2d_path_same_bits_for_any_thread_count(monkeypatch):
         assert run() == serial, f"{t} threads"
 
 
+_OMP_GEOMS = [
+    # the cnn example's two layers (64 images), batches of 1, 3 and 7, stride 2, padding wider than
+    # the kernel, 1x1 with C*K >= _DYT_MIN_CK (the weight gradient's transposed-dy products) and
+    # shapes with a GEMM dimension of 1 (one output channel; one input channel with a 1x1 kernel):
+    # NumPy calls a GEMV or its own loop there, so those products keep np.matmul
+    (64, 1, 16, (16, 16), (3, 3), (1, 1), (1, 1)),
+    (64, 16, 32, (8, 8), (3, 3), (1, 1), (1, 1)),
+    (1, 3, 4, (9, 8), (3, 3), (1, 1), (1, 1)),
+    (3, 3, 2, (9, 11), (3, 3), (2, 2), (1, 1)),
+    (7, 5, 6, (9, 8), (3, 3), (1, 1), (1, 1)),
+    (7, 40, 6, (6, 7), (1, 1), (1, 1), (0, 0)),
+    (3, 2, 3, (5, 6), (2, 2), (1, 1), (3, 2)),
+    (3, 4, 1, (8, 8), (3, 3), (2, 1), (1, 0)),
+    (2, 1, 3, (6, 6), (1, 1), (1, 1), (0, 0)),
+]
+
+
+@pytest.mark.parametrize("col_bytes, group", [(8 << 20, 16), (3000, 3)])
+def test_cpu_fast_2d_path_on_numba_threads_gives_the_matmul_bits(monkeypatch, col_bytes, group):
+    """The 2-D path's parts on Numba's threads, each image's GEMM a cblas_sgemm from Numba, give
+    exactly the bits of the np.matmul path (gemm._ready() None), in one part or split into 2-4, with
+    chunks of one image or the whole part and weight-gradient groups of 3 or 16 images."""
+    G = sys.modules["torchlean.backends.cpu.gemm"]
+    if G._ready() is None:
+        pytest.skip("no cblas_sgemm from Numba here (another BLAS, or Numba's workqueue layer)")
+    monkeypatch.setattr(CPU_CONV, "_COL_BYTES", col_bytes)
+    monkeypatch.setattr(CPU_CONV, "_GROUP_IMAGES", group)
+    calls = []
+    for name in ("_conv2d_ser", "_conv2d_par", "_bwd_input2d_ser", "_bwd_input2d_par", "_bwd_weight2d_ser",
+                 "_bwd_weight2d_par"):
+        def spy(*a, _f=getattr(CPU_CONV, name), _n=name):
+            calls.append(_n)
+            return _f(*a)
+        monkeypatch.setattr(CPU_CONV, name, spy)
+
+    def run(x, w, b, dy, dims):
+        return [cpu_backend.conv(x, w, b, *dims).tobytes(), cpu_backend.conv(x, w, None, *dims).tobytes(),
+                cpu_backend.conv_bwd_input(dy, w, *dims).tobytes(), cpu_backend.conv_bwd_weight(x, dy, *dims).tobytes()]
+
+    for i, geom in enumerate(_OMP_GEOMS):
+        x, w, dy, b, dims, _ = _fast_case(np.random.default_rng(100 + i), geom)
+        x[3], w[1] = np.inf, np.nan if i == 4 else w[1]  # inf/NaN reach both paths alike
+        before = len(calls)
+        with monkeypatch.context() as m:
+            m.setattr(G, "_ready", lambda: None)
+            want = run(x, w, b, dy, dims)
+        assert len(calls) == before, "the np.matmul path took the Numba kernels"
+        assert run(x, w, b, dy, dims) == want, f"{geom} default parts"
+        for t in (1, 2, 3, 4):
+            with monkeypatch.context() as m:
+                m.setattr(CPU_CONV, "_workers", lambda t=t: t)
+                m.setattr(CPU_CONV, "_OMP_PART_MACS", 1)
+                got = run(x, w, b, dy, dims)
+            for what, a, e in zip(("conv", "conv without bias", "conv_bwd_input", "conv_bwd_weight"), got, want):
+                assert a == e, f"{what} {geom} in {t} parts"
+    used = set(calls)
+    assert {"_conv2d_ser", "_conv2d_par", "_bwd_input2d_ser", "_bwd_input2d_par", "_bwd_weight2d_ser",
+            "_bwd_weight2d_par"} <= used, used
+
+
+def test_cpu_fast_2d_path_parts_follow_size_and_threads(monkeypatch):
+    """One part per Numba thread (_workers()), at most one per image (or group) and one per
+    _OMP_PART_MACS multiply-adds: the cnn's layers (2.4-19M) in two parts on 2 threads, a few images
+    of a small layer in one."""
+    monkeypatch.setattr(CPU_CONV, "_workers", lambda: 2)
+    assert CPU_CONV._omp_parts(64, 2_600_000) == 2 and CPU_CONV._omp_parts(64, 19_000_000) == 2
+    assert CPU_CONV._omp_parts(8, 290_000) == 1 and CPU_CONV._omp_parts(1, 1 << 30) == 1
+    monkeypatch.setattr(CPU_CONV, "_workers", lambda: 8)
+    assert CPU_CONV._omp_parts(64, 3 * CPU_CONV._OMP_PART_MACS) == 3 and CPU_CONV._omp_parts(5, 1 << 30) == 5
+
+
 def _im2col_reference(x, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, bias_row):
     """The column matrix by definition (float64 loops, then float32)."""
     xs = x.reshape(n, c, h, w)

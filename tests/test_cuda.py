@@ -152,3 +152,22 @@ def test_tf32_switch_is_checked():
     assert set_allow_tf32(False) is False
     with pytest.raises(ArgumentError, match="set_allow_tf32"):
         set_allow_tf32("yes")
+
+
+@cuda
+def test_index_uploads_are_exact_reused_and_snapshots(cuda_device):
+    from torchlean.backends.cuda import staging
+
+    rng = np.random.default_rng(4)
+    for n in (1, 7, 1024, 1025, 70000):  # the ring's slots grow past 1024; above _MAX_RECENT nothing is kept
+        host = rng.integers(0, 2**32, n, dtype=np.int64)
+        dev = staging.upload_u32(host)
+        assert dev.dtype == np.uint32 and np.array_equal(dev.get(), host.astype(np.uint32))
+    idx = rng.integers(0, 50, 300, dtype=np.int64)
+    a = staging.upload_u32(idx)
+    assert staging.upload_u32(idx.copy()) is a  # the same values: the device copy is reused
+    idx[5] = 49 - idx[5]  # a changed array is uploaded again; the first upload keeps its values
+    b = staging.upload_u32(idx)
+    assert b is not a and np.array_equal(b.get(), idx.astype(np.uint32))
+    assert a.get()[5] == 49 - idx[5]
+    assert staging.upload_u32(np.zeros(0, np.int64)).size == 0

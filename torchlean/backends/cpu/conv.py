@@ -21,7 +21,9 @@ is as fast at stride > 1 and the only choice with an inf/NaN weight (a padded 0 
 weight is no term of the adjoint). conv_transpose is conv_bwd_input with the channel roles swapped, plus the bias.
 
 Chunks hold about ``_COL_BYTES`` of columns (at least one image); batches of two or more images
-run as contiguous parts on parallel threads with OpenBLAS at one thread each (see below).
+run as contiguous parts on parallel threads with OpenBLAS at one thread each (see below): in 2-D
+inside one Numba parallel region per call, with cblas_sgemm called from Numba (where gemm.py can),
+elsewhere on our Python worker threads.
 Results are bitwise repeatable from run to run.
 """
 
@@ -35,7 +37,7 @@ import threading
 from contextlib import contextmanager
 
 import numpy as np
-from numba import njit, types
+from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
@@ -465,7 +467,8 @@ def _conv_part(y: np.ndarray, x5: np.ndarray, w: np.ndarray, b, kernel, stride, 
 # -- 2-D with per-image GEMMs (the CNN case) ---------------------------------------------------------
 # Rank 2 with at least _FAST_MIN_P output positions per image: a Numba kernel writes each image's
 # column matrix (C*K (+1), P) straight from x (no padded copy, no strided NumPy copy), and NumPy's
-# stacked matmul runs one GEMM per image, col and y in their natural per-image layouts (y (O, P) is
+# stacked matmul (or the same cblas_sgemm called from Numba: "the 2-D per-image GEMMs on Numba's
+# threads" below) runs one GEMM per image, col and y in their natural per-image layouts (y (O, P) is
 # the output itself, no transpose). These small GEMMs stay in cache: ~110 GFLOP/s on one core
 # against ~60 for one wide GEMM over the chunk. The bias is a column of W against a row of ones
 # in col (one more product, b * 1 = b exactly). Every image is computed by the same GEMM call
@@ -685,6 +688,172 @@ def _sum_in_order(parts, out):
         out += parts[i]
 
 
+# -- the 2-D per-image GEMMs on Numba's threads ------------------------------------------------
+# Where gemm.py can call OpenBLAS's cblas_sgemm from Numba (gemm._ready(): NumPy's OpenBLAS, Numba's
+# OpenMP layer), each 2-D call is ONE Numba parallel region: a prange over contiguous parts of the
+# batch (or of the weight gradient's groups) cut as _over_images cuts them (part i: images
+# batch*i//t to batch*(i+1)//t, chunks of _COL_BYTES inside), each part running the Numba copy
+# kernels and one cblas_sgemm per image without the GIL. Why not _over_images: Numba's OpenMP
+# workers spin after every parallel region (GOMP's default), and our Python worker thread then
+# fought them for the second core (2 cores: the cnn step went ~3.5 -> ~4.2 ms when gemm.py moved
+# to OpenMP, conv's three primitives about twice as slow). One pool for everything ends that, and a
+# region starts in ~1.5 us where the Python hand-off took 10-50 us. Measured on 2 cores, the cnn
+# step (.brief/step_exp2.py, p25 of 70 steps, runs alternated): ~4.2-4.8 ms before, ~2.8-3.0 ms
+# here, ~3.3-4.4 ms with Numba's workqueue layer (which keeps np.matmul and _over_images); per call
+# in the step: conv ~410 -> ~175 us, conv_bwd_weight ~410 -> ~185 us, conv_bwd_input ~620 -> ~265 us.
+# Same bits as the np.matmul path: NumPy's stacked matmul calls cblas_sgemm once per image when all
+# three GEMM dimensions are > 1 (with a 1 it calls a GEMV or its own loop: those shapes keep
+# np.matmul), and the sgemm here gets the same arguments (RowMajor, the same operands, leading
+# dimensions and transposes: NoTrans for the C-contiguous operands, Trans with ld P for the
+# transposed view col_n^T), so each image is the same call whatever the parts; the weight gradient
+# adds the same per-image products in the same order (_sum_in_order over each group, then over the
+# groups). tests/test_conv.py compares the two paths bitwise. Nothing inside a region can raise:
+# every buffer is allocated before it (one scratch row per part) and the callers check the shapes.
+_sgemm = None  # gemm._sgemm, bound by _cblas (gemm imports this module, so no import at the top)
+_GEMM: dict = {}
+
+
+def _cblas():
+    """(cblas_sgemm address, BLAS integer zero) from gemm._ready(), or None (the np.matmul paths)."""
+    global _sgemm
+    g = _GEMM.get("mod")
+    if g is None:
+        from . import gemm as g
+
+        _sgemm = g._sgemm
+        _GEMM["mod"] = g
+    return g._ready()
+
+
+# A part has at least _OMP_PART_MACS multiply-adds (~5 us on one core): the region's start and the
+# second thread's wake-up are a few us, where the Python worker's hand-off took 10-50 us (hence
+# _PARALLEL_MIN_MACS = 16M there). Measured on 2 cores, one call serial / in 2 parts: conv of 16
+# images 1 -> 16 channels, 16x16, 3x3 (0.59M multiply-adds) 31 / 24 us, of 8 such images (0.29M:
+# one part) 21 / 19 us, of 4 images 16 -> 32, 8x8 (1.2M) 32 / 22 us; at the cnn's 64 images the
+# first layer's conv 84 / 54 us and weight gradient 74 / 50 us (2.4-2.6M: one part before), the
+# second layer's conv 407 / 225 us.
+_OMP_PART_MACS = 1 << 18
+
+
+def _omp_parts(batch: int, macs: int) -> int:
+    """How many parts (contiguous image ranges, or group ranges) one region runs: one per Numba
+    thread that _workers() counts, at most one per image and one per _OMP_PART_MACS multiply-adds.
+    Sizes and the thread count alone fix it (and no part count changes a bit)."""
+    return max(1, min(_workers(), batch, macs // _OMP_PART_MACS))
+
+
+def _sgemm_fits(st, m: int, n: int, k: int) -> bool:
+    """Whether a per-image (m x k) @ (k x n) product is one sgemm in NumPy too (every dimension > 1)
+    and its dimensions (the leading dimensions are among them) fit the BLAS integers."""
+    return st is not None and min(m, n, k) > 1 and (st[1].itemsize == 8 or max(m, n, k) < 1 << 31)
+
+
+_NT, _TR = 111, 112  # CblasNoTrans, CblasTrans
+
+
+@njit(inline="always", nogil=True)
+def _conv2d_part(fn, iz, x, wb, y, col, batch, t, i, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n,
+                 bias_row):
+    """Part i of t: images of y (flat (batch, out_c, P)) in chunks of nb, col[i] the part's scratch."""
+    p_n = oh_n * ow_n
+    rows = in_c * kh * kw + bias_row
+    cb = col[i]
+    n1 = batch * (i + 1) // t
+    for m0 in range(batch * i // t, n1, nb):
+        m1 = min(n1, m0 + nb)
+        _im2col2d(x, m0, m1, in_c, h, w, cb, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bias_row)
+        for n in range(m0, m1):
+            _sgemm(fn, iz, _NT, _NT, out_c, p_n, rows, wb.ctypes.data, rows, cb.ctypes.data + 4 * (n - m0) * rows * p_n,
+                   p_n, y.ctypes.data + 4 * n * out_c * p_n, p_n)
+
+
+@njit(cache=True, nogil=True)
+def _conv2d_ser(fn, iz, x, wb, y, col, batch, t, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bias_row):
+    for i in range(t):
+        _conv2d_part(fn, iz, x, wb, y, col, batch, t, i, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n,
+                     bias_row)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _conv2d_par(fn, iz, x, wb, y, col, batch, t, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bias_row):
+    for i in prange(t):
+        _conv2d_part(fn, iz, x, wb, y, col, batch, t, i, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n,
+                     bias_row)
+
+
+@njit(inline="always", nogil=True)
+def _bwd_input2d_part(fn, iz, dy, w2t, dx, buf, batch, t, i, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n,
+                      ow_n, margin):
+    """Part i of t: dcol = W^T dy per image into buf[i] (after its margin), then _col2im2d per chunk."""
+    p_n = oh_n * ow_n
+    ck = in_c * kh * kw
+    bb = buf[i]
+    n1 = batch * (i + 1) // t
+    for m0 in range(batch * i // t, n1, nb):
+        m1 = min(n1, m0 + nb)
+        for n in range(m0, m1):
+            _sgemm(fn, iz, _NT, _NT, ck, p_n, out_c, w2t.ctypes.data, out_c, dy.ctypes.data + 4 * n * out_c * p_n, p_n,
+                   bb.ctypes.data + 4 * (margin + (n - m0) * ck * p_n), p_n)
+        _col2im2d(bb, dx, m0, m1, in_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, margin)
+
+
+@njit(cache=True, nogil=True)
+def _bwd_input2d_ser(fn, iz, dy, w2t, dx, buf, batch, t, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n,
+                     margin):
+    for i in range(t):
+        _bwd_input2d_part(fn, iz, dy, w2t, dx, buf, batch, t, i, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n,
+                          ow_n, margin)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _bwd_input2d_par(fn, iz, dy, w2t, dx, buf, batch, t, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n,
+                     margin):
+    for i in prange(t):
+        _bwd_input2d_part(fn, iz, dy, w2t, dx, buf, batch, t, i, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n,
+                          ow_n, margin)
+
+
+@njit(inline="always", nogil=True)
+def _bwd_weight2d_part(fn, iz, x, dy, sums, col, gt, prods, batch, group, t, i, in_c, out_c, h, w, kh, kw, sh, sw,
+                       ph, pw, oh_n, ow_n, dyt):
+    """Part i of t over the groups of images: each group's per-image products into prods[i], summed
+    in image order into sums[group] (flat (n_groups, C*K*O))."""
+    p_n = oh_n * ow_n
+    ck = in_c * kh * kw
+    n_groups = sums.shape[0]
+    cb, gb, pb = col[i], gt[i], prods[i]
+    for gi in range(n_groups * i // t, n_groups * (i + 1) // t):
+        m0 = gi * group
+        m1 = min(batch, m0 + group)
+        _im2col2d(x, m0, m1, in_c, h, w, cb, kh, kw, sh, sw, ph, pw, oh_n, ow_n, 0)
+        if dyt:  # col_n (C*K, P) @ dy_n^T (P, O), dy_n transposed first
+            _transpose_images(dy, m0, m1, out_c, p_n, gb)
+            for n in range(m1 - m0):
+                _sgemm(fn, iz, _NT, _NT, ck, out_c, p_n, cb.ctypes.data + 4 * n * ck * p_n, p_n,
+                       gb.ctypes.data + 4 * n * p_n * out_c, out_c, pb.ctypes.data + 4 * n * ck * out_c, out_c)
+        else:     # dy_n (O, P) @ col_n^T (P, C*K): col_n read transposed
+            for n in range(m1 - m0):
+                _sgemm(fn, iz, _NT, _TR, out_c, ck, p_n, dy.ctypes.data + 4 * (m0 + n) * out_c * p_n, p_n,
+                       cb.ctypes.data + 4 * n * ck * p_n, p_n, pb.ctypes.data + 4 * n * ck * out_c, ck)
+        _sum_in_order(pb[:(m1 - m0) * ck * out_c].reshape(m1 - m0, ck * out_c), sums[gi])
+
+
+@njit(cache=True, nogil=True)
+def _bwd_weight2d_ser(fn, iz, x, dy, sums, col, gt, prods, batch, group, t, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
+                      oh_n, ow_n, dyt):
+    for i in range(t):
+        _bwd_weight2d_part(fn, iz, x, dy, sums, col, gt, prods, batch, group, t, i, in_c, out_c, h, w, kh, kw, sh, sw,
+                           ph, pw, oh_n, ow_n, dyt)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _bwd_weight2d_par(fn, iz, x, dy, sums, col, gt, prods, batch, group, t, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
+                      oh_n, ow_n, dyt):
+    for i in prange(t):
+        _bwd_weight2d_part(fn, iz, x, dy, sums, col, gt, prods, batch, group, t, i, in_c, out_c, h, w, kh, kw, sh, sw,
+                           ph, pw, oh_n, ow_n, dyt)
+
+
 def _fast_2d(spatial, out) -> bool:
     return len(spatial) == 2 and math.prod(out) >= _FAST_MIN_P
 
@@ -704,6 +873,17 @@ def _conv2d_fast(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, 
         wb = np.concatenate([wb, b.reshape(out_c, 1)], axis=1)
     y = np.empty((batch, out_c, p_n), F32)
     x = np.ascontiguousarray(x)
+    macs = batch * out_c * rows * p_n
+    st = _cblas()
+    if _sgemm_fits(st, out_c, p_n, rows) and x.dtype == F32 and wb.dtype == F32:
+        t = _omp_parts(batch, macs)
+        nb = min(max(1, _COL_BYTES // (4 * rows * p_n)), -(-batch // t))  # _chunks' images per chunk
+        col = np.empty((t, nb * rows * p_n), F32)
+        _blas_one_thread()
+        (_conv2d_par if t > 1 else _conv2d_ser)(st[0], st[1], x.reshape(-1), np.ascontiguousarray(wb), y.reshape(-1),
+                                                 col, batch, t, nb, in_c, out_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow,
+                                                 int(b is not None))
+        return y.reshape(-1)
 
     def part(n0, n1):
         for m0, m1 in _chunks(n1 - n0, rows * p_n):
@@ -712,7 +892,7 @@ def _conv2d_fast(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, 
             _im2col2d(x, m0, m1, in_c, h, wd, col.reshape(-1), kh, kw, sh, sw, ph, pw, oh, ow, int(b is not None))
             np.matmul(wb, col, out=y[m0:m1])
 
-    _over_images(batch, batch * out_c * rows * p_n, part)
+    _over_images(batch, macs, part)
     return y.reshape(-1)
 
 
@@ -728,6 +908,17 @@ def _bwd_input2d_col2im(dy, w, batch, in_c, out_c, spatial, kernel, stride, padd
     dx = np.empty(batch * in_c * h * wd, F32)
 
     margin = _col2im_margin(h, wd, kh, kw, ph, pw, oh, ow)
+    macs = batch * out_c * ck * p_n
+    st = _cblas()
+    if _sgemm_fits(st, ck, p_n, out_c) and dy.dtype == F32 and w2t.dtype == F32:
+        t = _omp_parts(batch, macs)
+        nb = min(max(1, _COL_BYTES // (4 * ck * p_n)), -(-batch // t))  # _chunks' images per chunk
+        buf = np.empty((t, nb * ck * p_n + 2 * margin), F32)
+        _blas_one_thread()
+        (_bwd_input2d_par if t > 1 else _bwd_input2d_ser)(st[0], st[1], np.ascontiguousarray(dy).reshape(-1), w2t, dx,
+                                                           buf, batch, t, nb, in_c, out_c, h, wd, kh, kw, sh, sw, ph,
+                                                           pw, oh, ow, margin)
+        return dx
 
     def part(n0, n1):
         for m0, m1 in _chunks(n1 - n0, ck * p_n):
@@ -737,7 +928,7 @@ def _bwd_input2d_col2im(dy, w, batch, in_c, out_c, spatial, kernel, stride, padd
             np.matmul(w2t, g3[m0:m1], out=dcol)
             _col2im2d(buf, dx, m0, m1, in_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow, margin)
 
-    _over_images(batch, batch * out_c * ck * p_n, part)
+    _over_images(batch, macs, part)
     return dx
 
 
@@ -772,7 +963,21 @@ def _bwd_weight2d_fast(x, dy, batch, in_c, out_c, spatial, kernel, stride, paddi
                 prods = np.matmul(g3[m0:m1], col.transpose(0, 2, 1))
             _sum_in_order(prods, sums[gi])
 
-    _over_images(n_groups, batch * out_c * ck * p_n, part)
+    macs = batch * out_c * ck * p_n
+    st = _cblas()
+    if _sgemm_fits(st, *((ck, out_c, p_n) if dyt else (out_c, ck, p_n))) and x.dtype == F32 and dy.dtype == F32:
+        t = _omp_parts(n_groups, macs)
+        g_n = min(group, batch)
+        col = np.empty((t, g_n * ck * p_n), F32)
+        gt = np.empty((t, g_n * p_n * out_c if dyt else 1), F32)
+        prods = np.empty((t, g_n * ck * out_c), F32)
+        _blas_one_thread()
+        (_bwd_weight2d_par if t > 1 else _bwd_weight2d_ser)(st[0], st[1], x.reshape(-1), dy.reshape(-1),
+                                                             sums.reshape(n_groups, ck * out_c), col, gt, prods, batch,
+                                                             group, t, in_c, out_c, h, wd, kh, kw, sh, sw, ph, pw, oh,
+                                                             ow, dyt)
+    else:
+        _over_images(n_groups, macs, part)
     dw = np.empty(sums.shape[1:], F32)
     _sum_in_order(sums, dw)
     return (np.ascontiguousarray(dw.T) if dyt else dw).reshape(-1)

@@ -17,17 +17,17 @@ Kernels in classify.cu. Each primitive is one launch (plus the upload of the tar
   (tl_ce_bwd_tile4/1).
 
 The targets go up through a pinned staging buffer and an asynchronous copy on the current stream
-(a pageable cupy.asarray is a synchronous copy: ~16 us for 8192 targets); see _targets.
+(staging.upload_u32).
 """
 
 from __future__ import annotations
 
-import threading
 
 import cupy
 import numpy as np
 
 from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
+from .staging import upload_u32
 
 __all__ = ["cross_entropy_rows", "cross_entropy_rows_bwd", "gelu", "gelu_bwd", "gelu_tanh", "gelu_tanh_bwd"]
 
@@ -73,45 +73,6 @@ gelu_bwd = _bwd("tl_gelu_bwd_k")
 gelu_tanh_bwd = _bwd("tl_gelu_tanh_bwd_k")
 
 
-# -- targets: pinned staging, asynchronous upload -----------------------------------------------
-# A ring of pinned host buffers per device. The host targets are converted into a slot's buffer
-# (so the caller may modify its array as soon as we return), copied to a new device array on the
-# current stream, and an event is recorded after the copy; a slot is reused only after its event
-# has completed (normally long ago: there are _NSTAGE slots), and a slot grows only then, so no
-# pinned memory is freed or overwritten while a copy from it may still be pending.
-_NSTAGE = 8
-_stage_lock = threading.Lock()
-_stages: dict[int, list] = {}
-
-
-def _targets(targets):
-    t = np.asarray(targets)
-    n = int(t.size)
-    out = cupy.empty(n, dtype=cupy.uint32)
-    if n == 0:
-        return out
-    dev = cupy.cuda.runtime.getDevice()
-    stream = cupy.cuda.get_current_stream()
-    with _stage_lock:
-        ring = _stages.get(dev)
-        if ring is None:
-            ring = _stages[dev] = [1] + [None] * _NSTAGE  # [next slot (1-based), slots...]
-        i = ring[0]
-        ring[0] = i % _NSTAGE + 1
-        slot = ring[i]
-        if slot is not None:
-            slot[2].synchronize()  # the copy that last read this buffer has finished
-        if slot is None or slot[1] < n:
-            cap = max(1024, 1 << (n - 1).bit_length())
-            slot = ring[i] = [cupy.cuda.alloc_pinned_memory(cap * 4), cap,
-                              cupy.cuda.Event(block=False, disable_timing=True)]
-        host = np.frombuffer(slot[0], dtype=np.uint32, count=n)
-        np.copyto(host, t.reshape(-1), casting="unsafe")  # checked by the runtime: 0 <= t < 2**32
-        out.data.copy_from_host_async(host.ctypes.data, n * 4, stream)
-        slot[2].record(stream)
-    return out
-
-
 def _aligned(*arrays) -> bool:
     return all(a.data.ptr % 16 == 0 for a in arrays)
 
@@ -133,7 +94,7 @@ def cross_entropy_rows(x, rows, cols, targets, label_smoothing):
     loss, lse = empty(rows), empty(rows)
     if rows == 0:
         return loss, lse
-    tg = _targets(targets)
+    tg = upload_u32(targets)
     ls = F32(label_smoothing)
     vec = "4" if cols % 4 == 0 and _aligned(x) else "1"
     if cols <= _REG_MAX:
@@ -164,7 +125,7 @@ def cross_entropy_rows_bwd(x, lse, dloss, rows, cols, targets, label_smoothing):
     dx = empty(rows * cols)
     if rows * cols == 0:
         return dx
-    tg = _targets(targets)
+    tg = upload_u32(targets)
     ls = F32(label_smoothing)
     b = ls / F32(cols)                 # float32 arithmetic, as the contract assumes
     ab = (F32(1.0) - ls) + b

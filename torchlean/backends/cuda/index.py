@@ -1,6 +1,6 @@
 """Gather and scatter-add on CuPy arrays, with host int64 indices already checked to be < 2**32.
 
-Indices are uploaded as uint32 (asynchronously, through CuPy's pinned staging). An index that is
+Indices are uploaded as uint32 (asynchronously, through our pinned staging ring: staging.py). An index that is
 in uint32 range but out of bounds reads 0 in a gather and is skipped in a scatter.
 
 Scatter-adds copy the destination, then accumulate:
@@ -18,6 +18,7 @@ import numpy as np
 
 from ...runtime.determinism import deterministic_reductions
 from .kernels import BLOCK, I64, empty, grid_for, kernel
+from .staging import upload_u32
 
 __all__ = ["gather_vec", "gather_rows", "scatter_add", "scatter_add_row", "scatter_add_rows"]
 
@@ -28,10 +29,6 @@ _U32 = np.uint32
 _CHUNK = 32
 
 
-def _upload_u32(indices):
-    return cupy.asarray(np.asarray(indices).astype(_U32))
-
-
 def _launch(name: str, work: int, args) -> None:
     kernel(_FILE, name)((grid_for(work),), (BLOCK,), args)
 
@@ -40,7 +37,7 @@ def gather_vec(vec, n, indices, k):
     out = empty(k)
     if k == 0:
         return out
-    idx = _upload_u32(indices)
+    idx = upload_u32(indices)
     _launch("tl_gather_vec", k, (vec, idx, out, I64(n), I64(k)))
     return out
 
@@ -50,7 +47,7 @@ def gather_rows(mat, rows, cols, indices, k):
     out = empty(total)
     if total == 0:
         return out
-    idx = _upload_u32(indices)
+    idx = upload_u32(indices)
     if cols % 4 == 0 and mat.data.ptr % 16 == 0:
         c4 = cols // 4
         _launch("tl_gather_rows4", k * c4, (mat, idx, out, I64(rows), I64(c4), I64(k * c4)))
@@ -152,7 +149,7 @@ def scatter_add(x, values, n, indices, k):
     if deterministic_reductions():
         _scatter_deterministic(out, values, indices, n, 1)
     else:
-        idx = _upload_u32(indices)
+        idx = upload_u32(indices)
         _launch("tl_scatter_add_atomic", k, (values, idx, out, I64(n), I64(k)))
     return out
 
@@ -171,7 +168,7 @@ def scatter_add_rows(mat, values, rows, cols, indices, k):
     if deterministic_reductions():
         _scatter_deterministic(out, values, indices, rows, cols)
     else:
-        idx = _upload_u32(indices)
+        idx = upload_u32(indices)
         total = k * cols
         _launch("tl_scatter_add_rows_atomic", total, (values, idx, out, I64(rows), I64(cols), I64(total)))
     return out
