@@ -171,3 +171,6 @@ def test_index_uploads_are_exact_reused_and_snapshots(cuda_device):
     assert b is not a and np.array_equal(b.get(), idx.astype(np.uint32))
     assert a.get()[5] == 49 - idx[5]
     assert staging.upload_u32(np.zeros(0, np.int64)).size == 0
+    table = rng.integers(-2**62, 2**62, 5000, dtype=np.int64)  # pointer tables: int64, never kept
+    t = staging.upload_i64(table)
+    assert t.dtype == np.int64 and np.array_equal(t.get(), table)

@@ -115,8 +115,7 @@ def _scatter_deterministic(out, values, indices, limit: int, cols: int) -> None:
         pieces.extend(final)
         if part is not None:
             pieces.extend(part)
-    host = np.concatenate([np.asarray(p, dtype=_U32) for p in pieces])
-    dev = cupy.asarray(host)
+    dev = upload_u32(np.concatenate([np.asarray(p, dtype=_U32) for p in pieces]))
     views, pos = [], 0
     for p in pieces:
         views.append(dev[pos:pos + len(p)])

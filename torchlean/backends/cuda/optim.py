@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-import cupy
 
 from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
+from .staging import upload_i64
 
 __all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step"]
 
@@ -91,7 +91,7 @@ def _launch_many(batch, arrays7, coef):
         quads[0] = 0
         np.cumsum((sizes + 3) // 4, out=quads[1:])
         table[8 * t + 1:] = sizes
-        dev = cupy.asarray(table)  # one upload; stream-ordered, so freeing it after the launch is safe
+        dev = upload_i64(table)  # one asynchronous upload; stream-ordered, so freeing it after the launch is safe
         kernel(_FILE, "tl_adam_step_many")(
             (grid_for(int(quads[-1])),), (BLOCK,),
             (dev, dev[7 * t:], dev[8 * t + 1:], _I32(t), F32(wd), F32(decay), F32(w1), F32(beta2), F32(w2),

@@ -21,7 +21,7 @@ import threading
 import cupy
 import numpy as np
 
-__all__ = ["upload_u32"]
+__all__ = ["upload_u32", "upload_i64"]
 
 _NSTAGE = 8
 _RECENT = 4
@@ -31,8 +31,10 @@ _stages: dict[int, list] = {}
 _recent: dict[int, list] = {}
 
 
-def _stage(host: np.ndarray, n: int) -> cupy.ndarray:
-    out = cupy.empty(n, dtype=cupy.uint32)
+def _stage(host: np.ndarray, n: int, dtype) -> cupy.ndarray:
+    dtype = np.dtype(dtype)
+    nbytes = n * dtype.itemsize
+    out = cupy.empty(n, dtype=dtype)
     dev = cupy.cuda.runtime.getDevice()
     stream = cupy.cuda.get_current_stream()
     ring = _stages.get(dev)
@@ -43,13 +45,13 @@ def _stage(host: np.ndarray, n: int) -> cupy.ndarray:
     slot = ring[i]
     if slot is not None:
         slot[2].synchronize()  # the copy that last read this buffer has finished
-    if slot is None or slot[1] < n:
-        cap = max(1024, 1 << (n - 1).bit_length())
-        slot = ring[i] = [cupy.cuda.alloc_pinned_memory(cap * 4), cap,
+    if slot is None or slot[1] < nbytes:
+        cap = max(4096, 1 << (nbytes - 1).bit_length())
+        slot = ring[i] = [cupy.cuda.alloc_pinned_memory(cap), cap,
                           cupy.cuda.Event(block=False, disable_timing=True)]
-    buf = np.frombuffer(slot[0], dtype=np.uint32, count=n)
-    np.copyto(buf, host, casting="unsafe")  # checked by the runtime: 0 <= values < 2**32
-    out.data.copy_from_host_async(buf.ctypes.data, n * 4, stream)
+    buf = np.frombuffer(slot[0], dtype=dtype, count=n)
+    np.copyto(buf, host, casting="unsafe")  # the caller's values fit (checked by the runtime)
+    out.data.copy_from_host_async(buf.ctypes.data, nbytes, stream)
     slot[2].record(stream)
     return out
 
@@ -68,8 +70,18 @@ def upload_u32(values) -> cupy.ndarray:
             for entry in recent:
                 if entry[0].shape == host.shape and np.array_equal(entry[0], host):
                     return entry[1]
-        out = _stage(host, n)
+        out = _stage(host, n, np.uint32)
         if n <= _MAX_RECENT:
             recent.insert(0, (host.copy(), out))
             del recent[_RECENT:]
         return out
+
+
+def upload_i64(values: np.ndarray) -> cupy.ndarray:
+    """The host int64 array ``values`` as a flat int64 device array, uploaded on the current stream
+    through the same ring (never kept: pointer tables change from call to call)."""
+    host = np.asarray(values, dtype=np.int64).reshape(-1)
+    if host.size == 0:
+        return cupy.empty(0, dtype=cupy.int64)
+    with _lock:
+        return _stage(host, int(host.size), np.int64)
