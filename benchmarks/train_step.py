@@ -282,6 +282,12 @@ def _run_worker(side: str, name: str, device: str, cfg: dict, batches_path: str,
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if side == "torch":
+        # The torch worker builds our model once, for the initial weights: with Numba's OpenMP layer
+        # its worker threads would then spin after each of our kernels and take a core from
+        # PyTorch's own OpenMP threads for the whole run (measured: torch's CPU gpt_adder step
+        # 6-8 ms -> 10-12 ms). One Numba thread starts none.
+        env["NUMBA_NUM_THREADS"] = "1"
     try:
         p = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
         if p.returncode != 0:

@@ -56,9 +56,9 @@ SMALL_N = 32       # the Numba kernels take n_q, n_k <= SMALL_N with n_q n_k d <
 SMALL_WORK = 4096  # measured: up to here they win (256 x (8, 8, 16): 90/120/144 us against 325/222/211
                    # fwd/bwd_q/bwd_kv), at (32, 32, 32) or (32, 32, 64) per entry BLAS tiles win
 LANES = 64        # Numba kernels: batch entries computed side by side as SIMD lanes
-PAR_WORK = 1 << 23  # Numba kernels: batch * n_q * n_k * d of at least this spread blocks over threads (a
-                    # parallel launch costs ~80 us on the 2-core machine; 2048 x (8, 8, 16) still ran
-                    # faster on one thread)
+PAR_WORK = 1 << 16  # Numba kernels: batch * n_q * n_k * d of at least this spread blocks over threads
+                    # (2^23 under the workqueue layer, whose launch cost ~80 us; an OpenMP region costs
+                    # a few us, and gpt_adder's 256 x (8, 8, 16) now splits)
 _MODES = {"none": 0, "fill": 1, "hard": 2, "add": 3}
 _NO_MASK = np.zeros(1, F32)
 _NO_LAYOUT = np.array([1, 0, 0, 0, 0], np.int64)

@@ -25,7 +25,7 @@ arithmetic, which the cross entropy kernels here repeat operation for operation)
 * cross_entropy_rows_bwd: dx = dl (expf(x - lse) - c) in float32, c = ls/cols (+ (1 - ls) at the
   target) built in float32 as on the GPU.
 Calls of at least ``_PAR_MIN`` elements spread rows (or chunks of elements) over Numba's threads
-with ``prange``; smaller ones run on the calling thread (a parallel launch costs 50-100 us). Each
+with ``prange``; smaller ones run on the calling thread (a parallel region costs a few us). Each
 row or element is computed by the same code whichever thread runs it, so the bits never depend on
 the thread count or the path. The tanh GELU's float64 code lets LLVM fuse multiply-adds (``_FM``).
 """
@@ -54,10 +54,11 @@ _SQRT_2_OVER_PI = 0.7978845608028654
 _GELU_TANH_C = 0.044715
 _INF = np.inf
 _CHUNK = 1 << 14  # elements per parallel task of the elementwise kernels (about; see _tasks)
-# Below this many elements a kernel runs on the calling thread: a Numba parallel launch (workqueue
-# layer) costs 50-100 us on the 2-core machine, and the GELUs measured faster on one thread up to
-# ~130k elements (e.g. 151 us serial against 261 us on two threads at 81920).
-_PAR_MIN = 1 << 18
+# Below this many elements a kernel runs on the calling thread. With Numba's OpenMP layer a parallel
+# region starts in ~1.5-5 us on the 2-core machine (the workqueue layer took 50-100 us, and the
+# threshold was 2^18 then); gpt_adder's GELUs (131k elements, ~150 us on one thread) now split, and
+# its CPU step went ~6.4 -> ~5.8 ms with the attention, optimizer and norm thresholds lowered alike.
+_PAR_MIN = 1 << 15
 # The GELUs work in float64, far below float32 resolution: letting LLVM contract a * b + c into one
 # fma (one rounding instead of two) only makes them more accurate, and makes them ~1.4x faster.
 _FM = {"contract"}

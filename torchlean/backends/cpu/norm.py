@@ -12,7 +12,7 @@ code (the sums are compiled with ``fastmath={"reassoc"}`` so that they vectorize
 never assumes finite values). Column sums across rows (layer_norm_bwd's dgamma and dbeta) are
 partial sums over fixed chunks of _CHUNK_ELEMS elements' rows, added in chunk order. Calls of at
 least _PAR_MIN elements spread groups or chunks over Numba's threads with ``prange``; smaller ones
-run on the calling thread (a parallel launch costs tens of microseconds). Each group or chunk is
+run on the calling thread (a parallel region costs a few microseconds). Each group or chunk is
 computed by the same code whatever thread runs it, so the bits never depend on the thread count
 or on the path.
 
@@ -32,10 +32,11 @@ from numba import njit, prange
 
 F32, F64 = np.float32, np.float64
 _CHUNK_ELEMS = 1 << 14  # layer_norm_bwd: rows per partial column sum ~ this many elements
-# At and above this many elements a call spreads its groups over Numba's threads. A parallel launch
-# costs ~80 us on the 2-core machine: measured, one thread still won at 262k elements (layer norm
-# (4096, 64): 190 against 230 us; batch norm (64, 16, 16, 16): 90 against 190 us) and tied at 524k.
-_PAR_MIN = 1 << 20
+# At and above this many elements a call spreads its groups over Numba's threads. With the
+# workqueue layer a parallel launch cost ~80 us on the 2-core machine and one thread won up to
+# ~512k elements (_PAR_MIN was 2^20); Numba's OpenMP layer starts a region in ~1.5-5 us, so
+# gpt_adder's (512, 64) layer norms and the cnn's batch norms now split (see classify._PAR_MIN).
+_PAR_MIN = 1 << 15
 _RA = {"reassoc", "contract"}  # sums vectorize; never assumes finite values
 
 __all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer", "running_stat_update"]

@@ -19,7 +19,7 @@ F32 = np.float32
 __all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step"]
 
 _CHUNK = 1 << 15      # elements per parallel task
-_PAR_MIN = 1 << 17    # below this, one thread (a parallel launch costs more than it saves)
+_PAR_MIN = 1 << 14    # below this, one thread (an OpenMP region's few us would cost more than it saves)
 
 
 @intrinsic
