@@ -42,6 +42,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
+from .cblas import NO_TRANS, TRANS
+from .cblas import sgemm as _sgemm
+
 __all__ = ["conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose"]
 
 F32 = np.float32
@@ -709,20 +712,12 @@ def _sum_in_order(parts, out):
 # adds the same per-image products in the same order (_sum_in_order over each group, then over the
 # groups). tests/test_conv.py compares the two paths bitwise. Nothing inside a region can raise:
 # every buffer is allocated before it (one scratch row per part) and the callers check the shapes.
-_sgemm = None  # gemm._sgemm, bound by _cblas (gemm imports this module, so no import at the top)
-_GEMM: dict = {}
-
-
 def _cblas():
-    """(cblas_sgemm address, BLAS integer zero) from gemm._ready(), or None (the np.matmul paths)."""
-    global _sgemm
-    g = _GEMM.get("mod")
-    if g is None:
-        from . import gemm as g
+    """(cblas_sgemm address, BLAS integer zero) from gemm._ready(), or None (the np.matmul paths).
+    Imported here, not at the top: gemm.py imports this module."""
+    from .gemm import _ready
 
-        _sgemm = g._sgemm
-        _GEMM["mod"] = g
-    return g._ready()
+    return _ready()
 
 
 # A part has at least _OMP_PART_MACS multiply-adds (~5 us on one core): the region's start and the
@@ -748,7 +743,7 @@ def _sgemm_fits(st, m: int, n: int, k: int) -> bool:
     return st is not None and min(m, n, k) > 1 and (st[1].itemsize == 8 or max(m, n, k) < 1 << 31)
 
 
-_NT, _TR = 111, 112  # CblasNoTrans, CblasTrans
+_NT, _TR = NO_TRANS, TRANS
 
 
 @njit(inline="always", nogil=True)

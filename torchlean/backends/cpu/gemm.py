@@ -28,16 +28,14 @@ from __future__ import annotations
 import ctypes
 
 import numpy as np
-from llvmlite import ir
-from numba import get_num_threads, njit, prange, types
-from numba.extending import intrinsic
+from numba import get_num_threads, njit, prange
 
+from .cblas import NO_TRANS as _NO_TRANS, TRANS as _TRANS, sgemm as _sgemm
 from .conv import _blas_one_thread, _numpy_openblas
 
 __all__ = ["gemm", "blocks"]
 
 F32 = np.float32
-_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _BLOCK_MACS = 1 << 20   # multiply-adds per block at least (~10 us): below, one call on the caller's thread
 _MIN_SPLIT = 32         # rows (or columns) per block at least: OpenBLAS's kernels lose efficiency below
 
@@ -51,29 +49,6 @@ def _find_sgemm():
         if hasattr(lib, name):
             return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value, itype(0)
     return None
-
-
-@intrinsic
-def _sgemm(typingctx, fn, iz, ta, tb, m, n, k, a, lda, b, ldb, c, ldc):
-    """cblas_sgemm(RowMajor, ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, ldc) through its address fn;
-    a, b, c are byte addresses; the BLAS integers take the type of iz (int32: LP64, int64: ILP64)."""
-    if not isinstance(iz, types.Integer):
-        return None
-    bits = iz.bitwidth
-
-    def codegen(context, builder, signature, args):
-        fn_, _, ta_, tb_, m_, n_, k_, a_, lda_, b_, ldb_, c_, ldc_ = args
-        i32, iw, f32 = ir.IntType(32), ir.IntType(bits), ir.FloatType()
-        vp = ir.IntType(8).as_pointer()
-        fnty = ir.FunctionType(ir.VoidType(), [i32, i32, i32, iw, iw, iw, f32, vp, iw, vp, iw, f32, vp, iw])
-        f = builder.inttoptr(fn_, fnty.as_pointer())
-        builder.call(f, [ir.Constant(i32, _ROW_MAJOR), builder.trunc(ta_, i32), builder.trunc(tb_, i32), m_, n_, k_,
-                         ir.Constant(f32, 1.0), builder.inttoptr(a_, vp), lda_, builder.inttoptr(b_, vp), ldb_,
-                         ir.Constant(f32, 0.0), builder.inttoptr(c_, vp), ldc_])
-        return context.get_dummy_value()
-
-    i64 = types.int64
-    return types.void(i64, iz, i64, i64, iz, iz, iz, i64, iz, i64, iz, i64, iz), codegen
 
 
 @njit(inline="always", nogil=True)
