@@ -96,20 +96,30 @@ class Buffer:
     # -- ownership ----------------------------------------------------------------------
     def release(self) -> bool:
         """Free the storage now. True when a live allocation was freed, False if already released."""
-        if self._data is None:
+        d = self._data
+        if d is None:
             return False
         self._data = None
         if self._counted:
-            self._ctx.counters.on_free(self._nbytes)
+            ctx = self._ctx
+            ctx.counters.on_free(self._nbytes)
+            if ctx.recycle is not None:
+                ctx.recycle(d)
         return True
 
     def __del__(self) -> None:
         # Buffers dropped without release() still leave the live-bytes count.
+        # An owned array goes back to the backend's free list (CUDA), which keeps it only if
+        # nothing else refers to it (backends/cuda/freelist.py).
         try:
-            if self._data is not None:
+            d = self._data
+            if d is not None:
                 self._data = None
                 if self._counted:
-                    self._ctx.counters.on_free(self._nbytes)
+                    ctx = self._ctx
+                    ctx.counters.on_free(self._nbytes)
+                    if ctx.recycle is not None:
+                        ctx.recycle(d)
         except AttributeError:  # __init__ failed half-way
             pass
 

@@ -18,14 +18,16 @@ _CUDA_RE = re.compile(r"^cuda(?::(\d+))?$")
 
 
 class DeviceContext:
-    """Everything torchlean keeps per device."""
+    """Everything torchlean keeps per device. ``recycle``: the backend's hook that takes back the
+    array of a dying Buffer (CUDA's free list), or None."""
 
-    __slots__ = ("name", "backend", "counters")
+    __slots__ = ("name", "backend", "counters", "recycle")
 
     def __init__(self, name: str, backend: Any) -> None:
         self.name = name
         self.backend = backend
         self.counters = AllocatorCounters()
+        self.recycle = getattr(backend, "recycle", None)
 
     def __repr__(self) -> str:
         return f"DeviceContext({self.name!r})"

@@ -7,8 +7,8 @@ from typing import Any, Callable
 
 import cupy
 
-from . import (attention, classify, conv, elementwise, fast, index, layout, linalg, memory, norm, optim, pool, reduce, rng,
-               scan, spectral)
+from . import (attention, classify, conv, elementwise, fast, freelist, index, layout, linalg, memory, norm, optim, pool,
+               reduce, rng, scan, spectral)
 
 _MODULES = (elementwise, reduce, layout, index, linalg, memory, conv, pool, norm, classify, spectral, scan,
             attention, optim, fast)
@@ -38,4 +38,5 @@ def make_backend(device: int) -> SimpleNamespace:
         fns[name] = getattr(rng, name)
     if cupy.cuda.runtime.getDeviceCount() > 1:
         fns = {k: _on_device(f, device) for k, f in fns.items()}
-    return SimpleNamespace(NAME=f"cuda:{device}", device=device, **fns)
+    # recycle: called by dying Buffers (runtime/buffer.py), so not wrapped: it checks the device itself.
+    return SimpleNamespace(NAME=f"cuda:{device}", device=device, recycle=freelist.hook(device), **fns)

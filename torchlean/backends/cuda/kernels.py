@@ -21,6 +21,8 @@ import numpy as np
 from cupy.cuda import compiler, function, nvrtc
 from cupy.cuda.function import CPointer
 
+from .freelist import empty  # noqa: F401  (re-exported: every module allocates through kernels.empty)
+
 HERE = Path(__file__).resolve().parent
 # -ftz=false: keep subnormals (IEEE, as NumPy). --fmad=false: no contraction of a*b+c into an FMA,
 # so elementwise arithmetic rounds as NumPy's does. Precise division and sqrt (NVRTC's default)
@@ -93,10 +95,6 @@ def grid_for(work_items: int, block: int = BLOCK, per_sm: int = 8) -> int:
     """Blocks for a grid-stride loop over ``work_items``: enough to fill the device, no more."""
     need = (work_items + block - 1) // block
     return max(1, min(need, sm_count() * per_sm))
-
-
-def empty(n: int) -> cupy.ndarray:
-    return cupy.empty(n, dtype=cupy.float32)
 
 
 class HostStruct(CPointer):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
+from . import freelist
 from .elementwise import fill
 from .kernels import empty
 
@@ -38,15 +39,19 @@ def memory_info() -> tuple[int, int]:
 
 
 def cached_bytes() -> int:
+    """Bytes cached for reuse: free blocks in CuPy's pool plus arrays on our free list (which the
+    pool counts as used)."""
     pool = cupy.get_default_memory_pool()
-    return int(pool.total_bytes() - pool.used_bytes())
+    return int(pool.total_bytes() - pool.used_bytes()) + freelist.held_bytes(cupy.cuda.runtime.getDevice())
 
 
 def collect(force: bool) -> int:
-    """With ``force``, return every cached (unused) block to the driver; the bytes handed back."""
+    """With ``force``, return every cached (unused) block to the driver, our free list's arrays
+    first; the bytes handed back."""
     if not force:
         return 0
     freed = cached_bytes()
+    freelist.flush(cupy.cuda.runtime.getDevice())
     cupy.get_default_memory_pool().free_all_blocks()
     return freed
 

@@ -1,0 +1,158 @@
+"""The CUDA free list (backends/cuda/freelist.py): a dying Buffer's array is reused by the next
+allocation of its length only when nothing else can see it. Every test carries the ``cuda`` marker."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from torchlean.runtime import Buffer, allocator_stats, collect_allocator
+from torchlean.runtime import primitives as P
+
+F32 = np.float32
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture
+def freelist(cuda_device):
+    from torchlean.backends.cuda import freelist as fl
+
+    collect_allocator(True)  # empty lists: every test starts from nothing held
+    gc.disable()             # no unrelated Buffer dies mid-test
+    try:
+        yield fl
+    finally:
+        gc.enable()
+        collect_allocator(True)
+
+
+def _ptr(b: Buffer) -> int:
+    return b.data.data.ptr
+
+
+def _buf(values, device):
+    return Buffer.from_numpy(np.asarray(values, F32), device)
+
+
+def test_a_dead_buffer_is_reused_with_fresh_values(cuda_device, freelist):
+    x, y = _buf(np.arange(1000), cuda_device), _buf(np.ones(1000), cuda_device)
+    a = P.add(x, y)
+    ptr = _ptr(a)
+    del a
+    assert freelist.held_bytes(0) == 4000
+    b = P.mul(x, y)  # same length: the array comes back, overwritten
+    assert _ptr(b) == ptr and freelist.held_bytes(0) == 0
+    np.testing.assert_array_equal(b.to_numpy(), np.arange(1000, dtype=F32))
+
+
+def test_release_recycles_and_the_released_buffer_stays_dead(cuda_device, freelist):
+    from torchlean.errors import BufferReleasedError
+
+    x = _buf(np.arange(64), cuda_device)
+    a = P.scale(x, 2.0)
+    ptr = _ptr(a)
+    assert a.release()
+    b = P.scale(x, 3.0)
+    assert _ptr(b) == ptr
+    with pytest.raises(BufferReleasedError):
+        P.add(a, b)
+    np.testing.assert_array_equal(b.to_numpy(), 3 * np.arange(64, dtype=F32))
+
+
+@pytest.mark.parametrize("holder", ["data", "view", "dlpack", "source_of_view"])
+def test_an_array_someone_else_sees_is_never_reused(cuda_device, freelist, holder):
+    x = _buf(np.arange(256), cuda_device)
+    a = P.scale(x, 2.0)
+    ptr = _ptr(a)
+    if holder == "data":
+        kept = a.data                  # a user's reference to the array
+    elif holder == "view":
+        kept = a.data[8:64]            # a CuPy view of it
+    elif holder == "dlpack":
+        kept = a.data.__dlpack__()     # an exported capsule
+    else:
+        kept = P.slice1d(a, 256, 0, 128)  # a view Buffer (16-byte aligned run)
+        assert kept.data.base is not None
+    del a
+    assert freelist.held_bytes(0) == 0
+    b = P.scale(x, 5.0)
+    assert _ptr(b) != ptr
+    if holder in ("data", "view"):
+        np.testing.assert_array_equal(kept.get()[:8], 2 * np.arange(8, dtype=F32) + (0 if holder == "data" else 16))
+    if holder == "source_of_view":
+        np.testing.assert_array_equal(kept.to_numpy(), 2 * np.arange(128, dtype=F32))
+        del kept
+        gc.collect()
+        # the view Buffer is not counted and never recycled; its source array dies with it
+        assert freelist.held_bytes(0) == 0
+
+
+def test_imported_memory_is_not_kept(cuda_device, freelist):
+    import cupy
+
+    from torchlean.runtime.device import get_context
+
+    foreign = cupy.from_dlpack(cupy.arange(32, dtype=cupy.float32))  # memory owned by its exporter
+    assert type(foreign.data.mem) is not cupy.cuda.memory.PooledMemory
+    b = Buffer(foreign, get_context(cuda_device))
+    del foreign, b
+    assert freelist.held_bytes(0) == 0
+
+
+def test_another_stream_gets_its_own_list(cuda_device, freelist):
+    import cupy
+
+    x = _buf(np.arange(512), cuda_device)
+    a = P.scale(x, 2.0)
+    ptr = _ptr(a)
+    del a                                  # freed on the default stream
+    with cupy.cuda.Stream(non_blocking=True):
+        b = P.scale(x, 3.0)                # not handed out on another stream
+        assert _ptr(b) != ptr
+        np.testing.assert_array_equal(b.to_numpy(), 3 * np.arange(512, dtype=F32))
+    c = P.scale(x, 4.0)
+    assert _ptr(c) == ptr
+
+
+def test_limits_and_flush(cuda_device, freelist, monkeypatch):
+    monkeypatch.setattr(freelist, "_LIMIT", 10_000)
+    x = _buf(np.zeros(2000), cuda_device)
+    bufs = [P.scale(x, 1.0) for _ in range(3)]   # 8000 bytes each: only the first fits
+    del bufs
+    assert freelist.held_bytes(0) == 8000
+    stats = allocator_stats(cuda_device)
+    assert stats.cached_bytes >= 8000
+    assert collect_allocator(True) >= 8000 and freelist.held_bytes(0) == 0
+    monkeypatch.setattr(freelist, "_MAX_ARRAY", 1000)
+    del x
+    assert freelist.held_bytes(0) == 0           # 8000 bytes > _MAX_ARRAY
+
+
+def test_a_training_loop_allocates_from_the_list(cuda_device, freelist):
+    import cupy
+
+    import torchlean as tl
+    from torchlean import nn
+
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 1)).to(cuda_device)
+    opt = tl.optim.Adam(model.parameters(), lr=1e-3)
+    x = tl.tensor(np.random.default_rng(0).normal(size=(64, 16)).astype(F32), device=cuda_device)
+    losses = []
+
+    def step():
+        loss = (model(x) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+
+    for _ in range(3):
+        step()
+    hits0, misses0 = freelist.hits_and_misses()
+    step()
+    hits, misses = (a - b for a, b in zip(freelist.hits_and_misses(), (hits0, misses0)))
+    # Arrays that never were a Buffer's (kernel workspaces) still come from CuPy's pool.
+    assert hits > 0 and misses <= hits // 4, f"a steady step: {hits} arrays from the list, {misses} from CuPy"
+    assert losses[-1] < losses[0]
