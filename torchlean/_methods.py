@@ -56,7 +56,7 @@ def _install() -> None:
     T.__ge__ = lambda s, o: _compare(s, o, "ge")
     T.__eq__ = lambda s, o: _compare(s, o, "eq")
     T.__ne__ = lambda s, o: _compare(s, o, "ne")
-    T.__hash__ = lambda s: id(s)  # defining __eq__ would otherwise drop hashing (tensors hash by identity)
+    T.__hash__ = object.__hash__  # tensors hash by identity (kept explicit next to __eq__, as PyTorch does)
 
 
 def _compare(a: Tensor, b: Any, how: str) -> Tensor:

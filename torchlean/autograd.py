@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .errors import AutogradError, ShapeError
 from .runtime import primitives as P
-from .runtime.buffer import Buffer
+from .runtime.buffer import Buffer, full as _full_buffer, zeros as _zeros_buffer
 
 if TYPE_CHECKING:
     from .tensor import Tensor
@@ -90,9 +90,10 @@ class Node:
 
     def retire(self) -> None:
         """Release the workspace and drop the closure; the node can no longer run backward."""
-        for w in self.workspace:
-            w.release()
-        self.workspace = ()
+        if self.workspace:
+            for w in self.workspace:
+                w.release()
+            self.workspace = ()
         self.vjp = None  # type: ignore[assignment]
         self.parents = ()
         self.retired = True
@@ -107,28 +108,39 @@ def record(name: str, out: "Tensor", parents: Sequence["Tensor"], vjp: VJP,
 
     When nothing will be recorded the workspace is released at once: no backward can need it.
     """
-    if _mode.enabled and any(p.requires_grad for p in parents):
-        out.requires_grad = True
-        out._node = Node(name, tuple(parents), vjp, tuple(workspace))
-    else:
-        for w in workspace:
-            w.release()
+    if _mode.enabled:
+        # a plain loop, not any(<generator>): this runs once per op and the generator costs more
+        # than the test itself for the usual one or two parents
+        for p in parents:
+            if p.requires_grad:
+                out.requires_grad = True
+                out._node = Node(name, tuple(parents), vjp, tuple(workspace))
+                return out
+    for w in workspace:
+        w.release()
     return out
+
+
+# Marks, on the DFS stack of _topological, that the tensor just below it has had its parents
+# visited and comes next in the order (a flat stack: no (tensor, flag) pair per visit).
+_POSTORDER = object()
 
 
 def _topological(root: "Tensor") -> list["Tensor"]:
     order: list[Tensor] = []
     seen: set[int] = set()
-    stack: list[tuple[Tensor, bool]] = [(root, False)]
+    stack: list[Any] = [root]
+    push, pop, mark, emit = stack.append, stack.pop, seen.add, order.append
     while stack:  # iterative DFS: deep graphs (long RNN unrolls) must not hit the recursion limit
-        t, expanded = stack.pop()
-        if expanded:
-            order.append(t)
+        t = pop()
+        if t is _POSTORDER:
+            emit(pop())
             continue
         if id(t) in seen:
             continue
-        seen.add(id(t))
-        stack.append((t, True))
+        mark(id(t))
+        push(t)
+        push(_POSTORDER)
         node = t._node
         if node is not None:
             if node.retired:
@@ -137,14 +149,12 @@ def _topological(root: "Tensor") -> list["Tensor"]:
                     "pass retain_graph=True to the first call to backward twice")
             for p in node.parents:
                 if p.requires_grad and id(p) not in seen:
-                    stack.append((p, False))
+                    push(p)
     return order
 
 
 def backward(root: "Tensor", grad: "Tensor | None" = None, retain_graph: bool = False) -> None:
     """Accumulate d(root)/d(leaf) into every leaf's ``.grad`` (``root.backward()``)."""
-    from .tensor import Tensor
-
     if not root.requires_grad:
         raise AutogradError("backward: the tensor does not require grad and has no recorded graph")
     if grad is None:
@@ -153,6 +163,8 @@ def backward(root: "Tensor", grad: "Tensor | None" = None, retain_graph: bool = 
                 f"backward: a gradient can be created implicitly only for a one-element output, got shape {root.shape}")
         g = _ones_like(root)
     else:
+        from .tensor import Tensor  # (here, not at the top: tensor.py imports this module)
+
         if not isinstance(grad, Tensor):
             raise AutogradError(f"backward: gradient must be a Tensor, got {type(grad).__name__}")
         if tuple(grad.shape) != tuple(root.shape):
@@ -162,10 +174,13 @@ def backward(root: "Tensor", grad: "Tensor | None" = None, retain_graph: bool = 
             raise DeviceError(f"backward: gradient on {grad.device} but output on {root.device}")
         g = grad._float_buffer("backward")
     order = _topological(root)
-    grads: dict[int, Buffer] = {id(root): g}
-    with no_grad():
+    grads: dict[int, Any] = {id(root): g}
+    take, add = grads.pop, P.add
+    mode = _mode
+    prev_enabled, mode.enabled = mode.enabled, False  # no_grad() for the walk, without the object
+    try:
         for t in reversed(order):
-            gt = grads.pop(id(t), None)
+            gt = take(id(t), None)
             if gt is not None and type(gt) is not Buffer:
                 gt = gt.materialize()
             node = t._node
@@ -182,15 +197,18 @@ def backward(root: "Tensor", grad: "Tensor | None" = None, retain_graph: bool = 
             for p, pg in zip(node.parents, parent_grads):
                 if pg is None or not p.requires_grad:
                     continue
-                prev = grads.get(id(p))
+                key = id(p)
+                prev = grads.get(key)
                 if prev is None:
-                    grads[id(p)] = pg
+                    grads[key] = pg
                 elif type(prev) is Buffer and type(pg) is Buffer:
-                    grads[id(p)] = P.add(prev, pg)
+                    grads[key] = add(prev, pg)
                 else:
-                    grads[id(p)] = _Parts.of(prev, pg)
+                    grads[key] = _Parts.of(prev, pg)
             if not retain_graph:
                 node.retire()
+    finally:
+        mode.enabled = prev_enabled
 
 
 class SliceGrad:
@@ -225,8 +243,6 @@ class _Parts:
         return parts
 
     def materialize(self) -> Buffer:
-        from .runtime.buffer import zeros
-
         total = self.slices[0].total if self.slices else self.full[0].size
         dev = (self.slices[0].buf if self.slices else self.full[0]).device
         # Disjoint runs in offset order join into one buffer; a run overlapping an earlier one is
@@ -239,11 +255,11 @@ class _Parts:
         pieces, pos = [], 0
         for s in runs:
             if s.start > pos:
-                pieces.append(zeros(s.start - pos, dev))
+                pieces.append(_zeros_buffer(s.start - pos, dev))
             pieces.append(s.buf)
             pos = s.start + s.buf.size
         if pos < total:
-            pieces.append(zeros(total - pos, dev))
+            pieces.append(_zeros_buffer(total - pos, dev))
         out = pieces[0]
         for piece in pieces[1:]:
             out = P.concat1d(out, piece, out.size, piece.size)
@@ -255,6 +271,4 @@ class _Parts:
 
 
 def _ones_like(t: "Tensor") -> Buffer:
-    from .runtime.buffer import full
-
-    return full(t.numel(), 1.0, t.device)
+    return _full_buffer(t.numel(), 1.0, t.device)

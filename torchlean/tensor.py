@@ -26,6 +26,7 @@ from .runtime.device import canonical_device, get_context
 from .runtime.rng import default_generator
 
 float32 = np.dtype(np.float32)
+_new_object = object.__new__
 int64 = np.dtype(np.int64)
 bool_ = np.dtype(np.bool_)
 _DTYPES = {"float32": float32, "float": float32, "int64": int64, "long": int64, "bool": bool_}
@@ -78,8 +79,17 @@ class Tensor:
     @classmethod
     def _wrap(cls, buf: Buffer, shape: Sequence[int], requires_grad: bool = False) -> "Tensor":
         """A float tensor over ``buf`` (no copy)."""
-        t = cls._blank(buf, None, shape, buf.device)
+        # _blank spelled out: this runs for every op's output, and the extra call and the
+        # Buffer.device property cost more than the assignments
+        t = _new_object(cls)
+        t._buf = buf
+        t._host = None
+        t._shape = shape if type(shape) is tuple else tuple(shape)
+        t._device = buf._ctx.name
         t.requires_grad = requires_grad
+        t.grad = None
+        t._node = None
+        t._retains_grad = False
         return t
 
     @classmethod
@@ -309,14 +319,17 @@ class Tensor:
             extra += ", requires_grad=True"
         return f"tensor({vals}{extra})"
 
-    def __hash__(self) -> int:
-        return id(self)
+    # Tensors hash by identity (as PyTorch's do). object's own identity hash, not a Python
+    # function returning id(self): optimizers and the tape look tensors up in dicts every step.
+    __hash__ = object.__hash__
 
     def __getstate__(self) -> Any:
         raise TypeError("Tensor: cannot be pickled; use .numpy()")
 
 
 def _axis(op: str, dim: Any, rank: int) -> int:
+    if type(dim) is int and -rank <= dim < rank:  # the common case, without the ABC checks below
+        return dim % rank
     from .errors import AxisError
 
     if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):

@@ -13,8 +13,9 @@ __all__ = ["Tensor", "new", "fbuf", "operand", "broadcast_shapes", "axis_map_for
            "same_device"]
 
 
-def new(buf: Buffer, shape: Sequence[int]) -> Tensor:
-    return Tensor._wrap(buf, shape)
+# new(buf, shape): a float tensor over buf, the output of every tape op. An alias of the bound
+# classmethod rather than a wrapper around it: one Python call less per op.
+new = Tensor._wrap
 
 
 def numel(shape: Sequence[int]) -> int:

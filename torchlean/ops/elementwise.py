@@ -77,6 +77,9 @@ def clamp(x: Tensor, min: float | None = None, max: float | None = None) -> Tens
 
 def _pair(name: str, a: Any, b: Any) -> tuple[Tensor, Tensor]:
     """Tensor operands of one shape and device: scalars/arrays converted, shapes broadcast."""
+    if (isinstance(a, Tensor) and isinstance(b, Tensor) and a._buf is not None and b._buf is not None
+            and a._shape == b._shape and a._device == b._device):
+        return a, b  # the common case: two float tensors of one shape, nothing to convert or check
     like = a if isinstance(a, Tensor) else b
     a, b = operand(name, a, like), operand(name, b, like)
     same_device(name, a, b)

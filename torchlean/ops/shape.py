@@ -13,9 +13,31 @@ from ..runtime.buffer import Buffer
 from ._base import Tensor, _axis, axis_map_for, fbuf, new, numel, same_device
 
 
+# (requested shape, element count) -> resolved shape, for requests made of plain ints only (a
+# model asks for the same few shapes every step); errors are never cached.
+_resolved: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
+
+
 def _resolve_shape(op: str, shape: Sequence[Any], n: int) -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
+    for s in shape:
+        if type(s) is not int:
+            break
+    else:
+        key = (tuple(shape), n)
+        hit = _resolved.get(key)
+        if hit is not None:
+            return hit
+        out = _resolve_shape_slow(op, shape, n)
+        if len(_resolved) > 4096:
+            _resolved.clear()
+        _resolved[key] = out
+        return out
+    return _resolve_shape_slow(op, shape, n)
+
+
+def _resolve_shape_slow(op: str, shape: Sequence[Any], n: int) -> tuple[int, ...]:
     shape = tuple(int(s) for s in shape)
     if shape.count(-1) > 1:
         raise ShapeError(f"{op}: only one dimension can be -1, got {shape}")
@@ -29,13 +51,17 @@ def _resolve_shape(op: str, shape: Sequence[Any], n: int) -> tuple[int, ...]:
     return shape
 
 
+def _identity_vjp(g: Buffer) -> tuple[Buffer]:
+    return (g,)
+
+
 def reshape(x: Tensor, *shape: Any) -> Tensor:
     """Same buffer, new shape (tensors are always contiguous, so this never copies)."""
     new_shape = _resolve_shape("reshape", shape, x.numel())
     if x._buf is None:
         return Tensor._wrap_host(x._host.reshape(new_shape), x.device)
     out = new(x._buf, new_shape)
-    return autograd.record("reshape", out, (x,), lambda g: (g,))
+    return autograd.record("reshape", out, (x,), _identity_vjp)
 
 
 def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
@@ -121,23 +147,49 @@ def t(x: Tensor) -> Tensor:
     return transpose(x, 0, 1)
 
 
-def permute(x: Tensor, *dims: Any) -> Tensor:
-    """Reorder axes: output axis j is input axis dims[j]. One permute kernel (one adjacent swap:
-    swap_adjacent_at_depth); the VJP is the inverse permutation, again one kernel."""
-    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
-        dims = tuple(dims[0])
+# (input shape, dims) -> what permute does: None (nothing moves), an int (one adjacent swap at
+# that depth) or (perm, out_shape, inverse); for dims made of plain ints, as _resolved above.
+_permute_plans: dict[tuple[tuple[int, ...], tuple[int, ...]], Any] = {}
+
+
+def _permute_plan(x: Tensor, dims: tuple) -> Any:
     perm = tuple(_axis("permute", d, x.ndim) for d in dims)
     if sorted(perm) != list(range(x.ndim)):
         raise ShapeError(f"permute: {tuple(dims)} is not a permutation of the {x.ndim} axes of shape {x.shape}")
     moved = [j for j in range(x.ndim) if perm[j] != j]
     if not moved:
-        return x
+        return None
     if len(moved) == 2 and moved[1] == moved[0] + 1:
-        return _swap(x, moved[0])
+        return moved[0]
     shape = tuple(x.shape)
     out_shape = tuple(shape[p] for p in perm)
     inverse = tuple(perm.index(j) for j in range(x.ndim))
-    out = new(P.permute(fbuf("permute", x), shape, perm), out_shape)
+    return perm, out_shape, inverse
+
+
+def permute(x: Tensor, *dims: Any) -> Tensor:
+    """Reorder axes: output axis j is input axis dims[j]. One permute kernel (one adjacent swap:
+    swap_adjacent_at_depth); the VJP is the inverse permutation, again one kernel."""
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = tuple(dims[0])
+    for d in dims:
+        if type(d) is not int:
+            plan = _permute_plan(x, dims)
+            break
+    else:
+        key = (x._shape, dims)
+        plan = _permute_plans.get(key, key)  # (key as the "missing" mark: None is a valid plan)
+        if plan is key:
+            plan = _permute_plan(x, dims)
+            if len(_permute_plans) > 4096:
+                _permute_plans.clear()
+            _permute_plans[key] = plan
+    if plan is None:
+        return x
+    if type(plan) is int:
+        return _swap(x, plan)
+    perm, out_shape, inverse = plan
+    out = new(P.permute(fbuf("permute", x), x._shape, perm), out_shape)
     return autograd.record("permute", out, (x,), lambda g: (P.permute(g, out_shape, inverse),))
 
 
@@ -236,4 +288,4 @@ def to_device(x: Tensor, device: Any) -> Tensor:
 def clone(x: Tensor) -> Tensor:
     if x._buf is None:
         return Tensor._wrap_host(x._host.copy(), x.device)
-    return autograd.record("clone", new(P.copy(x._buf), x.shape), (x,), lambda g: (g,))
+    return autograd.record("clone", new(P.copy(x._buf), x.shape), (x,), _identity_vjp)

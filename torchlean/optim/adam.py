@@ -9,7 +9,7 @@ from ..errors import ArgumentError
 from ..runtime import primitives as P
 from ..runtime.buffer import zeros
 from ..tensor import Tensor
-from .optimizer import Optimizer, _check_real, _step_tensor, _step_value, exclusively_held
+from .optimizer import Optimizer, _check_real, _step_buffer, _step_tensor, _step_value, exclusively_held
 
 __all__ = ["Adam", "AdamW"]
 
@@ -77,56 +77,63 @@ class Adam(Optimizer):
                         continue
                     st = state[p]
                     step = _step_value(st["step"]) + 1.0 if st else 1.0
-                    buckets.setdefault((p._buf.device, step), []).append(p)
-                for (_, step), params in buckets.items():
+                    key = (p._buf._ctx.name, step)  # (the device; Buffer.device is a property)
+                    bucket = buckets.get(key)
+                    if bucket is None:
+                        bucket = buckets[key] = []
+                    bucket.append((p, st))
+                for (_, step), entries in buckets.items():
                     hyper = (lr, beta1, beta2, eps, wd, int(step), decoupled)
-                    own, shared = _split_by_ownership(params, state)
+                    own, shared = _split_by_ownership(entries)
                     if own:
-                        P.adam_step_many_inplace(*_step_args(own, state), *hyper)
+                        P.adam_step_many_inplace(*_step_args(own), *hyper)
                     if shared:
-                        out = P.adam_step_many(*_step_args(shared, state), *hyper)
+                        out = P.adam_step_many(*_step_args(shared), *hyper)
                         t = len(shared)
-                        for i, p in enumerate(shared):
+                        for i, (p, m, v) in enumerate(shared):
                             p._buf = out[i]
-                            state[p]["exp_avg"]._buf = out[t + i]
-                            state[p]["exp_avg_sq"]._buf = out[2 * t + i]
-                    for p in params:
-                        state[p]["step"] = _step_tensor(step)
+                            m._buf = out[t + i]
+                            v._buf = out[2 * t + i]
+                    step_buf = _step_buffer(step)  # one shared value; each parameter its own Tensor
+                    for _, st in entries:
+                        st["step"] = Tensor._wrap(step_buf, ())
         return loss
 
 
-def _split_by_ownership(params: list, state: Any) -> tuple[list, list]:
-    """(parameters whose p, exp_avg and exp_avg_sq buffers can be written in place, the others).
+def _split_by_ownership(entries: list) -> tuple[list, list]:
+    """The (p, exp_avg, exp_avg_sq) tensors of ``entries`` ((parameter, its state) pairs), split
+    into those whose three buffers can be written in place and the others.
 
     In place needs each buffer held by its own tensor alone (``exclusively_held``: a state_dict
     snapshot, a detached tensor or a retained graph keeps its values) and the 3T buffers distinct
     and not a gradient. The first step creates the zero moments here."""
-    own, shared, seen = [], [], set()
-    for p in params:
-        st = state[p]
+    own, shared, seen, ordered = [], [], set(), []
+    for p, st in entries:
         if not st:  # first step: zero moments (step 0 until this step lands)
             n, dev = p._buf.size, p._buf.device  # (no local reference to the buffer: it would count)
             st["step"] = _step_tensor(0.0)
             st["exp_avg"] = Tensor._wrap(zeros(n, dev), p.shape)
             st["exp_avg_sq"] = Tensor._wrap(zeros(n, dev), p.shape)
         m, v = st["exp_avg"], st["exp_avg_sq"]
+        pmv = (p, m, v)
+        ordered.append(pmv)
         ids = (id(p._buf), id(m._buf), id(v._buf))
-        if exclusively_held(p) and exclusively_held(m) and exclusively_held(v) and not seen.intersection(ids) \
-                and len(set(ids)) == 3:
-            own.append(p)
+        if exclusively_held(p, m, v) and not seen.intersection(ids) and len(set(ids)) == 3:
+            own.append(pmv)
             seen.update(ids)
         else:
-            shared.append(p)
+            shared.append(pmv)
     if own:  # a gradient that is one of the written buffers (p.grad = p.detach(), say)
-        grads = {id(p.grad._buf) for p in params}
+        grads = {id(p.grad._buf) for p, _ in entries}
         if grads & seen:
-            return [], params
+            return [], ordered
     return own, shared
 
 
-def _step_args(params: list, state: Any) -> tuple[list, list, list, list]:
-    return ([p._buf for p in params], [p.grad._float_buffer("Adam.step") for p in params],
-            [state[p]["exp_avg"]._buf for p in params], [state[p]["exp_avg_sq"]._buf for p in params])
+def _step_args(triples: list) -> tuple[list, list, list, list]:
+    """The adam_step_many arguments (params, grads, exp_avgs, exp_avg_sqs) of (p, m, v) triples."""
+    return ([p._buf for p, _, _ in triples], [p.grad._float_buffer("Adam.step") for p, _, _ in triples],
+            [m._buf for _, m, _ in triples], [v._buf for _, _, v in triples])
 
 
 class AdamW(Adam):

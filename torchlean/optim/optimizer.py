@@ -45,6 +45,9 @@ class _RequiredParameter:
 required = _RequiredParameter()
 
 _step_buffers: dict[float, Buffer] = {}
+# the values of the buffers above (keyed by the Buffer itself, which hashes by identity): the
+# step count is read back every step, and reading a one-element array costs more than a lookup
+_buffer_steps: dict[Buffer, float] = {}
 
 
 class _Slot:
@@ -63,34 +66,50 @@ def _calibrate() -> tuple[int, int]:
 _ONE_HOLDER_LOCAL, _ONE_HOLDER_ATTR = _calibrate()
 
 
-def exclusively_held(t: Tensor) -> bool:
-    """True when ``t``'s buffer, and that buffer's array, are referred to by ``t`` alone: no other
-    Tensor (a ``detach()``, a ``state_dict()`` snapshot), tape closure (a retained graph), DLPack
-    export, array view or view Buffer (``Buffer._shared``: a NumPy view of a view need not hold a
-    reference to the array it came from) can see them, so writing over them in place is
-    unobservable."""
-    b = t._buf
-    return (b is not None and not b._shared and sys.getrefcount(b) <= _ONE_HOLDER_LOCAL
-            and sys.getrefcount(b._data) <= _ONE_HOLDER_ATTR)
+def exclusively_held(*tensors: Tensor) -> bool:
+    """True when each tensor's buffer, and that buffer's array, are referred to by that tensor
+    alone: no other Tensor (a ``detach()``, a ``state_dict()`` snapshot), tape closure (a retained
+    graph), DLPack export, array view or view Buffer (``Buffer._shared``: a NumPy view of a view
+    need not hold a reference to the array it came from) can see them, so writing over them in
+    place is unobservable. (Several tensors in one call: Adam asks about p, exp_avg and exp_avg_sq
+    of every parameter on every step.)"""
+    for t in tensors:
+        b = t._buf  # the one local reference that _ONE_HOLDER_LOCAL counts
+        if (b is None or b._shared or sys.getrefcount(b) > _ONE_HOLDER_LOCAL
+                or sys.getrefcount(b._data) > _ONE_HOLDER_ATTR):
+            return False
+    return True
+
+
+def _step_buffer(step: float) -> Buffer:
+    """The one-element CPU buffer holding ``step``: buffers are immutable values, so all
+    parameters at that step share it."""
+    buf = _step_buffers.get(step)
+    if buf is None:
+        if len(_step_buffers) > 4096:
+            _step_buffers.clear()
+            _buffer_steps.clear()
+        buf = _step_buffers[step] = Buffer.from_numpy(np.array([step], np.float32), "cpu")
+        _buffer_steps[buf] = float(buf._data[0])
+    return buf
 
 
 def _step_tensor(step: float) -> Tensor:
     """A 0-d CPU float32 tensor holding ``step`` (torch keeps the step count on the CPU). Buffers
     are immutable values, so the buffer is shared between parameters; each gets its own Tensor."""
-    buf = _step_buffers.get(step)
-    if buf is None:
-        if len(_step_buffers) > 4096:
-            _step_buffers.clear()
-        buf = _step_buffers[step] = Buffer.from_numpy(np.array([step], np.float32), "cpu")
-    return Tensor._wrap(buf, ())
+    return Tensor._wrap(_step_buffer(step), ())
 
 
 def _step_value(t: Any) -> float:
     """The step count stored in state (our 0-d tensor, a torch tensor or a number) as a float."""
     if isinstance(t, Tensor):
         b = t._buf
-        if b is not None and b._ctx.name == "cpu":
-            return float(b._data[0])
+        if b is not None:
+            v = _buffer_steps.get(b)  # one of ours (every step of Adam reads one per parameter)
+            if v is not None:
+                return v
+            if b._ctx.name == "cpu":
+                return float(b._data[0])
         return float(t.item())
     if hasattr(t, "item"):
         return float(t.item())

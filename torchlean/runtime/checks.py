@@ -37,7 +37,10 @@ def check_u32_tuple(op: str, name: str, values: Any) -> tuple[int, ...]:
     """A sequence of uint32 values (dims, axis numbers) as a tuple."""
     if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
         raise ShapeError(f"{op}: argument {name} must be a sequence of integers, got {values!r}")
-    if all(type(d) is int and 0 <= d < U32_LIMIT for d in values):  # fast path: plain ints in range
+    for d in values:  # fast path: plain ints in range (a loop: cheaper than all(<generator>))
+        if type(d) is not int or not 0 <= d < U32_LIMIT:
+            break
+    else:
         return tuple(values)
     return tuple(check_u32(op, f"{name}[{i}]", d) for i, d in enumerate(values))
 
@@ -79,6 +82,10 @@ def check_scalar(op: str, name: str, value: Any) -> float:
 
 def check_buffer(op: str, name: str, buf: Any, size: int | None = None) -> Buffer:
     """``buf`` must be a live Buffer (of ``size`` elements when given)."""
+    # the common case first, in one test (every primitive checks each operand); a float32
+    # buffer's byte count is always 4 * size
+    if type(buf) is Buffer and buf._data is not None and (size is None or buf._nbytes == 4 * size):
+        return buf
     if not isinstance(buf, Buffer):
         raise DTypeError(f"{op}: argument {name} must be a Buffer, got {type(buf).__name__}")
     if buf._data is None:

@@ -81,10 +81,17 @@ class Module:
         self._non_persistent.discard(name)
 
     def __getattr__(self, name: str) -> Any:  # only called when normal lookup fails
+        # (every ``self.weight`` in a forward comes here: the three stores spelled out, no loop)
         d = self.__dict__
-        for store in ("_parameters", "_buffers", "_modules"):
-            if store in d and name in d[store]:
-                return d[store][name]
+        store = d.get("_parameters")
+        if store is not None and name in store:
+            return store[name]
+        store = d.get("_buffers")
+        if store is not None and name in store:
+            return store[name]
+        store = d.get("_modules")
+        if store is not None and name in store:
+            return store[name]
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __delattr__(self, name: str) -> None:
