@@ -174,3 +174,32 @@ def test_index_uploads_are_exact_reused_and_snapshots(cuda_device):
     table = rng.integers(-2**62, 2**62, 5000, dtype=np.int64)  # pointer tables: int64, never kept
     t = staging.upload_i64(table)
     assert t.dtype == np.int64 and np.array_equal(t.get(), table)
+
+
+@cuda
+def test_adam_pointer_table_is_reused_only_when_unchanged(cuda_device):
+    from torchlean.backends.cuda import optim as cuda_optim
+
+    rng = np.random.default_rng(5)
+    sizes = (5, 64, 3)
+
+    def bufs():
+        return [Buffer.from_numpy(rng.normal(size=n).astype(F32), cuda_device) for n in sizes]
+
+    ps, gs, ms, vs = bufs(), bufs(), bufs(), [Buffer.from_numpy(np.abs(rng.normal(size=n)).astype(F32), cuda_device)
+                                              for n in sizes]
+    coef = (1e-3, 0.9, 0.999, 1e-8, 0.0, 2, False)  # lr, beta1, beta2, eps, weight_decay, step, decoupled
+    ref = P.adam_step_many(ps, gs, ms, vs, *coef)
+    tables = cuda_optim._last_tables
+    first = dict(tables)
+    again = P.adam_step_many(ps, gs, ms, vs, *coef)  # new outputs: a new table
+    for x, y in zip(ref, again):
+        np.testing.assert_array_equal(x.to_numpy(), y.to_numpy())
+    assert first and all(tables[k][3] is not first[k][3] for k in first)
+    gs2 = bufs()  # in place twice with the same arrays: the second call sends no table
+    P.adam_step_many_inplace(ps, gs2, ms, vs, *coef)
+    sent = dict(tables)
+    expect = [p.to_numpy() for p in ps]
+    P.adam_step_many_inplace(ps, gs2, ms, vs, *coef)
+    assert all(tables[k][3] is sent[k][3] for k in sent)
+    assert not all(np.array_equal(p.to_numpy(), e) for p, e in zip(ps, expect))  # it did step
