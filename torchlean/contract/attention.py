@@ -196,3 +196,35 @@ _register("flash_attention_bwd_kv", "(dK, dV): the bounds of flash_attention_bwd
           _bwd_kv_bound)
 _register("flash_attention_bwd", "(dQ, dK, dV): the bounds of flash_attention_bwd_q, _bwd_k and _bwd_v",
           _bwd_bound)
+
+
+# -- packed self-attention: the same kernels per (batch, head) pair, only the addressing differs --------
+# (NumPy only: the CuPy variant of the bounds serves the unpacked benchmark checks)
+def _packed_args(qkv, batch, heads, n, d):
+    q, k, v = S._unpack(qkv, batch, heads, n, d)
+    return q, k, v, int(batch) * int(heads), int(n), int(n), int(d)
+
+
+def packed_fwd_bound(ref, qkv, mask, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
+    q, k, v, bh, nq, nk, dd = _packed_args(qkv, batch, heads, n, d)
+    out_ref = S._to_heads(ref[0], batch, heads, n, d)
+    out_b, lse_b = fwd_bound((out_ref, ref[1]), q, k, v, mask, bh, nq, nk, dd, scale, causal, mask_mode,
+                             mask_layout)
+    return S._from_heads(out_b, batch, heads, n, d), lse_b
+
+
+def packed_bwd_bound(ref, qkv, mask, out, lse, dout, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
+    q, k, v, bh, nq, nk, dd = _packed_args(qkv, batch, heads, n, d)
+    g = np.asarray(ref, dtype=np.float64).reshape(int(batch), int(n), 3, int(heads), int(d)).transpose(2, 0, 3, 1, 4)
+    args = (q, k, v, mask, S._to_heads(out, batch, heads, n, d), lse, S._to_heads(dout, batch, heads, n, d), bh, nq,
+            nk, dd, scale, causal, mask_mode, mask_layout)
+    bounds = _bwd_bound(tuple(g[i].reshape(-1) for i in range(3)), *args)
+    b = np.stack([np.asarray(x).reshape(int(batch), int(heads), int(n), int(d)) for x in bounds])
+    return b.transpose(1, 3, 0, 2, 4).reshape(-1)
+
+
+_register("flash_attention_packed_fwd", "(out, lse) of flash_attention_fwd per (batch, head) pair (q, k, v read "
+          "from the packed (batch, n, 3, heads, d) buffer, out written (batch, n, heads, d)): the same bound",
+          packed_fwd_bound)
+_register("flash_attention_packed_bwd", "dqkv: the bounds of flash_attention_bwd (dQ, dK, dV) per (batch, head) "
+          "pair, written in qkv's layout", packed_bwd_bound)

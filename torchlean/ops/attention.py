@@ -16,6 +16,14 @@ contiguous), and a mask is passed with per-axis strides (0 on broadcast axes), n
   A row with no allowed key gives 0 and zero gradients (as PyTorch 2.5+; older math paths
   gave NaN). The mask receives no gradient: a float mask that requires grad raises ArgumentError.
 * ``attn_mask`` together with ``is_causal=True`` raises ArgumentError (PyTorch raises too).
+
+``flash_attention_packed(qkv, num_heads, ...)`` (also in ``torchlean.nn.functional``; not in
+PyTorch) is the same attention for the layout a transformer block has at hand: qkv (..., L, 3E),
+the output of a Linear(E, 3E), in, and (..., L, E), the output projection's input, out. It equals
+``qkv.reshape(..., L, 3, H, E/H)``, moved to q, k, v (..., H, L, E/H), through
+``scaled_dot_product_attention``, then ``.transpose(-3, -2).reshape(..., L, E)`` -- bit for bit --
+but as one tape node over the flash_attention_packed primitives, whose kernels read and write those
+layouts directly: no head-moving copies forward or backward.
 """
 
 from __future__ import annotations
@@ -31,8 +39,8 @@ from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
 from ._base import Tensor, fbuf, new, numel, same_device
 
-__all__ = ["flash_attention", "scaled_dot_product_attention"]
-FUNCTIONAL = ["scaled_dot_product_attention"]
+__all__ = ["flash_attention", "flash_attention_packed", "scaled_dot_product_attention"]
+FUNCTIONAL = ["scaled_dot_product_attention", "flash_attention_packed"]
 
 _MODES = ("fill", "hard", "add")
 
@@ -156,27 +164,31 @@ def _scale(op: str, scale: Any, e: int) -> float:
         raise ArgumentError(f"{op}: scale must be a number or None, got {scale!r}") from None
 
 
+def _mask_arg(op: str, mask: Any, device: str, mode: str | None, lead: tuple, n_q: int, n_k: int):
+    """(buffer, mode, layout, own) of a mask broadcast to lead + (n_q, n_k); (None, 'none', None,
+    False) without one. ``own``: the buffer was made here (the tape node keeps and frees it)."""
+    if mask is None:
+        return None, "none", None, False
+    mask_b, mode, mshape = _mask_buffer(op, mask, device, mode)
+    own = not (isinstance(mask, Tensor) and mask._buf is mask_b)
+    layout = _layout(op, mshape, lead, n_q, n_k)
+    if layout is None:  # three or more leading groups: expand the mask over the leading dims only
+        full = (1,) * (len(lead) + 2 - len(mshape)) + tuple(mshape)
+        m = np.ascontiguousarray(np.broadcast_to(mask_b.to_numpy().reshape(full), tuple(lead) + full[-2:]))
+        if own:
+            mask_b.release()
+        mask_b, own = Buffer.from_numpy(m.reshape(-1), device), True
+        layout = _layout(op, m.shape, lead, n_q, n_k)
+    return mask_b, mode, layout, own
+
+
 def _attend(op: str, q: Tensor, k: Tensor, v: Tensor, mask: Any, causal: bool, scale: float, mode: str | None):
     lead = q.shape[:-2]
     n_q, d = q.shape[-2:]
     n_k = k.shape[-2]
-    batch = numel(lead)
-    mask_b, layout, own = None, None, False
-    if mask is not None:
-        mask_b, mode, mshape = _mask_buffer(op, mask, q.device, mode)
-        own = not (isinstance(mask, Tensor) and mask._buf is mask_b)
-        layout = _layout(op, mshape, lead, n_q, n_k)
-        if layout is None:  # three or more leading groups: expand the mask over the leading dims only
-            full = (1,) * (len(lead) + 2 - len(mshape)) + tuple(mshape)
-            m = np.ascontiguousarray(np.broadcast_to(mask_b.to_numpy().reshape(full), tuple(lead) + full[-2:]))
-            if own:
-                mask_b.release()
-            mask_b, own = Buffer.from_numpy(m.reshape(-1), q.device), True
-            layout = _layout(op, m.shape, lead, n_q, n_k)
-    else:
-        mode = "none"
-    return _record(op, q, k, v, tuple(lead) + (n_q, d), mask_b, mode, layout, bool(causal), scale, batch, n_q, n_k,
-                   d, own)
+    mask_b, mode, layout, own = _mask_arg(op, mask, q.device, mode, tuple(lead), n_q, n_k)
+    return _record(op, q, k, v, tuple(lead) + (n_q, d), mask_b, mode, layout, bool(causal), scale, numel(lead), n_q,
+                   n_k, d, own)
 
 
 def flash_attention(q: Tensor, k: Tensor, v: Tensor, mask: Any = None, causal: bool = False, scale: float | None = None,
@@ -217,3 +229,42 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         raise ArgumentError(f"{op}: attn_mask and is_causal=True cannot be given together (PyTorch raises too)")
     _check_qkv(op, query, key, value)
     return _attend(op, query, key, value, attn_mask, bool(is_causal), _scale(op, scale, query.shape[-1]), None)
+
+
+def flash_attention_packed(qkv: Tensor, num_heads: int, attn_mask: Any = None, is_causal: bool = False,
+                           scale: float | None = None) -> Tensor:
+    """Self-attention over a packed projection: qkv (..., L, 3E) -> (..., L, E), E = num_heads * Eh.
+
+    The last dim of qkv holds [q | k | v], each E = num_heads * Eh wide with the heads in order (the
+    output of ``Linear(E, 3 * E)``); the result has the heads side by side again, ready for the
+    output projection. ``attn_mask`` (bool: True = take part; float: added) broadcasts to
+    (..., num_heads, L, L); ``is_causal`` and ``scale`` are as in ``scaled_dot_product_attention``,
+    which this equals bit for bit after moving the heads (module docstring).
+    """
+    op = "flash_attention_packed"
+    if not isinstance(qkv, Tensor):
+        raise DTypeError(f"{op}: qkv must be a Tensor, got {type(qkv).__name__}")
+    if qkv._buf is None:
+        raise DTypeError(f"{op}: qkv must be a float32 tensor, got {qkv.dtype}")
+    if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)) or num_heads < 1:
+        raise ArgumentError(f"{op}: num_heads must be a positive int, got {num_heads!r}")
+    heads = int(num_heads)
+    if qkv.ndim < 2 or qkv.shape[-1] % (3 * heads):
+        raise ShapeError(f"{op}: qkv must have shape (..., L, 3 * E) with E a multiple of num_heads = {heads}, "
+                         f"got {qkv.shape}")
+    if attn_mask is not None and is_causal:
+        raise ArgumentError(f"{op}: attn_mask and is_causal=True cannot be given together")
+    lead, n, e = tuple(qkv.shape[:-2]), qkv.shape[-2], qkv.shape[-1] // 3
+    d = e // heads
+    sc = _scale(op, scale, d)
+    mask_b, mode, layout, own = _mask_arg(op, attn_mask, qkv.device, None, lead + (heads,), n, n)
+    batch = numel(lead)
+    qb = fbuf(op, qkv)
+    out_b, lse_b = P.flash_attention_packed_fwd(qb, mask_b, batch, heads, n, d, sc, bool(is_causal), mode, layout)
+
+    def vjp(g: Buffer):
+        return (P.flash_attention_packed_bwd(qb, mask_b, out_b, lse_b, g, batch, heads, n, d, sc, bool(is_causal),
+                                             mode, layout),)
+
+    ws = (lse_b, mask_b) if own else (lse_b,)
+    return autograd.record(op, new(out_b, lead + (n, e)), (qkv,), vjp, workspace=ws)

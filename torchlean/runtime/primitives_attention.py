@@ -23,6 +23,15 @@ Backward (FlashAttention-2; attention is recomputed tile by tile from the saved 
 ``flash_attention_bwd_q``, ``_bwd_k``, ``_bwd_v`` (the seed's three VJP components) and the fused
 ``flash_attention_bwd_kv -> (dk, dv)``; arguments (q, k, v, mask, out, lse, dout, batch, n_q, n_k,
 d, scale, causal, mask_mode, mask_layout). Deterministic: no atomics on any backend.
+
+Packed self-attention, the layout a transformer block has at hand (no head-moving copies):
+``flash_attention_packed_fwd(qkv, mask, batch, heads, n, d, scale, causal, mask_mode, mask_layout)
+-> (out, lse)`` reads q, k, v from one buffer qkv (batch, n, 3, heads, d) -- the output of a
+Linear(E, 3E), E = heads d -- and writes out (batch, n, heads, d), ready for the output projection,
+and lse (batch, heads, n). It is flash_attention_fwd over the batch heads pairs b' = b heads + h
+with n_q = n_k = n (the mask layout indexes b' the same way), with the same kernels and the same
+bits: only the addressing differs. ``flash_attention_packed_bwd(qkv, mask, out, lse, dout, batch,
+heads, n, d, scale, causal, mask_mode, mask_layout) -> dqkv`` writes (dq, dk, dv) in qkv's layout.
 """
 
 from __future__ import annotations
@@ -35,16 +44,17 @@ from .checks import check_buffer, check_product, check_scalar, check_u32, check_
 from .primitives import _run, _wrap
 
 __all__ = ["flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
-           "flash_attention_bwd_kv", "flash_attention_bwd"]
+           "flash_attention_bwd_kv", "flash_attention_bwd", "flash_attention_packed_fwd", "flash_attention_packed_bwd"]
 
 MASK_MODES = ("none", "fill", "hard", "add")
 
 
-def _check(op: str, q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+def _check(op: str, q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, sizes: bool = True):
     b, nq, nk, dd = (check_u32(op, n, x) for n, x in (("batch", batch), ("n_q", n_q), ("n_k", n_k), ("d", d)))
-    check_buffer(op, "q", q, check_product(op, "batch*n_q*d", b, nq, dd))
-    check_buffer(op, "k", k, check_product(op, "batch*n_k*d", b, nk, dd))
-    check_buffer(op, "v", v, check_product(op, "batch*n_k*d", b, nk, dd))
+    if sizes:  # (the packed primitives check their one qkv buffer themselves)
+        check_buffer(op, "q", q, check_product(op, "batch*n_q*d", b, nq, dd))
+        check_buffer(op, "k", k, check_product(op, "batch*n_k*d", b, nk, dd))
+        check_buffer(op, "v", v, check_product(op, "batch*n_k*d", b, nk, dd))
     check_product(op, "batch*n_q*n_k", b, nq, nk)
     sc = check_scalar(op, "scale", scale)
     if not isinstance(causal, bool):
@@ -119,3 +129,46 @@ flash_attention_bwd_v = _bwd("flash_attention_bwd_v", "dv = P^T dout (batch, n_k
 flash_attention_bwd_kv = _bwd("flash_attention_bwd_kv", "(dk, dv) in one pass over the tiles.", 2)
 flash_attention_bwd = _bwd("flash_attention_bwd", "(dq, dk, dv): bwd_q and bwd_kv in one call (D = rowsum(dout out) "
                            "computed once).", 3)
+
+
+def _check_packed(op: str, qkv, mask, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
+    b, h, nn, dd = (check_u32(op, name, x) for name, x in (("batch", batch), ("heads", heads), ("n", n), ("d", d)))
+    bh = check_product(op, "batch*heads", b, h)
+    check_buffer(op, "qkv", qkv, check_product(op, "batch*n*3*heads*d", b, nn, 3, h, dd))
+    # the rest (scale, causal, mask and its layout over the batch*heads pairs) as the unpacked forward
+    *_, sc, layout = _check(op, qkv, qkv, qkv, mask, bh, nn, nn, dd, scale, causal, mask_mode, mask_layout,
+                            sizes=False)
+    return b, h, nn, dd, sc, layout
+
+
+def flash_attention_packed_fwd(qkv: Buffer, mask: Buffer | None, batch: int, heads: int, n: int, d: int,
+                               scale: float, causal: bool = False, mask_mode: str = "none",
+                               mask_layout: Any = None) -> tuple[Buffer, Buffer]:
+    """(out (batch, n, heads, d), lse (batch, heads, n)) of self-attention over a packed qkv."""
+    op = "flash_attention_packed_fwd"
+    b, h, nn, dd, sc, layout = _check_packed(op, qkv, mask, batch, heads, n, d, scale, causal, mask_mode,
+                                             mask_layout)
+    ctx = same_device(op, qkv=qkv) if mask is None else same_device(op, qkv=qkv, mask=mask)
+    out, lse = _run(op, ctx, b * h * nn * (dd + 1), ctx.backend.flash_attention_packed_fwd, qkv._data,
+                    None if mask is None else mask._data, b, h, nn, dd, sc, causal, mask_mode, layout)
+    return _wrap(ctx, out), _wrap(ctx, lse)
+
+
+def flash_attention_packed_bwd(qkv: Buffer, mask: Buffer | None, out: Buffer, lse: Buffer, dout: Buffer, batch: int,
+                               heads: int, n: int, d: int, scale: float, causal: bool = False,
+                               mask_mode: str = "none", mask_layout: Any = None) -> Buffer:
+    """dqkv (batch, n, 3, heads, d): dq, dk and dv of the packed forward, in qkv's layout."""
+    op = "flash_attention_packed_bwd"
+    b, h, nn, dd, sc, layout = _check_packed(op, qkv, mask, batch, heads, n, d, scale, causal, mask_mode,
+                                             mask_layout)
+    check_buffer(op, "out", out, b * nn * h * dd)
+    check_buffer(op, "lse", lse, b * h * nn)
+    check_buffer(op, "dout", dout, b * nn * h * dd)
+    bufs = dict(qkv=qkv, out=out, lse=lse, dout=dout)
+    if mask is not None:
+        bufs["mask"] = mask
+    ctx = same_device(op, **bufs)
+    res = _run(op, ctx, 3 * b * h * nn * dd, ctx.backend.flash_attention_packed_bwd, qkv._data,
+               None if mask is None else mask._data, out._data, lse._data, dout._data, b, h, nn, dd, sc, causal,
+               mask_mode, layout)
+    return _wrap(ctx, res)

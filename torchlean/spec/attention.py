@@ -22,13 +22,19 @@ Semantics (shared with the primitives, ``torchlean.runtime.primitives_attention`
   keys (0 elsewhere), D_i = sum_k dout_ik out_ik, dV = P^T dout, dP = dout V^T, dS = P (dP - D),
   with dS = 0 where the score was filled (fill mode: a constant does not depend on q or k),
   dQ = scale dS K, dK = scale dS^T Q.
+
+Packed self-attention (``flash_attention_packed_fwd`` / ``_bwd``): the same computation over one
+qkv buffer laid out (batch, n, 3, heads, d) -- a Linear(E, 3E) output, E = heads d -- with the
+output (batch, n, heads, d) and lse (batch, heads, n). Per (batch, head) pair b' = b heads + h it is
+flash attention with n_q = n_k = n; the mask layout indexes b' like the unpacked primitives' batch.
+Its gradient dqkv has qkv's layout. Specified here by moving the heads and calling the above.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
+__all__ = ["flash_attention_packed_fwd", "flash_attention_packed_bwd", "flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
            "flash_attention_bwd_kv", "flash_attention_bwd"]
 
 FILL = -1000.0
@@ -154,3 +160,38 @@ def flash_attention_bwd_kv(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, sc
 def flash_attention_bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
     dq, dk, dv = _grads(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
     return dq.reshape(-1), dk.reshape(-1), dv.reshape(-1)
+
+
+# -- packed self-attention ----------------------------------------------------------------------------
+def _unpack(qkv, batch, heads, n, d):
+    """q, k, v as flat (batch heads, n, d) float64 arrays from qkv (batch, n, 3, heads, d)."""
+    a = _f(qkv).reshape(batch, n, 3, heads, d).transpose(2, 0, 3, 1, 4)
+    return tuple(a[i].reshape(-1) for i in range(3))
+
+
+def _to_heads(x, batch, heads, n, d):
+    """(batch, n, heads, d) -> flat (batch heads, n, d)."""
+    return _f(x).reshape(batch, n, heads, d).transpose(0, 2, 1, 3).reshape(-1)
+
+
+def _from_heads(x, batch, heads, n, d):
+    """flat (batch heads, n, d) -> flat (batch, n, heads, d)."""
+    return _f(x).reshape(batch, heads, n, d).transpose(0, 2, 1, 3).reshape(-1)
+
+
+def flash_attention_packed_fwd(qkv, mask, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
+    """(out (batch*n*heads*d), lse (batch*heads*n))."""
+    q, k, v = _unpack(qkv, batch, heads, n, d)
+    out, lse = flash_attention_fwd(q, k, v, mask, batch * heads, n, n, d, scale, causal, mask_mode, mask_layout)
+    return _from_heads(out, batch, heads, n, d), lse
+
+
+def flash_attention_packed_bwd(qkv, mask, out, lse, dout, batch, heads, n, d, scale, causal, mask_mode,
+                               mask_layout):
+    """dqkv (batch*n*3*heads*d), qkv's layout."""
+    q, k, v = _unpack(qkv, batch, heads, n, d)
+    grads = flash_attention_bwd(q, k, v, mask, _to_heads(out, batch, heads, n, d), lse,
+                                _to_heads(dout, batch, heads, n, d), batch * heads, n, n, d, scale, causal,
+                                mask_mode, mask_layout)
+    g = np.stack([x.reshape(batch, heads, n, d) for x in grads])  # (3, batch, heads, n, d)
+    return g.transpose(1, 3, 0, 2, 4).reshape(-1)

@@ -1,4 +1,5 @@
-"""Primitive-table entries of the attention family: flash_attention_fwd and its backward passes.
+"""Primitive-table entries of the attention family: flash_attention_fwd and its backward passes,
+and the packed self-attention pair (flash_attention_packed_fwd / _bwd: qkv (batch, n, 3, heads, d)).
 
 Random cases draw (batch, n_q, n_k, d), a mask mode, causal, and a dense or broadcast mask
 layout; edge cases cover the CUDA tile boundaries (n = 1, 17, 65, 130), n_q != n_k, d in
@@ -148,3 +149,67 @@ BWD_EDGES = [bwd_args(a) for a in FWD_EDGES if a[4] * a[5] * a[6] * a[7] == 0][:
 _add(PrimitiveInfo(FWD, _draw, 4, edge_cases=FWD_EDGES, max_dim=9, kinds=SUM_KINDS))
 for _n in BWD:
     _add(PrimitiveInfo(_n, _draw_bwd, 4, edge_cases=BWD_EDGES, max_dim=9, kinds=("normal", "wide", "int")))
+
+
+# -- packed self-attention: qkv (batch, n, 3, heads, d), masks over the batch*heads pairs ---------------
+PACKED_FWD, PACKED_BWD = "flash_attention_packed_fwd", "flash_attention_packed_bwd"
+
+
+def packed_fwd_args(qkv, mask, batch, heads, n, d, scale, causal, mode, layout):
+    return [qkv, mask, batch, heads, n, d, float(F32(scale)), bool(causal), mode, layout]
+
+
+def packed_bwd_args(fargs, rng=None):
+    """The backward's arguments: out and lse from the spec forward rounded to float32."""
+    qkv, mask, batch, heads, n, d, scale, causal, mode, layout = fargs
+    out, lse = spec.flash_attention_packed_fwd(qkv, mask, batch, heads, n, d, scale, causal, mode, layout)
+    dout = (rng or np.random.default_rng(0)).standard_normal(batch * n * heads * d).astype(F32)
+    return [qkv, mask, out.astype(F32), lse.astype(F32), dout, batch, heads, n, d, scale, causal, mode, layout]
+
+
+def _draw_packed(rng, dims, kind):
+    batch, heads, n, d = dims
+    batch, heads = batch % 3, 1 + heads % 3
+    mode = MODES[int(rng.integers(0, 4))]
+    size, layout = layout_for(rng, batch * heads, n, n)
+    mask = mask_values(rng, size, mode, kind=kind)
+    scale = float(rng.choice([1.0 / np.sqrt(max(d, 1)), 1.0, 0.125])) if kind != "int" else 1.0
+    qkv = _vals(rng, batch * n * 3 * heads * d, "int" if kind == "int" else "normal")
+    if kind in ("wide", "special_sum"):  # q and k only: v stays finite (see _vals)
+        qk = qkv.reshape(batch, n, 3, heads, d)
+        qk[:, :, :2] = _vals(rng, batch * n * 2 * heads * d, kind).reshape(batch, n, 2, heads, d)
+    return packed_fwd_args(qkv, mask, batch, heads, n, d, scale, bool(rng.random() < 0.3), mode,
+                           None if mode == "none" else layout)
+
+
+def _draw_packed_bwd(rng, dims, kind):
+    return packed_bwd_args(_draw_packed(rng, dims, kind), rng=rng)
+
+
+def _pcase(seed, batch, heads, n, d, mode="none", causal=False, layout="dense", nan=False):
+    rng = np.random.default_rng(seed)
+    size, lay = (batch * heads * n * n, None) if layout == "dense" else layout
+    qkv = rng.standard_normal(batch * n * 3 * heads * d).astype(F32)
+    if nan and qkv.size:
+        qkv[(n // 2) * 3 * heads * d + 1] = np.nan  # a q entry of row n // 2, head 0
+    return packed_fwd_args(qkv, mask_values(rng, size, mode), batch, heads, n, d, 1.0 / np.sqrt(max(d, 1)), causal,
+                           mode, None if mode == "none" else lay)
+
+
+# CUDA: tile edges (n = 1, 17, 65, 130), d in each instantiation (16, 32, 64, 128), odd d (24: scalar
+# loads), d = 20 (float4 rows but a head stride of 20 floats), d > 128 (the generic kernels), masks
+# dense and broadcast over the (batch, head) pairs, NaN, empty sizes.
+PACKED_FWD_EDGES = [
+    _pcase(1, 0, 2, 3, 4), _pcase(2, 2, 2, 0, 4), _pcase(3, 2, 2, 3, 0),
+    _pcase(4, 1, 1, 1, 16), _pcase(5, 2, 4, 17, 32, causal=True), _pcase(6, 2, 3, 65, 64, "hard", causal=True),
+    _pcase(7, 1, 2, 130, 24, "add"), _pcase(8, 3, 2, 66, 128, "fill"), _pcase(9, 2, 2, 40, 20, causal=True),
+    _pcase(10, 2, 2, 19, 136, "hard"), _pcase(11, 2, 3, 9, 16, "add", layout=(2 * 9, (3, 9, 0, 0, 1))),  # key padding
+    _pcase(12, 2, 3, 9, 8, "hard", layout=(3 * 81, (3, 0, 81, 9, 1))),  # (1, H, L, S)
+    _pcase(13, 2, 2, 9, 16, nan=True), _pcase(14, 4, 4, 11, 32, causal=True),
+]
+PACKED_BWD_EDGES = [packed_bwd_args(a, rng=np.random.default_rng(i))
+                    for i, a in enumerate(PACKED_FWD_EDGES) if not i == 12]  # (no NaN backward: see BWD_EDGES)
+
+_add(PrimitiveInfo(PACKED_FWD, _draw_packed, 4, edge_cases=PACKED_FWD_EDGES, max_dim=9, kinds=SUM_KINDS))
+_add(PrimitiveInfo(PACKED_BWD, _draw_packed_bwd, 4, edge_cases=PACKED_BWD_EDGES, max_dim=9,
+                   kinds=("normal", "wide", "int")))

@@ -42,7 +42,7 @@ from numba import njit, prange
 from .classify import _exp32
 from .conv import _over_images
 
-__all__ = ["flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
+__all__ = ["flash_attention_packed_fwd", "flash_attention_packed_bwd", "flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
            "flash_attention_bwd_kv", "flash_attention_bwd"]
 
 F32 = np.float32
@@ -59,6 +59,8 @@ LANES = 64        # Numba kernels: batch entries computed side by side as SIMD l
 PAR_WORK = 1 << 16  # Numba kernels: batch * n_q * n_k * d of at least this spread blocks over threads
                     # (2^23 under the workqueue layer, whose launch cost ~80 us; an OpenMP region costs
                     # a few us, and gpt_adder's 256 x (8, 8, 16) now splits)
+# (The packed primitives move the heads with NumPy copies around these kernels: on the CPU a copy is
+# one pass over memory, cheap next to the attention itself; the saving that matters is the tape's.)
 _MODES = {"none": 0, "fill": 1, "hard": 2, "add": 3}
 _NO_MASK = np.zeros(1, F32)
 _NO_LAYOUT = np.array([1, 0, 0, 0, 0], np.int64)
@@ -610,3 +612,31 @@ def flash_attention_bwd_k(*args):
 
 def flash_attention_bwd_v(*args):
     return flash_attention_bwd_kv(*args)[1]
+
+
+# -- packed self-attention: the heads moved by NumPy copies around the kernels above -------------------
+def _split_qkv(qkv, batch, heads, n, d):
+    """Contiguous flat q, k, v (batch heads, n, d) from qkv (batch, n, 3, heads, d)."""
+    a = qkv.reshape(batch, n, 3, heads, d)
+    return tuple(np.ascontiguousarray(a[:, :, i].transpose(0, 2, 1, 3)).reshape(-1) for i in range(3))
+
+
+def _heads_first(x, batch, heads, n, d):
+    return np.ascontiguousarray(x.reshape(batch, n, heads, d).transpose(0, 2, 1, 3)).reshape(-1)
+
+
+def flash_attention_packed_fwd(qkv, mask, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
+    q, k, v = _split_qkv(qkv, batch, heads, n, d)
+    out, lse = flash_attention_fwd(q, k, v, mask, batch * heads, n, n, d, scale, causal, mask_mode, mask_layout)
+    return np.ascontiguousarray(out.reshape(batch, heads, n, d).transpose(0, 2, 1, 3)).reshape(-1), lse
+
+
+def flash_attention_packed_bwd(qkv, mask, out, lse, dout, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
+    q, k, v = _split_qkv(qkv, batch, heads, n, d)
+    grads = flash_attention_bwd(q, k, v, mask, _heads_first(out, batch, heads, n, d), lse,
+                                _heads_first(dout, batch, heads, n, d), batch * heads, n, n, d, scale, causal,
+                                mask_mode, mask_layout)
+    dqkv = np.empty((batch, n, 3, heads, d), F32)
+    for i, g in enumerate(grads):
+        dqkv[:, :, i] = g.reshape(batch, heads, n, d).transpose(0, 2, 1, 3)
+    return dqkv.reshape(-1)
