@@ -9,7 +9,8 @@ with ``strict=True``), the same forward math, loss, optimizer and scheduler.
   ``weight_re``/``weight_im`` (modes, in, out), combined with ``torch.complex`` in the forward.
 * ``cnn``: ``TorchShapeCNN``: Conv2d/BatchNorm2d/ReLU/MaxPool2d x 2, Linear/ReLU/Linear.
 * ``gpt_adder``: ``TorchGPT``: GPT-2 style pre-norm blocks, one qkv Linear and
-  ``F.scaled_dot_product_attention(is_causal=True)``, as our ``CausalSelfAttention``.
+  ``F.scaled_dot_product_attention(is_causal=True)`` (ours runs the same math as one
+  ``F.flash_attention_packed`` call; PyTorch has no packed variant, this is its idiom).
 * ``mamba``: ``TorchMambaLM`` over ``TorchMamba``, mamba_ssm's ``mamba_simple.Mamba`` reference
   ("slow") path: in_proj, depthwise ``nn.Conv1d(groups=d_inner, padding=d_conv - 1)`` cut to L, SiLU,
   x_proj, dt_proj weight, and ``selective_scan_ref`` (a Python loop over time of einsums, the code

@@ -10,7 +10,7 @@ never used for training. Metric: exact-match accuracy of the whole answer on the
 greedy decoding (the model feeds back its own digits).
 
 Model (GPT-2 style, pre-norm): token + learned positional embeddings, ``n_layers`` blocks of
-LayerNorm -> causal self-attention (one qkv Linear, ``F.scaled_dot_product_attention(is_causal=True)``,
+LayerNorm -> causal self-attention (one qkv Linear, ``F.flash_attention_packed(is_causal=True)``,
 output Linear) and LayerNorm -> MLP (Linear, GELU, Linear), both with residuals, then a final
 LayerNorm and a Linear head.
 """
@@ -99,11 +99,13 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(d_model, d_model)
 
     def forward(self, x):
-        b, t, d = x.shape
-        h = self.n_heads
-        qkv = self.qkv(x).reshape(b, t, 3, h, d // h).permute(2, 0, 3, 1, 4)    # (3, b, h, t, d/h)
-        y = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
-        return self.proj(y.permute(0, 2, 1, 3).reshape(b, t, d))
+        # (b, t, 3d) -> (b, t, d): the same bits as PyTorch's idiom
+        #   qkv = self.qkv(x).reshape(b, t, 3, h, d // h).permute(2, 0, 3, 1, 4)
+        #   y = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+        #   y = y.permute(0, 2, 1, 3).reshape(b, t, d)
+        # but the kernels read q, k, v and write y in these layouts: no head-moving copies.
+        y = F.flash_attention_packed(self.qkv(x), self.n_heads, is_causal=True)
+        return self.proj(y)
 
 
 class Block(nn.Module):

@@ -20,6 +20,13 @@
 // one block that owns its tile, accumulating in a fixed order: deterministic, no atomics.
 // Generic fallback kernels (one warp per row, any d <= 32 * TL_NPL) serve d > 128.
 //
+// Layouts: every kernel takes a TlAttnLay (by value) saying where row i of (batch, head) pair b
+// lives for each role -- q and dq, k v dk dv, out and dout: base + (b / heads) s_n + (b % heads) s_h
+// + i ld, the row's d floats contiguous. The unpacked primitives pass heads 1, s_n = n d, ld = d;
+// the packed ones read q, k, v from one (batch, n, 3, heads, d) buffer (ld = 3 heads d) and write
+// out (batch, n, heads, d) and dqkv in place of the copies that would move the heads. lse and D
+// stay (batch heads, n). The arithmetic does not depend on the layout: same bits either way.
+//
 // tl_attn_fwd2_d* (below tl_attn_fwd_d*; the launcher's default) is the faster forward: 128 query
 // rows per block (64 at DP = 128), row-major Q/K tiles, an 8 x 8 micro-tile and cp.async-staged
 // K/V tiles. All tiled kernels take `vec`: 1 reads tiles as coalesced float4 rows (the launcher
@@ -38,6 +45,23 @@ struct TlAttnMask {
     long long heads, s_n, s_h, s_q, s_k;
     int mode, causal;
 };
+
+struct TlAttnLay {
+    long long heads;
+    long long q_n, q_h, q_ld;  // q, dq
+    long long k_n, k_h, k_ld;  // k, v, dk, dv
+    long long o_n, o_h, o_ld;  // out, dout
+};
+
+__device__ __forceinline__ long long tl_qoff(const TlAttnLay& L, long long b) {
+    return (b / L.heads) * L.q_n + (b % L.heads) * L.q_h;
+}
+__device__ __forceinline__ long long tl_koff(const TlAttnLay& L, long long b) {
+    return (b / L.heads) * L.k_n + (b % L.heads) * L.k_h;
+}
+__device__ __forceinline__ long long tl_ooff(const TlAttnLay& L, long long b) {
+    return (b / L.heads) * L.o_n + (b % L.heads) * L.o_h;
+}
 
 __device__ __forceinline__ const float* tl_mask_base(const TlAttnMask& M, long long b) {
     return M.mask + (b / M.heads) * M.s_n + (b % M.heads) * M.s_h;
@@ -63,20 +87,20 @@ __device__ __forceinline__ float tl_masked(float s, long long i, long long j, lo
     return s + mv * TL_LOG2E;
 }
 
-// dst[c * TL_LD + r] = src[(row0 + r) * d + c] * mul for r < 64, c < DP (zero outside the data).
+// dst[c * TL_LD + r] = src[(row0 + r) * ld + c] * mul for r < 64, c < DP (zero outside the data).
 // vec (d % 4 == 0, 16-byte aligned rows): each thread loads a float4 along d, lane pairs share a
 // 32-byte sector (r = (idx >> 1) & 63, chunk = (idx & 1) + 2 (idx >> 7)), so a warp reads 16 full
 // sectors; the transposed shared stores of a warp hit 16 consecutive rows at two chunk offsets
 // 16 banks apart: conflict-free. Otherwise consecutive threads take consecutive rows (scalar).
 template <int DP>
 __device__ __forceinline__ void tl_load_t(float* dst, const float* src, long long row0, long long nrows, int d,
-                                          float mul, int vec) {
+                                          long long ld, float mul, int vec) {
     if (vec) {
         for (int idx = threadIdx.x; idx < 16 * DP; idx += TL_NT) {
             const int r = (idx >> 1) & 63, c = ((idx & 1) + 2 * (idx >> 7)) * 4;
             float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (row0 + r < nrows && c < d) {
-                x = *reinterpret_cast<const float4*>(src + (row0 + r) * d + c);
+                x = *reinterpret_cast<const float4*>(src + (row0 + r) * ld + c);
                 x.x = x.x * mul; x.y = x.y * mul; x.z = x.z * mul; x.w = x.w * mul;
             }
             dst[(c + 0) * TL_LD + r] = x.x;
@@ -89,18 +113,19 @@ __device__ __forceinline__ void tl_load_t(float* dst, const float* src, long lon
     for (int idx = threadIdx.x; idx < 64 * DP; idx += TL_NT) {
         int r = idx & 63, c = idx >> 6;
         float x = 0.0f;
-        if (row0 + r < nrows && c < d) x = src[(row0 + r) * d + c] * mul;
+        if (row0 + r < nrows && c < d) x = src[(row0 + r) * ld + c] * mul;
         dst[c * TL_LD + r] = x;
     }
 }
 
-// dst[r * DP + c] = src[(row0 + r) * d + c] (row-major, coalesced).
+// dst[r * DP + c] = src[(row0 + r) * ld + c] (row-major, coalesced).
 template <int DP>
-__device__ __forceinline__ void tl_load_rows(float* dst, const float* src, long long row0, long long nrows, int d) {
+__device__ __forceinline__ void tl_load_rows(float* dst, const float* src, long long row0, long long nrows, int d,
+                                             long long ld) {
     for (int idx = threadIdx.x; idx < 64 * DP; idx += TL_NT) {
         int r = idx / DP, c = idx - r * DP;
         float x = 0.0f;
-        if (row0 + r < nrows && c < d) x = src[(row0 + r) * d + c];
+        if (row0 + r < nrows && c < d) x = src[(row0 + r) * ld + c];
         dst[idx] = x;
     }
 }
@@ -129,7 +154,7 @@ template <int DP>
 __device__ void tl_attn_fwd_tiled(const float* __restrict__ q, const float* __restrict__ k,
                                   const float* __restrict__ v, TlAttnMask M, float* __restrict__ out,
                                   float* __restrict__ lse, long long batch, long long n_q, long long n_k, int d,
-                                  float scale, int vec) {
+                                  float scale, int vec, TlAttnLay L) {
     extern __shared__ float4 tl_smem4[];
     float* smem = reinterpret_cast<float*>(tl_smem4);
     float* QsT = smem;               // [DP][TL_LD], q * c
@@ -143,7 +168,7 @@ __device__ void tl_attn_fwd_tiled(const float* __restrict__ q, const float* __re
         const long long b = item / ntq, i0 = (item - b * ntq) * TL_BR;
         const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
         __syncthreads();  // the previous item's readers are done with the tiles
-        tl_load_t<DP>(QsT, q + b * n_q * d, i0, n_q, d, c2, vec);
+        tl_load_t<DP>(QsT, q + tl_qoff(L, b), i0, n_q, d, L.q_ld, c2, vec);
         float m[4], l[4], o[4][DP / 8];
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
@@ -155,8 +180,8 @@ __device__ void tl_attn_fwd_tiled(const float* __restrict__ q, const float* __re
         const long long kend = M.causal ? min(n_k, i0 + TL_BR) : n_k;
         for (long long j0 = 0; j0 < kend; j0 += TL_BC) {
             __syncthreads();
-            tl_load_t<DP>(KsT, k + b * n_k * d, j0, n_k, d, 1.0f, vec);
-            tl_load_rows<DP>(Vs, v + b * n_k * d, j0, n_k, d);
+            tl_load_t<DP>(KsT, k + tl_koff(L, b), j0, n_k, d, L.k_ld, 1.0f, vec);
+            tl_load_rows<DP>(Vs, v + tl_koff(L, b), j0, n_k, d, L.k_ld);
             __syncthreads();
             float s[4][8];
 #pragma unroll
@@ -229,7 +254,7 @@ __device__ void tl_attn_fwd_tiled(const float* __restrict__ q, const float* __re
             const long long i = i0 + rg * 4 + r;
             if (i < n_q) {
                 const bool ok = !(lt == 0.0f);  // NaN rows stay NaN; rows without weight give 0
-                float* orow = out + (b * n_q + i) * d;
+                float* orow = out + tl_ooff(L, b) + i * L.o_ld;
 #pragma unroll
                 for (int t = 0; t < DP / 32; ++t)
 #pragma unroll
@@ -263,17 +288,17 @@ __device__ __forceinline__ void tl_cp_commit() { asm volatile("cp.async.commit_g
 template <int N>
 __device__ __forceinline__ void tl_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-// dst[r * pitch + c] = src[(row0 + r) * d + c] * mul for r < ROWS, c < DP (zero outside the data);
+// dst[r * pitch + c] = src[(row0 + r) * ld + c] * mul for r < ROWS, c < DP (zero outside the data);
 // with vec and mul == 1 through cp.async (the caller commits and waits), else through registers.
 template <int DP, int ROWS, bool ASYNC>
 __device__ __forceinline__ void tl_stage(float* dst, int pitch, const float* src, long long row0, long long nrows,
-                                         int d, float mul, int vec) {
+                                         int d, long long ld, float mul, int vec) {
     if (vec) {
         for (int idx = threadIdx.x; idx < ROWS * (DP / 4); idx += TL_NT) {
             const int r = idx / (DP / 4), c = (idx - r * (DP / 4)) * 4;
             float* dp = dst + r * pitch + c;
             if (row0 + r < nrows && c < d) {
-                const float* sp = src + (row0 + r) * d + c;
+                const float* sp = src + (row0 + r) * ld + c;
                 if (ASYNC) {
                     tl_cp_async16(dp, sp);
                 } else {
@@ -290,7 +315,7 @@ __device__ __forceinline__ void tl_stage(float* dst, int pitch, const float* src
     for (int idx = threadIdx.x; idx < ROWS * DP; idx += TL_NT) {
         const int r = idx / DP, c = idx - r * DP;
         float x = 0.0f;
-        if (row0 + r < nrows && c < d) x = src[(row0 + r) * d + c] * mul;
+        if (row0 + r < nrows && c < d) x = src[(row0 + r) * ld + c] * mul;
         dst[r * pitch + c] = x;
     }
 }
@@ -299,7 +324,7 @@ template <int DP, int RT>
 __device__ void tl_attn_fwd2_tiled(const float* __restrict__ q, const float* __restrict__ k,
                                    const float* __restrict__ v, TlAttnMask M, float* __restrict__ out,
                                    float* __restrict__ lse, long long batch, long long n_q, long long n_k, int d,
-                                   float scale, int vec) {
+                                   float scale, int vec, TlAttnLay L) {
     constexpr int BR = 16 * RT, QP = DP + 4, PP = BR + 4;
     extern __shared__ float4 tl_smem4[];
     float* smem = reinterpret_cast<float*>(tl_smem4);
@@ -313,12 +338,12 @@ __device__ void tl_attn_fwd2_tiled(const float* __restrict__ q, const float* __r
     for (long long item = blockIdx.x; item < batch * ntq; item += gridDim.x) {
         const long long b = item / ntq, i0 = (item - b * ntq) * BR;
         const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
-        const float* kb = k + b * n_k * d;
-        const float* vb = v + b * n_k * d;
+        const float* kb = k + tl_koff(L, b);
+        const float* vb = v + tl_koff(L, b);
         tl_cp_wait<0>();
         __syncthreads();  // the previous item's readers are done with every buffer
-        tl_stage<DP, BR, false>(Qs, QP, q + b * n_q * d, i0, n_q, d, c2, vec);
-        tl_stage<DP, 64, true>(Ks, QP, kb, 0, n_k, d, 1.0f, vec);
+        tl_stage<DP, BR, false>(Qs, QP, q + tl_qoff(L, b), i0, n_q, d, L.q_ld, c2, vec);
+        tl_stage<DP, 64, true>(Ks, QP, kb, 0, n_k, d, L.k_ld, 1.0f, vec);
         tl_cp_commit();
         float m[RT], l[RT], o[RT][DP / 8];
 #pragma unroll
@@ -332,7 +357,7 @@ __device__ void tl_attn_fwd2_tiled(const float* __restrict__ q, const float* __r
         for (long long j0 = 0; j0 < kend; j0 += TL_BC) {
             tl_cp_wait<0>();
             __syncthreads();  // K_j (and Q) visible; everyone is done with V and PT of tile j-1
-            tl_stage<DP, 64, true>(Vs, DP, vb, j0, n_k, d, 1.0f, vec);
+            tl_stage<DP, 64, true>(Vs, DP, vb, j0, n_k, d, L.k_ld, 1.0f, vec);
             tl_cp_commit();
             float s[RT][8];
 #pragma unroll
@@ -357,7 +382,7 @@ __device__ void tl_attn_fwd2_tiled(const float* __restrict__ q, const float* __r
                 }
             }
             __syncthreads();  // everyone is done reading K_j
-            if (j0 + TL_BC < kend) tl_stage<DP, 64, true>(Ks, QP, kb, j0 + TL_BC, n_k, d, 1.0f, vec);
+            if (j0 + TL_BC < kend) tl_stage<DP, 64, true>(Ks, QP, kb, j0 + TL_BC, n_k, d, L.k_ld, 1.0f, vec);
             tl_cp_commit();
 #pragma unroll
             for (int r = 0; r < RT; ++r) {
@@ -425,7 +450,7 @@ __device__ void tl_attn_fwd2_tiled(const float* __restrict__ q, const float* __r
             const long long i = i0 + rg * RT + r;
             if (i < n_q) {
                 const bool ok = !(lt == 0.0f);  // NaN rows stay NaN; rows without weight give 0
-                float* orow = out + (b * n_q + i) * d;
+                float* orow = out + tl_ooff(L, b) + i * L.o_ld;
 #pragma unroll
                 for (int t = 0; t < DP / 32; ++t)
 #pragma unroll
@@ -439,14 +464,16 @@ __device__ void tl_attn_fwd2_tiled(const float* __restrict__ q, const float* __r
     }
 }
 
-// -- D = rowsum(dout * out): one warp per row, fixed order --------------------------------------
+// -- D = rowsum(dout * out): one warp per row (b, i), fixed order; D is (batch heads, n_q) ---------
 extern "C" __global__ void tl_attn_rowdot(const float* __restrict__ dout, const float* __restrict__ out,
-                                          float* __restrict__ dd, long long rows, long long d) {
+                                          float* __restrict__ dd, long long rows, long long d, long long n_q,
+                                          TlAttnLay L) {
     const int lane = threadIdx.x & 31;
     const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
     for (long long r = TL_TID >> 5; r < rows; r += warps) {
+        const long long b = r / n_q, off = tl_ooff(L, b) + (r - b * n_q) * L.o_ld;
         float acc = 0.0f;
-        for (long long c = lane; c < d; c += 32) acc = fmaf(dout[r * d + c], out[r * d + c], acc);
+        for (long long c = lane; c < d; c += 32) acc = fmaf(dout[off + c], out[off + c], acc);
         acc = tl_warp_sum_f(acc);
         if (lane == 0) dd[r] = acc;
     }
@@ -458,7 +485,7 @@ __device__ void tl_attn_bwd_q_tiled(const float* __restrict__ q, const float* __
                                     const float* __restrict__ v, TlAttnMask M, const float* __restrict__ lse,
                                     const float* __restrict__ dd, const float* __restrict__ dout,
                                     float* __restrict__ dq, long long batch, long long n_q, long long n_k, int d,
-                                    float scale, int vec) {
+                                    float scale, int vec, TlAttnLay L) {
     extern __shared__ float4 tl_smem4[];
     float* smem = reinterpret_cast<float*>(tl_smem4);
     float* QsT = smem;                // q * c
@@ -473,8 +500,8 @@ __device__ void tl_attn_bwd_q_tiled(const float* __restrict__ q, const float* __
         const long long b = item / ntq, i0 = (item - b * ntq) * TL_BR;
         const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
         __syncthreads();
-        tl_load_t<DP>(QsT, q + b * n_q * d, i0, n_q, d, c2, vec);
-        tl_load_t<DP>(GsT, dout + b * n_q * d, i0, n_q, d, 1.0f, vec);
+        tl_load_t<DP>(QsT, q + tl_qoff(L, b), i0, n_q, d, L.q_ld, c2, vec);
+        tl_load_t<DP>(GsT, dout + tl_ooff(L, b), i0, n_q, d, L.o_ld, 1.0f, vec);
         float l2[4], dr[4], acc[4][DP / 8];
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
@@ -487,8 +514,8 @@ __device__ void tl_attn_bwd_q_tiled(const float* __restrict__ q, const float* __
         const long long kend = M.causal ? min(n_k, i0 + TL_BR) : n_k;
         for (long long j0 = 0; j0 < kend; j0 += TL_BC) {
             __syncthreads();
-            tl_load_t<DP>(KsT, k + b * n_k * d, j0, n_k, d, 1.0f, vec);
-            tl_load_t<DP>(VsT, v + b * n_k * d, j0, n_k, d, 1.0f, vec);
+            tl_load_t<DP>(KsT, k + tl_koff(L, b), j0, n_k, d, L.k_ld, 1.0f, vec);
+            tl_load_t<DP>(VsT, v + tl_koff(L, b), j0, n_k, d, L.k_ld, 1.0f, vec);
             __syncthreads();
             float s[4][8], dp[4][8];
 #pragma unroll
@@ -542,7 +569,7 @@ __device__ void tl_attn_bwd_q_tiled(const float* __restrict__ q, const float* __
 #pragma unroll
                 for (int t = 0; t < DP / 8; ++t) {
                     int col = cg + 8 * t;
-                    if (col < d) dq[(b * n_q + i) * d + col] = acc[r][t] * scale;
+                    if (col < d) dq[tl_qoff(L, b) + i * L.q_ld + col] = acc[r][t] * scale;
                 }
             }
         }
@@ -555,7 +582,7 @@ __device__ void tl_attn_bwd_kv_tiled(const float* __restrict__ q, const float* _
                                      const float* __restrict__ v, TlAttnMask M, const float* __restrict__ lse,
                                      const float* __restrict__ dd, const float* __restrict__ dout,
                                      float* __restrict__ dk, float* __restrict__ dv, long long batch, long long n_q,
-                                     long long n_k, int d, float scale, int vec) {
+                                     long long n_k, int d, float scale, int vec, TlAttnLay L) {
     extern __shared__ float4 tl_smem4[];
     float* smem = reinterpret_cast<float*>(tl_smem4);
     float* KsT = smem;                // [DP][TL_LD] keys
@@ -573,8 +600,8 @@ __device__ void tl_attn_bwd_kv_tiled(const float* __restrict__ q, const float* _
         const long long b = item / ntk, j0 = (item - b * ntk) * TL_BC;
         const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
         __syncthreads();
-        tl_load_t<DP>(KsT, k + b * n_k * d, j0, n_k, d, 1.0f, vec);
-        tl_load_t<DP>(VsT, v + b * n_k * d, j0, n_k, d, 1.0f, vec);
+        tl_load_t<DP>(KsT, k + tl_koff(L, b), j0, n_k, d, L.k_ld, 1.0f, vec);
+        tl_load_t<DP>(VsT, v + tl_koff(L, b), j0, n_k, d, L.k_ld, 1.0f, vec);
         float ak[4][DP / 8], av[4][DP / 8];
 #pragma unroll
         for (int r = 0; r < 4; ++r)
@@ -583,8 +610,8 @@ __device__ void tl_attn_bwd_kv_tiled(const float* __restrict__ q, const float* _
         const long long istart = M.causal ? (j0 / TL_BR) * TL_BR : 0;
         for (long long i0 = istart; i0 < n_q; i0 += TL_BR) {
             __syncthreads();
-            tl_load_t<DP>(QsT, q + b * n_q * d, i0, n_q, d, c2, vec);
-            tl_load_t<DP>(GsT, dout + b * n_q * d, i0, n_q, d, 1.0f, vec);
+            tl_load_t<DP>(QsT, q + tl_qoff(L, b), i0, n_q, d, L.q_ld, c2, vec);
+            tl_load_t<DP>(GsT, dout + tl_ooff(L, b), i0, n_q, d, L.o_ld, 1.0f, vec);
             if (tid < 64) {
                 const long long i = i0 + tid;
                 L2[tid] = (i < n_q) ? lse[b * n_q + i] * TL_LOG2E : -INFINITY;
@@ -658,8 +685,9 @@ __device__ void tl_attn_bwd_kv_tiled(const float* __restrict__ q, const float* _
                 for (int t = 0; t < DP / 8; ++t) {
                     int col = cg + 8 * t;
                     if (col < d) {
-                        dk[(b * n_k + j) * d + col] = ak[r][t] * TL_LN2;  // (sum dS q c) ln 2 = scale sum dS q
-                        dv[(b * n_k + j) * d + col] = av[r][t];
+                        const long long o = tl_koff(L, b) + j * L.k_ld + col;
+                        dk[o] = ak[r][t] * TL_LN2;  // (sum dS q c) ln 2 = scale sum dS q
+                        dv[o] = av[r][t];
                     }
                 }
             }
@@ -674,30 +702,31 @@ __device__ void tl_attn_bwd_kv_tiled(const float* __restrict__ q, const float* _
 #define TL_ATTN_INSTANCE(DP)                                                                                   \
     extern "C" __global__ void __launch_bounds__(TL_NT) tl_attn_fwd_d##DP(                                    \
         const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, float* out, float* lse,             \
-        long long batch, long long n_q, long long n_k, int d, float scale, int vec) {                                   \
+        long long batch, long long n_q, long long n_k, int d, float scale, int vec, TlAttnLay L) {              \
         TlAttnMask M = TL_ATTN_MASK;                                                                           \
-        tl_attn_fwd_tiled<DP>(q, k, v, M, out, lse, batch, n_q, n_k, d, scale, vec);                                \
+        tl_attn_fwd_tiled<DP>(q, k, v, M, out, lse, batch, n_q, n_k, d, scale, vec, L);                        \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(TL_NT) tl_attn_bwd_q_d##DP(                                  \
         const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, const float* lse, const float* dd,  \
-        const float* dout, float* dq, long long batch, long long n_q, long long n_k, int d, float scale, int vec) {     \
+        const float* dout, float* dq, long long batch, long long n_q, long long n_k, int d, float scale, int vec, \
+        TlAttnLay L) {                                                                                         \
         TlAttnMask M = TL_ATTN_MASK;                                                                           \
-        tl_attn_bwd_q_tiled<DP>(q, k, v, M, lse, dd, dout, dq, batch, n_q, n_k, d, scale, vec);                     \
+        tl_attn_bwd_q_tiled<DP>(q, k, v, M, lse, dd, dout, dq, batch, n_q, n_k, d, scale, vec, L);             \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(TL_NT) tl_attn_bwd_kv_d##DP(                                 \
         const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, const float* lse, const float* dd,  \
         const float* dout, float* dk, float* dv, long long batch, long long n_q, long long n_k, int d,         \
-        float scale, int vec) {                                                                                \
+        float scale, int vec, TlAttnLay L) {                                                                   \
         TlAttnMask M = TL_ATTN_MASK;                                                                           \
-        tl_attn_bwd_kv_tiled<DP>(q, k, v, M, lse, dd, dout, dk, dv, batch, n_q, n_k, d, scale, vec);                \
+        tl_attn_bwd_kv_tiled<DP>(q, k, v, M, lse, dd, dout, dk, dv, batch, n_q, n_k, d, scale, vec, L);        \
     }
 
 #define TL_ATTN_FWD2_INSTANCE(DP, RT, MINB)                                                                     \
     extern "C" __global__ void __launch_bounds__(TL_NT, MINB) tl_attn_fwd2_d##DP(                             \
         const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, float* out, float* lse,             \
-        long long batch, long long n_q, long long n_k, int d, float scale, int vec) {                          \
+        long long batch, long long n_q, long long n_k, int d, float scale, int vec, TlAttnLay L) {              \
         TlAttnMask M = TL_ATTN_MASK;                                                                           \
-        tl_attn_fwd2_tiled<DP, RT>(q, k, v, M, out, lse, batch, n_q, n_k, d, scale, vec);                      \
+        tl_attn_fwd2_tiled<DP, RT>(q, k, v, M, out, lse, batch, n_q, n_k, d, scale, vec, L);                   \
     }
 
 TL_ATTN_INSTANCE(32)
@@ -723,7 +752,7 @@ __device__ __forceinline__ float tl_warp_dot(const float* a, const float* __rest
 
 extern "C" __global__ void tl_attn_fwd_generic(const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS,
                                                float* out, float* lse, long long batch, long long n_q,
-                                               long long n_k, int d, float scale) {
+                                               long long n_k, int d, float scale, TlAttnLay L) {
     TlAttnMask M = TL_ATTN_MASK;
     const int lane = threadIdx.x & 31;
     const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
@@ -731,24 +760,27 @@ extern "C" __global__ void tl_attn_fwd_generic(const float* q, const float* k, c
     for (long long row = TL_TID >> 5; row < batch * n_q; row += warps) {
         const long long b = row / n_q, i = row - b * n_q;
         const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
+        const float* qr = q + tl_qoff(L, b) + i * L.q_ld;
+        const float* kb = k + tl_koff(L, b);
+        const float* vb = v + tl_koff(L, b);
         float qa[TL_NPL], o[TL_NPL];
 #pragma unroll
         for (int t = 0; t < TL_NPL; ++t) {
             int c = lane + 32 * t;
-            qa[t] = (c < d) ? q[row * d + c] * c2 : 0.0f;
+            qa[t] = (c < d) ? qr[c] * c2 : 0.0f;
             o[t] = 0.0f;
         }
         float m = -INFINITY, l = 0.0f;
         const long long kend = M.causal ? min(n_k, i + 1) : n_k;
         for (long long j = 0; j < kend; ++j) {
             bool live;
-            float s = tl_masked(tl_warp_dot(qa, k + (b * n_k + j) * d, d, lane), i, j, n_q, n_k, M, mb, &live);
+            float s = tl_masked(tl_warp_dot(qa, kb + j * L.k_ld, d, lane), i, j, n_q, n_k, M, mb, &live);
             const float m_new = fmaxf(m, s);
             const float m_use = (m_new == -INFINITY) ? 0.0f : m_new;
             const float alpha = exp2f(m - m_use), p = exp2f(s - m_use);
             m = m_new;
             l = l * alpha + p;
-            const float* vr = v + (b * n_k + j) * d;
+            const float* vr = vb + j * L.k_ld;
 #pragma unroll
             for (int t = 0; t < TL_NPL; ++t) {
                 int c = lane + 32 * t;
@@ -756,10 +788,11 @@ extern "C" __global__ void tl_attn_fwd_generic(const float* q, const float* k, c
             }
         }
         const bool ok = !(l == 0.0f);
+        float* orow = out + tl_ooff(L, b) + i * L.o_ld;
 #pragma unroll
         for (int t = 0; t < TL_NPL; ++t) {
             int c = lane + 32 * t;
-            if (c < d) out[row * d + c] = ok ? o[t] / l : 0.0f;
+            if (c < d) orow[c] = ok ? o[t] / l : 0.0f;
         }
         if (lane == 0) lse[row] = ok ? (m + log2f(l)) * TL_LN2 : -INFINITY;
     }
@@ -767,7 +800,8 @@ extern "C" __global__ void tl_attn_fwd_generic(const float* q, const float* k, c
 
 extern "C" __global__ void tl_attn_bwd_q_generic(const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS,
                                                  const float* lse, const float* dd, const float* dout, float* dq,
-                                                 long long batch, long long n_q, long long n_k, int d, float scale) {
+                                                 long long batch, long long n_q, long long n_k, int d, float scale,
+                                                 TlAttnLay L) {
     TlAttnMask M = TL_ATTN_MASK;
     const int lane = threadIdx.x & 31;
     const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
@@ -775,23 +809,27 @@ extern "C" __global__ void tl_attn_bwd_q_generic(const float* q, const float* k,
     for (long long row = TL_TID >> 5; row < batch * n_q; row += warps) {
         const long long b = row / n_q, i = row - b * n_q;
         const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
+        const long long qo = tl_qoff(L, b) + i * L.q_ld;
+        const float* gr = dout + tl_ooff(L, b) + i * L.o_ld;
+        const float* kb = k + tl_koff(L, b);
+        const float* vb = v + tl_koff(L, b);
         float qa[TL_NPL], ga[TL_NPL], acc[TL_NPL];
 #pragma unroll
         for (int t = 0; t < TL_NPL; ++t) {
             int c = lane + 32 * t;
-            qa[t] = (c < d) ? q[row * d + c] * c2 : 0.0f;
-            ga[t] = (c < d) ? dout[row * d + c] : 0.0f;
+            qa[t] = (c < d) ? q[qo + c] * c2 : 0.0f;
+            ga[t] = (c < d) ? gr[c] : 0.0f;
             acc[t] = 0.0f;
         }
         const float l2 = lse[row] * TL_LOG2E, dr = dd[row];
         const long long kend = M.causal ? min(n_k, i + 1) : n_k;
         for (long long j = 0; j < kend; ++j) {
             bool live;
-            float s = tl_masked(tl_warp_dot(qa, k + (b * n_k + j) * d, d, lane), i, j, n_q, n_k, M, mb, &live);
-            float dp = tl_warp_dot(ga, v + (b * n_k + j) * d, d, lane);
+            const float* kr = kb + j * L.k_ld;
+            float s = tl_masked(tl_warp_dot(qa, kr, d, lane), i, j, n_q, n_k, M, mb, &live);
+            float dp = tl_warp_dot(ga, vb + j * L.k_ld, d, lane);
             float p = (live && l2 != -INFINITY) ? exp2f(s - l2) : 0.0f;
             float ds = live ? p * (dp - dr) : 0.0f;
-            const float* kr = k + (b * n_k + j) * d;
 #pragma unroll
             for (int t = 0; t < TL_NPL; ++t) {
                 int c = lane + 32 * t;
@@ -801,7 +839,7 @@ extern "C" __global__ void tl_attn_bwd_q_generic(const float* q, const float* k,
 #pragma unroll
         for (int t = 0; t < TL_NPL; ++t) {
             int c = lane + 32 * t;
-            if (c < d) dq[row * d + c] = acc[t] * scale;
+            if (c < d) dq[qo + c] = acc[t] * scale;
         }
     }
 }
@@ -809,7 +847,7 @@ extern "C" __global__ void tl_attn_bwd_q_generic(const float* q, const float* k,
 extern "C" __global__ void tl_attn_bwd_kv_generic(const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS,
                                                   const float* lse, const float* dd, const float* dout, float* dk,
                                                   float* dv, long long batch, long long n_q, long long n_k, int d,
-                                                  float scale) {
+                                                  float scale, TlAttnLay L) {
     TlAttnMask M = TL_ATTN_MASK;
     const int lane = threadIdx.x & 31;
     const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
@@ -817,17 +855,20 @@ extern "C" __global__ void tl_attn_bwd_kv_generic(const float* q, const float* k
     for (long long row = TL_TID >> 5; row < batch * n_k; row += warps) {
         const long long b = row / n_k, j = row - b * n_k;
         const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
+        const long long ko = tl_koff(L, b) + j * L.k_ld;
+        const float* qb = q + tl_qoff(L, b);
+        const float* gb = dout + tl_ooff(L, b);
         float va[TL_NPL], ak[TL_NPL], av[TL_NPL];
 #pragma unroll
         for (int t = 0; t < TL_NPL; ++t) {
             int c = lane + 32 * t;
-            va[t] = (c < d) ? v[row * d + c] : 0.0f;
+            va[t] = (c < d) ? v[ko + c] : 0.0f;
             ak[t] = 0.0f;
             av[t] = 0.0f;
         }
         for (long long i = M.causal ? j : 0; i < n_q; ++i) {
-            const float* qr = q + (b * n_q + i) * d;
-            const float* gr = dout + (b * n_q + i) * d;
+            const float* qr = qb + i * L.q_ld;
+            const float* gr = gb + i * L.o_ld;
             float qs[TL_NPL];
 #pragma unroll
             for (int t = 0; t < TL_NPL; ++t) {
@@ -835,7 +876,7 @@ extern "C" __global__ void tl_attn_bwd_kv_generic(const float* q, const float* k
                 qs[t] = (c < d) ? qr[c] * c2 : 0.0f;
             }
             bool live;
-            float s = tl_masked(tl_warp_dot(qs, k + row * d, d, lane), i, j, n_q, n_k, M, mb, &live);
+            float s = tl_masked(tl_warp_dot(qs, k + ko, d, lane), i, j, n_q, n_k, M, mb, &live);
             float dp = tl_warp_dot(va, gr, d, lane);
             const float l2 = lse[b * n_q + i] * TL_LOG2E;
             float p = (s != -INFINITY && l2 != -INFINITY) ? exp2f(s - l2) : 0.0f;
@@ -853,8 +894,8 @@ extern "C" __global__ void tl_attn_bwd_kv_generic(const float* q, const float* k
         for (int t = 0; t < TL_NPL; ++t) {
             int c = lane + 32 * t;
             if (c < d) {
-                dk[row * d + c] = ak[t] * TL_LN2;
-                dv[row * d + c] = av[t];
+                dk[ko + c] = ak[t] * TL_LN2;
+                dv[ko + c] = av[t];
             }
         }
     }

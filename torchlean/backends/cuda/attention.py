@@ -12,6 +12,10 @@
   block per query tile, looping over key tiles) and/or tl_attn_bwd_kv_d* (a block per key tile,
   looping over query tiles). bwd_k and bwd_v run the fused kv kernel and drop one output;
   flash_attention_bwd runs both kernels after one rowdot (three launches for dq, dk, dv).
+* packed (flash_attention_packed_fwd / _bwd): the same kernels with another TlAttnLay (the rows'
+  addresses per role, a HostStruct cached per shape): q, k, v are read at offsets 0, E, 2E of the
+  (batch, n, 3, heads, d) buffer with row stride 3E, out and dout are (batch, n, heads, d), and dq,
+  dk, dv are written into one dqkv buffer in qkv's layout. Same bits as the unpacked primitives.
 Extra device memory: the outputs, lse and D: O(n d). Every element is produced by one block in a
 fixed order: deterministic in both reduction modes, no atomics. Mask mode "none" passes a null
 mask pointer that the kernels never read.
@@ -25,9 +29,9 @@ import cupy
 import numpy as np
 from cupy.cuda import driver
 
-from .kernels import BLOCK, F32, I64, empty, grid_for, kernel, sm_count
+from .kernels import BLOCK, F32, I64, HostStruct, empty, grid_for, kernel, sm_count
 
-__all__ = ["flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
+__all__ = ["flash_attention_packed_fwd", "flash_attention_packed_bwd", "flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
            "flash_attention_bwd_kv", "flash_attention_bwd"]
 
 _FILE = "attention.cu"
@@ -103,9 +107,37 @@ def _grid(items: int, smem: int) -> int:
     return max(1, min(items, sm_count() * per_sm * 64))
 
 
-def _vec(d: int, *arrays) -> np.int32:
-    """1 when the tiles can be read as float4 rows: d % 4 == 0 and every base pointer 16-byte aligned."""
-    ok = VEC_LOADS and d % 4 == 0 and all(int(a.data.ptr) % 16 == 0 for a in arrays)
+class _Lay:
+    """A TlAttnLay (heads; s_n, s_h, ld of the q, k and o roles) as a kernel argument, with
+    ``aligned``: every stride a multiple of 4 floats (rows stay 16-byte aligned for float4 reads)."""
+
+    def __init__(self, vals: tuple) -> None:
+        self.arg = HostStruct(np.array(vals, dtype=np.int64))
+        self.aligned = all(x % 4 == 0 for x in vals[1:])
+
+
+_lays: dict[tuple, _Lay] = {}
+
+
+def _lay(packed: bool, heads: int, n_q: int, n_k: int, d: int) -> _Lay:
+    key = (packed, heads, n_q, n_k, d)
+    hit = _lays.get(key)
+    if hit is None:
+        if len(_lays) > 256:
+            _lays.clear()
+        if packed:  # qkv (batch, n, 3, heads, d), out (batch, n, heads, d); n_q = n_k = n
+            e = heads * d
+            vals = (heads, n_q * 3 * e, d, 3 * e, n_q * 3 * e, d, 3 * e, n_q * e, d, e)
+        else:
+            vals = (1, n_q * d, 0, d, n_k * d, 0, d, n_q * d, 0, d)
+        hit = _lays[key] = _Lay(vals)
+    return hit
+
+
+def _vec(d: int, lay: _Lay, *ptrs: int) -> np.int32:
+    """1 when the tiles can be read as float4 rows: d % 4 == 0, strides multiples of 4 and every base
+    pointer 16-byte aligned."""
+    ok = VEC_LOADS and d % 4 == 0 and lay.aligned and all(p % 16 == 0 for p in ptrs)
     return np.int32(1 if ok else 0)
 
 
@@ -115,31 +147,73 @@ def _check_d(d: int) -> None:
         raise ArgumentError(f"flash_attention: head dim d = {d} is above the CUDA backend's limit {_GENERIC_MAX_D}")
 
 
-def flash_attention_fwd(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
-    out = empty(batch * n_q * d)
-    lse = empty(batch * n_q)
-    if batch * n_q == 0:
-        return out, lse
+def _fwd(q, k, v, mask, out, lse, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, lay):
+    """Launch the forward: q, k, v, out device pointers (ints) in the layout ``lay``; lse an array."""
     _check_d(d)
     margs = _mask_args(mask, mask_mode, mask_layout, causal)
+    ptrs = (np.uintp(q), np.uintp(k), np.uintp(v))
     dims = (I64(batch), I64(n_q), I64(n_k), np.int32(d), F32(scale))
     dp = _dp(d)
     if dp is not None:
         kind, br = ("fwd2", _fwd2_br(dp)) if FWD_KERNEL == 2 else ("fwd", _TILE)
         fn, smem = _tiled(kind, dp)
         items = batch * ((n_q + br - 1) // br)
-        fn((_grid(items, smem),), (_NT,), (q, k, v) + margs + (out, lse) + dims + (_vec(d, q, k, v),),
+        fn((_grid(items, smem),), (_NT,), ptrs + margs + (np.uintp(out), lse) + dims + (_vec(d, lay, q, k, v), lay.arg),
            shared_mem=smem)
     else:
         kernel(_FILE, "tl_attn_fwd_generic")((grid_for(batch * n_q * 32),), (BLOCK,),
-                                             (q, k, v) + margs + (out, lse) + dims)
+                                             ptrs + margs + (np.uintp(out), lse) + dims + (lay.arg,))
+
+
+def flash_attention_fwd(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    out = empty(batch * n_q * d)
+    lse = empty(batch * n_q)
+    if batch * n_q:
+        _fwd(q.data.ptr, k.data.ptr, v.data.ptr, mask, out.data.ptr, lse, batch, n_q, n_k, d, scale, causal,
+             mask_mode, mask_layout, _lay(False, 1, n_q, n_k, d))
     return out, lse
 
 
-def _rowdot(dout, out, rows, d):
-    dd = empty(rows)
-    kernel(_FILE, "tl_attn_rowdot")((grid_for(rows * 32),), (BLOCK,), (dout, out, dd, I64(rows), I64(d)))
-    return dd
+def flash_attention_packed_fwd(qkv, mask, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
+    e = heads * d
+    out = empty(batch * n * e)
+    lse = empty(batch * heads * n)
+    if batch * heads * n:
+        p = qkv.data.ptr
+        _fwd(p, p + 4 * e, p + 8 * e, mask, out.data.ptr, lse, batch * heads, n, n, d, scale, causal, mask_mode,
+             mask_layout, _lay(True, heads, n, n, d))
+    return out, lse
+
+
+def _bwd_launch(q, k, v, mask, out, lse, dout, dq, dk, dv, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout,
+                lay):
+    """Launch rowdot and the dq (when dq) and dk/dv (when dk) kernels: pointers (ints) in ``lay``."""
+    _check_d(d)
+    dd = empty(batch * n_q)
+    kernel(_FILE, "tl_attn_rowdot")((grid_for(batch * n_q * 32),), (BLOCK,),
+                                    (np.uintp(dout), np.uintp(out), dd, I64(batch * n_q), I64(d), I64(n_q), lay.arg))
+    margs = _mask_args(mask, mask_mode, mask_layout, causal)
+    dims = (I64(batch), I64(n_q), I64(n_k), np.int32(d), F32(scale))
+    ptrs = (np.uintp(q), np.uintp(k), np.uintp(v))
+    dp = _dp(d)
+    vec = _vec(d, lay, q, k, v, dout)
+    if dq is not None:
+        args = ptrs + margs + (lse, dd, np.uintp(dout), np.uintp(dq)) + dims
+        if dp is not None:
+            fn, smem = _tiled("q", dp)
+            items = batch * ((n_q + _TILE - 1) // _TILE)
+            fn((_grid(items, smem),), (_NT,), args + (vec, lay.arg), shared_mem=smem)
+        else:
+            kernel(_FILE, "tl_attn_bwd_q_generic")((grid_for(batch * n_q * 32),), (BLOCK,), args + (lay.arg,))
+    if dk is not None:
+        args = ptrs + margs + (lse, dd, np.uintp(dout), np.uintp(dk), np.uintp(dv)) + dims
+        if dp is not None:
+            fn, smem = _tiled("kv", dp)
+            items = batch * ((n_k + _TILE - 1) // _TILE)
+            fn((_grid(items, smem),), (_NT,), args + (vec, lay.arg), shared_mem=smem)
+        else:
+            kernel(_FILE, "tl_attn_bwd_kv_generic")((grid_for(batch * n_k * 32),), (BLOCK,), args + (lay.arg,))
+    del dd
 
 
 def _bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, want_q, want_kv):
@@ -157,32 +231,21 @@ def _bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_
         dk, dv = (alloc(nk), alloc(nk)) if want_kv else (None, None)
     if batch * n_q * n_k * d == 0:
         return dq, dk, dv
-    _check_d(d)
-    dd = _rowdot(dout, out, batch * n_q, d)
-    margs = _mask_args(mask, mask_mode, mask_layout, causal)
-    dims = (I64(batch), I64(n_q), I64(n_k), np.int32(d), F32(scale))
-    dp = _dp(d)
-    vec = _vec(d, q, k, v, dout)
-    if want_q:
-        if dp is not None:
-            fn, smem = _tiled("q", dp)
-            items = batch * ((n_q + _TILE - 1) // _TILE)
-            fn((_grid(items, smem),), (_NT,), (q, k, v) + margs + (lse, dd, dout, dq) + dims + (vec,),
-               shared_mem=smem)
-        else:
-            kernel(_FILE, "tl_attn_bwd_q_generic")((grid_for(batch * n_q * 32),), (BLOCK,),
-                                                   (q, k, v) + margs + (lse, dd, dout, dq) + dims)
-    if want_kv:
-        if dp is not None:
-            fn, smem = _tiled("kv", dp)
-            items = batch * ((n_k + _TILE - 1) // _TILE)
-            fn((_grid(items, smem),), (_NT,), (q, k, v) + margs + (lse, dd, dout, dk, dv) + dims + (vec,),
-               shared_mem=smem)
-        else:
-            kernel(_FILE, "tl_attn_bwd_kv_generic")((grid_for(batch * n_k * 32),), (BLOCK,),
-                                                    (q, k, v) + margs + (lse, dd, dout, dk, dv) + dims)
-    del dd
+    _bwd_launch(q.data.ptr, k.data.ptr, v.data.ptr, mask, out.data.ptr, lse, dout.data.ptr,
+                None if dq is None else dq.data.ptr, None if dk is None else dk.data.ptr,
+                None if dv is None else dv.data.ptr, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout,
+                _lay(False, 1, n_q, n_k, d))
     return dq, dk, dv
+
+
+def flash_attention_packed_bwd(qkv, mask, out, lse, dout, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
+    e = heads * d
+    dqkv = empty(batch * n * 3 * e)  # every element written: n = 0 or d = 0 leaves nothing to write
+    if batch * heads * n * d:
+        p, g = qkv.data.ptr, dqkv.data.ptr
+        _bwd_launch(p, p + 4 * e, p + 8 * e, mask, out.data.ptr, lse, dout.data.ptr, g, g + 4 * e, g + 8 * e,
+                    batch * heads, n, n, d, scale, causal, mask_mode, mask_layout, _lay(True, heads, n, n, d))
+    return dqkv
 
 
 def flash_attention_bwd_q(*args):
