@@ -6,7 +6,9 @@ Parameters (as ``torch.nn.MultiheadAttention``, so its state dict loads): ``in_p
 (a Linear(E, E)). ``forward`` returns ``(attn_output, attn_weights)``.
 
 Paths: when the caller does not ask for the weights (``need_weights=False``) and there is no
-attention dropout in training, attention runs in the fused flash kernel (O(n d) memory);
+attention dropout in training, attention runs in the fused flash kernel (O(n d) memory) -- for
+self-attention (``query is key is value``, kdim == vdim == E) in ``flash_attention_packed`` on the
+packed (N, L, 3E) in-projection, with the same bits as slicing q, k, v and moving the heads;
 otherwise in the composed path that materializes the weights (as PyTorch does).
 
 Differences from PyTorch: a query row whose keys are all masked gives 0 (PyTorch: NaN);
@@ -99,13 +101,14 @@ class MultiheadAttention(Module):
         return ops.linear(query, wq, bq), ops.linear(key, wk, bk), ops.linear(value, wv, bv)
 
     def _merged_mask(self, op: str, N: int, L: int, S: int, attn_mask: Any, key_padding_mask: Any,
-                     is_causal: bool) -> tuple[Any, str]:
+                     is_causal: bool, device: str) -> tuple[Any, str]:
         """One mask broadcastable to (N, H, L, S): ('hard', allowed bools) or ('add', float), or (None, '')."""
         H = self.num_heads
         parts_bool, parts_add = [], []
 
         def take(name: str, m: Any, shapes: list[tuple[int, ...]], to4: Any) -> None:
-            arr = m if isinstance(m, Tensor) else tensor(np.asarray(m))
+            # a host float mask goes to the inputs' device (it is added to the scores there)
+            arr = m if isinstance(m, Tensor) else tensor(np.asarray(m), device=device)
             if arr.shape not in shapes:
                 raise ShapeError(f"{op}: {name} must have shape {' or '.join(map(str, shapes))}, got {arr.shape}")
             if arr.is_floating_point:
@@ -149,7 +152,11 @@ class MultiheadAttention(Module):
             raise ShapeError(f"{op}: expected query, key, value all 3-D (batched) or all 2-D, got "
                              f"{query.shape}, {key.shape}, {value.shape}")
         if not batched:
-            query, key, value = (ops.unsqueeze(t, 1 if not self.batch_first else 0) for t in (query, key, value))
+            ax = 1 if not self.batch_first else 0
+            uq = ops.unsqueeze(query, ax)  # keep `query is key is value` (self-attention) as it was
+            uk = uq if key is query else ops.unsqueeze(key, ax)
+            value = uq if value is query else uk if value is key else ops.unsqueeze(value, ax)
+            query, key = uq, uk
             if key_padding_mask is not None:
                 key_padding_mask = np.asarray(_host(key_padding_mask)).reshape(1, -1)
         if not self.batch_first:  # (L, N, E) -> (N, L, E)
@@ -165,27 +172,30 @@ class MultiheadAttention(Module):
             raise ShapeError(f"{op}: expected query (N, L, {self.embed_dim}), key (N, S, {self.kdim}), value "
                              f"(N, S, {self.vdim}) (batch_first={self.batch_first}), got {query.shape}, "
                              f"{key.shape}, {value.shape}")
-        q, k, v = self._projections(query, key, value)
-        q, k, v = (mha.split_heads(t, self.num_heads) for t in (q, k, v))  # (N, H, n, hd)
-        mask, mode = self._merged_mask(op, N, L, S, attn_mask, key_padding_mask, is_causal)
         scale = 1.0 / math.sqrt(self.head_dim)
         drop = self.dropout if self.training else 0.0
         weights = None
-        if need_weights or drop > 0.0:
-            o, w = mha.composed_attention(q, k, v, scale, mask, mode or "hard", drop, self.training)
-            if need_weights:
-                weights = ops.mean(w, 1) if average_attn_weights else w
+        if not (need_weights or drop > 0.0) and self._qkv_same_embed_dim and query is key and key is value:
+            # fused self-attention on the packed projection (N, L, 3E): the heads are read from and
+            # written to the Linear layouts directly, no slicing, split_heads or merge_heads
+            qkv = ops.linear(query, self.in_proj_weight, self.in_proj_bias)
+            mask, mode = self._merged_mask(op, N, L, S, attn_mask, key_padding_mask, is_causal, query.device)
+            o = ops.flash_attention_packed(qkv, self.num_heads, attn_mask=_sdpa_mask(mask, mode, L, S, qkv.device),
+                                           scale=scale)  # (N, L, E)
+            out = self.out_proj(o)
         else:
-            from ..functional import scaled_dot_product_attention as sdpa
+            q, k, v = self._projections(query, key, value)
+            q, k, v = (mha.split_heads(t, self.num_heads) for t in (q, k, v))  # (N, H, n, hd)
+            mask, mode = self._merged_mask(op, N, L, S, attn_mask, key_padding_mask, is_causal, query.device)
+            if need_weights or drop > 0.0:
+                o, w = mha.composed_attention(q, k, v, scale, mask, mode or "hard", drop, self.training)
+                if need_weights:
+                    weights = ops.mean(w, 1) if average_attn_weights else w
+            else:
+                from ..functional import scaled_dot_product_attention as sdpa
 
-            sdpa_mask = None
-            if mode == "hard":
-                sdpa_mask = tensor(np.broadcast_to(mask, np.broadcast_shapes(mask.shape, (1, 1, L, S))).copy(),
-                                   device=q.device)
-            elif mode == "add":
-                sdpa_mask = mask
-            o = sdpa(q, k, v, attn_mask=sdpa_mask, scale=scale)
-        out = self.out_proj(mha.merge_heads(o))  # (N, L, E)
+                o = sdpa(q, k, v, attn_mask=_sdpa_mask(mask, mode, L, S, q.device), scale=scale)
+            out = self.out_proj(mha.merge_heads(o))  # (N, L, E)
         if not self.batch_first:
             out = ops.transpose(out, 0, 1)
         if not batched:
@@ -193,6 +203,16 @@ class MultiheadAttention(Module):
             if weights is not None:
                 weights = ops.squeeze(weights, 0)
         return out, weights
+
+
+def _sdpa_mask(mask: Any, mode: str, L: int, S: int, device: str) -> Any:
+    """The merged mask as the fused kernels take it: a bool tensor (True = allowed; the host array
+    broadcast to at least (1, 1, L, S)) for 'hard', the float tensor for 'add', or None."""
+    if mode == "hard":
+        return tensor(np.broadcast_to(mask, np.broadcast_shapes(mask.shape, (1, 1, L, S))).copy(), device=device)
+    if mode == "add":
+        return mask
+    return None
 
 
 def _host(m: Any) -> Any:
