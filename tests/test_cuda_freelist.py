@@ -153,6 +153,61 @@ def test_a_training_loop_allocates_from_the_list(cuda_device, freelist):
     hits0, misses0 = freelist.hits_and_misses()
     step()
     hits, misses = (a - b for a, b in zip(freelist.hits_and_misses(), (hits0, misses0)))
-    # Arrays that never were a Buffer's (kernel workspaces) still come from CuPy's pool.
     assert hits > 0 and misses <= hits // 4, f"a steady step: {hits} arrays from the list, {misses} from CuPy"
+    assert losses[-1] < losses[0]
+
+
+def test_workspaces_given_back_are_reused_by_dtype(cuda_device, freelist):
+    import cupy
+
+    a = freelist.empty_as(100, "d")
+    ptr = a.data.ptr
+    freelist.give_back(a)
+    del a
+    assert freelist.held_bytes(0) == 800
+    assert freelist.empty(200).data.ptr != ptr           # float32 of the same bytes: another list
+    assert freelist.empty_as(100, "I").dtype == cupy.uint32
+    b = freelist.empty_as(100, "d")
+    assert b.data.ptr == ptr and b.dtype == cupy.float64 and freelist.held_bytes(0) == 0
+
+
+def test_a_workspace_still_referenced_is_refused(cuda_device, freelist):
+    w = freelist.empty(256)
+    view = w[10:]       # a view keeps the base alive
+    freelist.give_back(w)
+    assert freelist.held_bytes(0) == 0
+    del view
+    pair = [w]          # so does a second reference
+    freelist.give_back(w)
+    assert freelist.held_bytes(0) == 0
+    del pair
+    freelist.give_back(w)
+    assert freelist.held_bytes(0) == 1024
+
+
+def test_a_conv_batchnorm_step_takes_its_workspaces_from_the_list(cuda_device, freelist):
+    """im2col columns, partial sums, batch norm coefficients, max-pool winners: given back by the
+    launchers, so a steady conv step gets (nearly) every array from the list."""
+    import torchlean as tl
+    from torchlean import nn
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).to(cuda_device)
+    opt = tl.optim.Adam(model.parameters(), lr=1e-3)
+    x = tl.tensor(np.random.default_rng(1).normal(size=(16, 3, 12, 12)).astype(F32), device=cuda_device)
+    losses = []
+
+    def step():
+        loss = (model(x) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+
+    for _ in range(3):
+        step()
+    hits0, misses0 = freelist.hits_and_misses()
+    step()
+    hits, misses = (a - b for a, b in zip(freelist.hits_and_misses(), (hits0, misses0)))
+    assert hits > 0 and misses <= hits // 10, f"a steady step: {hits} arrays from the list, {misses} from CuPy"
     assert losses[-1] < losses[0]

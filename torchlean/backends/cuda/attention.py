@@ -29,7 +29,7 @@ import cupy
 import numpy as np
 from cupy.cuda import driver
 
-from .kernels import BLOCK, F32, I64, HostStruct, empty, grid_for, kernel, sm_count
+from .kernels import BLOCK, F32, I64, HostStruct, empty, give_back, grid_for, kernel, sm_count
 
 __all__ = ["flash_attention_packed_fwd", "flash_attention_packed_bwd", "flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
            "flash_attention_bwd_kv", "flash_attention_bwd"]
@@ -213,7 +213,7 @@ def _bwd_launch(q, k, v, mask, out, lse, dout, dq, dk, dv, batch, n_q, n_k, d, s
             fn((_grid(items, smem),), (_NT,), args + (vec, lay.arg), shared_mem=smem)
         else:
             kernel(_FILE, "tl_attn_bwd_kv_generic")((grid_for(batch * n_k * 32),), (BLOCK,), args + (lay.arg,))
-    del dd
+    give_back(dd)
 
 
 def _bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, want_q, want_kv):

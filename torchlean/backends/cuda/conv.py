@@ -48,7 +48,7 @@ from functools import lru_cache
 import cupy
 import numpy as np
 
-from .kernels import BLOCK, I64, HostStruct, empty, grid_for, kernel, sm_count
+from .kernels import BLOCK, I64, HostStruct, empty, empty_as, give_back, grid_for, kernel, sm_count
 
 __all__ = ["conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose"]
 
@@ -236,6 +236,9 @@ def _forward(x, w, b, batch, in_c, out_c, spatial, out, kernel_, stride, padding
         else:
             _gemm(w, cols, tmp, out_c, nb * P, ck, ck, nb * P, nb * P, name=name)
             _swap01(tmp, yc, b, out_c, nb, P)  # (out_c, nb, P) -> (nb, out_c, P), + bias
+    give_back(cols)  # workspaces back to the free list (freelist.give_back)
+    if tmp is not None:
+        give_back(tmp)
     return y
 
 
@@ -266,8 +269,10 @@ def _bwd_input(dy, w, bias, batch, in_c, out_c, spatial, out, kernel_, stride, p
         wt = empty(out_c * in_c * K)
         _launch("tl_conv_flip_weight", (grid_for(wt.size),), (w, wt, I64(out_c), I64(in_c), I64(K)))
         pad2 = tuple(k - 1 - p for k, p in zip(kernel_, padding))
-        return _forward(dy, wt, bias, batch, out_c, in_c, tuple(out), tuple(spatial), kernel_,
-                        (1,) * len(kernel_), pad2, "conv_bwd_input")
+        dx = _forward(dy, wt, bias, batch, out_c, in_c, tuple(out), tuple(spatial), kernel_,
+                      (1,) * len(kernel_), pad2, "conv_bwd_input")
+        give_back(wt)
+        return dx
     nb_max = _chunk(batch, ck * P + (0 if per_image else out_c * P))
     dcols = empty(ck * nb_max * P)
     dyp = None if per_image else empty(out_c * nb_max * P)
@@ -284,6 +289,9 @@ def _bwd_input(dy, w, bias, batch, in_c, out_c, spatial, out, kernel_, stride, p
             _gemm(w, dyp, dcols, ck, nb * P, out_c, ck, nb * P, nb * P, trans_a=True,
                   name="conv_bwd_input")
         _col2im(dcols, dx[n0 * in_c * S:], bias, g, nb, in_c, len(spatial), S)
+    give_back(dcols)
+    if dyp is not None:
+        give_back(dyp)
     return dx
 
 
@@ -339,7 +347,7 @@ def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding)
     dyp = None if per_image else empty(out_c * nb_max * P)
     part = empty(part_max * mn)
     chunks = _cdiv(batch, nb_max)
-    acc = cupy.empty(mn, dtype=cupy.float64) if chunks > 1 else None
+    acc = empty_as(mn, "d") if chunks > 1 else None
     g = None if pointwise else _geom(spatial, out, kernel_, stride, padding)
     for i, n0 in enumerate(range(0, batch, nb_max)):
         nb = min(nb_max, batch - n0)
@@ -367,4 +375,12 @@ def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding)
             groups = full + (1 if rest else 0)
         _launch("tl_conv_sum_partials", (grid_for(mn),), (
             part, I64(groups), I64(mn), acc, I64(i == 0), I64(i == chunks - 1), dw))
+    # (one call per variable: a tuple of them would hold a second reference, and the counts refuse)
+    give_back(part)
+    if cols is not None:
+        give_back(cols)
+    if dyp is not None:
+        give_back(dyp)
+    if acc is not None:
+        give_back(acc)
     return dw

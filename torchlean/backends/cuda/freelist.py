@@ -14,6 +14,12 @@ to its MemoryPointer or to its memory (reference counts equal to those of a fres
 once): a view, a DLPack export or a user's ``buffer.data`` keep it out. Only pool memory
 (``PooledMemory``) comes back: memory imported through DLPack belongs to its exporter.
 
+Workspaces: the backend's own temporaries (im2col columns, partial sums, batch norm coefficients,
+attention's D) are never Buffers, so they would go back to CuPy's pool one by one, ~2-3 us each way.
+A launcher that is done with one hands it over at once with ``give_back(arr)``, under the same rules
+(its variable must be the only reference left, which the counts check); float64 and uint32
+workspaces have their own lists (``empty_as``).
+
 Bounds: arrays of at most ``_MAX_ARRAY`` bytes, ``_LIMIT`` bytes held per device. ``flush`` hands
 everything to the pool (``memory.collect(True)`` calls it first, so the out-of-memory retry sees
 that memory too); ``held_bytes`` is reported as cached by the allocator telemetry.
@@ -26,7 +32,7 @@ import sys
 import cupy
 from cupy.cuda.memory import PooledMemory
 
-__all__ = ["empty", "hook", "flush", "held_bytes", "hits_and_misses"]
+__all__ = ["empty", "empty_as", "give_back", "hook", "flush", "held_bytes", "hits_and_misses"]
 
 _MAX_ARRAY = 64 << 20
 _LIMIT = 1 << 30
@@ -58,6 +64,31 @@ def empty(n: int) -> cupy.ndarray:
             return arrs.pop()
     _counts_hit_miss[1] += 1
     return cupy.empty(n, dtype=_F32)
+
+
+_OTHER = {"d": cupy.dtype(cupy.float64), "I": cupy.dtype(cupy.uint32)}  # workspace dtypes besides float32
+
+
+def empty_as(n: int, char: str) -> cupy.ndarray:
+    """A flat workspace of n float64 ("d") or uint32 ("I") elements (contents undefined)."""
+    dev = _getdev()
+    lists = _lists.get((dev, _stream_ptr()))
+    if lists is not None:
+        arrs = lists.get((n, char))
+        if arrs:
+            arr = arrs.pop()
+            _held[dev] -= arr.nbytes
+            _counts_hit_miss[0] += 1
+            return arr
+    _counts_hit_miss[1] += 1
+    return cupy.empty(n, dtype=_OTHER[char])
+
+
+def give_back(arr) -> None:
+    """Hand a workspace the caller is done with to the list now (its variable must be the only
+    reference: otherwise, as for any array, the counts refuse it and CuPy's pool gets it later).
+    Kernels already queued on the current stream that use it run before any later user."""
+    _recycle(_getdev(), arr)
 
 
 def _counts(arr) -> tuple[int, int, int]:
@@ -96,8 +127,15 @@ def _recycle(device: int, arr) -> None:
     if _fresh is None:
         _calibrate(hook(device))
     nbytes = arr.nbytes
+    dt = arr.dtype
+    if dt == _F32:
+        size = arr.size
+    elif dt.char in _OTHER:
+        size = (arr.size, dt.char)
+    else:
+        return
     if (nbytes == 0 or nbytes > _MAX_ARRAY or _getdev() != device or arr.base is not None
-            or arr.dtype != _F32 or type(arr.data.mem) is not PooledMemory or _counts(arr) != _fresh):
+            or type(arr.data.mem) is not PooledMemory or _counts(arr) != _fresh):
         return
     held = _held.get(device, 0)
     if held + nbytes > _LIMIT:
@@ -106,9 +144,9 @@ def _recycle(device: int, arr) -> None:
     lists = _lists.get(key)
     if lists is None:
         lists = _lists[key] = {}
-    arrs = lists.get(arr.size)
+    arrs = lists.get(size)
     if arrs is None:
-        arrs = lists[arr.size] = []
+        arrs = lists[size] = []
     arrs.append(arr)
     _held[device] = held + nbytes
 

@@ -21,7 +21,7 @@ import numpy as np
 from cupy.cuda import compiler, function, nvrtc
 from cupy.cuda.function import CPointer
 
-from .freelist import empty  # noqa: F401  (re-exported: every module allocates through kernels.empty)
+from .freelist import empty, empty_as, give_back  # noqa: F401  (re-exported: every module allocates through kernels.empty)
 
 HERE = Path(__file__).resolve().parent
 # -ftz=false: keep subnormals (IEEE, as NumPy). --fmad=false: no contraction of a*b+c into an FMA,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
-from .kernels import BLOCK, F32, I64, empty, grid_for, kernel, sm_count
+from .kernels import BLOCK, F32, I64, empty, empty_as, give_back, grid_for, kernel, sm_count
 
 __all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer", "running_stat_update"]
 
@@ -113,6 +113,7 @@ def layer_norm_bwd(x, gamma, mean, var, dy, rows, cols, eps):
                 (x, mean, var, dy, I64(rows), I64(cols), F32(eps), I64(nparts), I64(chunk), part, part1))
     _launch("tl_norm_colsum2", (min(_cdiv(cols, 32), 4096), 2), 256,
             (part, part1, I64(nparts), I64(cols), dgamma, dbeta))
+    give_back(part)
     return dx, dgamma, dbeta
 
 
@@ -139,7 +140,7 @@ def _plan(batch: int, channels: int, inner: int):
 
 def _stats(prefix: str, arrays, batch, channels, inner):
     planes, s, per, addr, nparts = _plan(batch, channels, inner)
-    part = cupy.empty((nparts, 2), dtype=cupy.float64)
+    part = empty_as(2 * nparts, "d")  # (nparts, 2) float64 partials
     dims = (I64(batch), I64(channels), I64(inner), I64(s), I64(per), part)
     if planes:
         items = inner // 4 if inner % 4 == 0 else inner
@@ -167,12 +168,14 @@ def batch_norm(x, gamma, beta, batch, channels, inner, eps):
         nan = cupy.full(channels, np.nan, dtype=cupy.float32)
         return y, nan, nan.copy()
     mean, var = empty(channels), empty(channels)
-    coef = cupy.empty(3 * channels, dtype=cupy.float64)
+    coef = empty_as(3 * channels, "d")
     part, addr = _stats("tl_bn_stats", (x,), batch, channels, inner)
     _launch("tl_bn_finish", grid_for(channels * 32), BLOCK,
             (part, x, _p(gamma), _p(beta), I64(channels), I64(inner)) + addr
             + (np.float64(n), F32(eps), mean, var, coef))
+    give_back(part)
     _apply("tl_bn_apply", (x,), coef, batch, channels, inner, y)
+    give_back(coef)
     return y, mean, var
 
 
@@ -182,11 +185,13 @@ def batch_norm_bwd(x, gamma, mean, var, dy, batch, channels, inner, eps):
     if n == 0 or channels == 0:
         return dx, cupy.zeros(channels, dtype=cupy.float32), cupy.zeros(channels, dtype=cupy.float32)
     dgamma, dbeta = empty(channels), empty(channels)
-    coef = cupy.empty(4 * channels, dtype=cupy.float64)
+    coef = empty_as(4 * channels, "d")
     part, addr = _stats("tl_bn_bwd_stats", (x, dy, mean), batch, channels, inner)
     _launch("tl_bn_bwd_finish", grid_for(channels * 32), BLOCK,
             (part, _p(gamma), mean, var, I64(channels)) + addr + (np.float64(n), F32(eps), dgamma, dbeta, coef))
+    give_back(part)
     _apply("tl_bn_bwd_apply", (x, dy), coef, batch, channels, inner, dx)
+    give_back(coef)
     return dx, dgamma, dbeta
 
 
@@ -194,10 +199,11 @@ def batch_norm_infer(x, mean, var, gamma, beta, batch, channels, inner, eps):
     y = empty(batch * channels * inner)
     if y.size == 0:
         return y
-    coef = cupy.empty(3 * channels, dtype=cupy.float64)
+    coef = empty_as(3 * channels, "d")
     _launch("tl_bn_infer_coef", grid_for(channels), BLOCK,
             (mean, var, _p(gamma), _p(beta), I64(channels), F32(eps), coef))
     _apply("tl_bn_apply", (x,), coef, batch, channels, inner, y)
+    give_back(coef)
     return y
 
 

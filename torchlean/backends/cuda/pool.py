@@ -21,7 +21,7 @@ from functools import lru_cache
 import cupy
 import numpy as np
 
-from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
+from .kernels import BLOCK, F32, I64, empty, empty_as, give_back, grid_for, kernel
 
 __all__ = ["max_pool", "max_pool_bwd", "avg_pool", "avg_pool_bwd", "smooth_max_pool", "smooth_max_pool_bwd"]
 
@@ -99,9 +99,10 @@ def max_pool_bwd(x, dy, planes, spatial, kernel, stride, padding):
     dx = empty(planes * S)
     if planes * S == 0:
         return dx
-    win = cupy.empty(planes * nout, dtype=cupy.uint32)
+    win = empty_as(planes * nout, "I")
     _launch(f"tl_max_pool_winner_{suf}", planes * nout, (x, win, g, I64(planes), I64(S), I64(nout)))
     _launch(f"tl_max_pool_bwd_{suf}", planes * S, (dy, win, dx, g, I64(planes), I64(S), I64(nout)))
+    give_back(win)
     return dx
 
 

@@ -13,7 +13,7 @@ import cupy
 import numpy as np
 
 from .elementwise import copy  # a device memcpy (ndarray.copy: CuPy elementwise, ~20 us host)
-from .kernels import BLOCK, F32, I64, empty, grid_for, kernel, sm_count
+from .kernels import BLOCK, F32, I64, empty, empty_as, give_back, grid_for, kernel, sm_count
 
 __all__ = [
     "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",
@@ -69,6 +69,11 @@ def reduce_mean(x):
     return _sum(x, float(np.float32(x.size)))
 
 
+def _partials(n: int, op: str):
+    """A workspace of n partial results in the accumulator type of ``op`` (_ACC)."""
+    return empty_as(n, "d") if _ACC[op] is np.float64 else empty(n)
+
+
 def strided_reduce(x, outer: int, length: int, inner: int, op: str = "sum"):
     """Reduce x viewed as (outer, length, inner) over the middle axis: (outer, inner), flat."""
     n_out = outer * inner
@@ -85,13 +90,14 @@ def strided_reduce(x, outer: int, length: int, inner: int, op: str = "sum"):
         split = max(1, min(_cdiv(length, _ROW_CHUNK), _cdiv(_TARGET_BLOCKS, outer)))
         chunk = _cdiv(_cdiv(length, split), 4) * 4  # a multiple of 4: float4 reads stay aligned
         split = _cdiv(length, chunk)
-        partials = cupy.empty(outer * split, dtype=_ACC[op]) if split > 1 else out
+        partials = _partials(outer * split, op) if split > 1 else out
         grid = min(outer * split, sm_count() * 32)
         kernel(_FILE, f"tl_rows_block_{op}")((grid,), (BLOCK,), (
             x, I64(outer), I64(length), I64(split), I64(chunk), partials, out))
         if split > 1:
             kernel(_FILE, f"tl_rows_finish_{op}")((grid_for(outer),), (BLOCK,),
                                                  (partials, I64(outer), I64(split), out))
+            give_back(partials)
         return out
     split = 1
     if n_out < _TARGET_THREADS // 4 and length >= 64:
@@ -104,12 +110,13 @@ def strided_reduce(x, outer: int, length: int, inner: int, op: str = "sum"):
             return out
         split = max(1, min(_cdiv(length, 64), _cdiv(_TARGET_THREADS, n_out)))
     chunk = _cdiv(length, split)
-    partials = cupy.empty(n_out * split, dtype=_ACC[op]) if split > 1 else out
+    partials = _partials(n_out * split, op) if split > 1 else out
     kernel(_FILE, f"tl_cols_{op}")((grid_for(n_out * split),), (BLOCK,), (
         x, I64(outer), I64(length), I64(inner), I64(split), I64(chunk), partials, out))
     if split > 1:
         kernel(_FILE, f"tl_cols_finish_{op}")((grid_for(n_out),), (BLOCK,),
                                              (partials, I64(n_out), I64(split), out))
+        give_back(partials)
     return out
 
 
