@@ -130,15 +130,11 @@ def test_limits_and_flush(cuda_device, freelist, monkeypatch):
     assert freelist.held_bytes(0) == 0           # 8000 bytes > _MAX_ARRAY
 
 
-def test_a_training_loop_allocates_from_the_list(cuda_device, freelist):
-    import cupy
-
+def _steady_step(freelist, model, x):
+    """(hits, misses, losses): the free list's counts over the 4th Adam step of model on x."""
     import torchlean as tl
-    from torchlean import nn
 
-    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 1)).to(cuda_device)
     opt = tl.optim.Adam(model.parameters(), lr=1e-3)
-    x = tl.tensor(np.random.default_rng(0).normal(size=(64, 16)).astype(F32), device=cuda_device)
     losses = []
 
     def step():
@@ -153,6 +149,16 @@ def test_a_training_loop_allocates_from_the_list(cuda_device, freelist):
     hits0, misses0 = freelist.hits_and_misses()
     step()
     hits, misses = (a - b for a, b in zip(freelist.hits_and_misses(), (hits0, misses0)))
+    return hits, misses, losses
+
+
+def test_a_training_loop_allocates_from_the_list(cuda_device, freelist):
+    import torchlean as tl
+    from torchlean import nn
+
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 1)).to(cuda_device)
+    x = tl.tensor(np.random.default_rng(0).normal(size=(64, 16)).astype(F32), device=cuda_device)
+    hits, misses, losses = _steady_step(freelist, model, x)
     assert hits > 0 and misses <= hits // 4, f"a steady step: {hits} arrays from the list, {misses} from CuPy"
     assert losses[-1] < losses[0]
 
@@ -193,21 +199,7 @@ def test_a_conv_batchnorm_step_takes_its_workspaces_from_the_list(cuda_device, f
 
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).to(cuda_device)
-    opt = tl.optim.Adam(model.parameters(), lr=1e-3)
     x = tl.tensor(np.random.default_rng(1).normal(size=(16, 3, 12, 12)).astype(F32), device=cuda_device)
-    losses = []
-
-    def step():
-        loss = (model(x) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-
-    for _ in range(3):
-        step()
-    hits0, misses0 = freelist.hits_and_misses()
-    step()
-    hits, misses = (a - b for a, b in zip(freelist.hits_and_misses(), (hits0, misses0)))
+    hits, misses, losses = _steady_step(freelist, model, x)
     assert hits > 0 and misses <= hits // 10, f"a steady step: {hits} arrays from the list, {misses} from CuPy"
     assert losses[-1] < losses[0]
