@@ -42,7 +42,8 @@ from numba import njit, prange
 from .classify import _exp32
 from .conv import _over_images
 
-__all__ = ["flash_attention_packed_fwd", "flash_attention_packed_bwd", "flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
+__all__ = ["flash_attention_packed_fwd", "flash_attention_packed_bwd",
+           "flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
            "flash_attention_bwd_kv", "flash_attention_bwd"]
 
 F32 = np.float32
