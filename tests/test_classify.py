@@ -1,4 +1,4 @@
-"""The classification toolkit: cross_entropy_rows, gelu, gelu_tanh (primitives), cross_entropy,
+"""The classification toolkit: cross_entropy_rows, cross_entropy_reduce, gelu, gelu_tanh (primitives), cross_entropy,
 nll_loss, gelu, embedding (front end), and dropout's cross-device mask.
 
 The generic table tests (tests/test_primitives_parity.py) already run every primitive of this
@@ -42,7 +42,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 F32 = np.float32
 U = 2.0**-24
 INF, NAN = np.inf, np.nan
-NAMES = ["cross_entropy_rows", "cross_entropy_rows_bwd", "gelu", "gelu_bwd", "gelu_tanh", "gelu_tanh_bwd"]
+NAMES = ["cross_entropy_rows", "cross_entropy_rows_bwd", "cross_entropy_reduce", "cross_entropy_reduce_bwd", "gelu",
+         "gelu_bwd", "gelu_tanh", "gelu_tanh_bwd"]
 
 
 def f32(*v) -> np.ndarray:
@@ -72,6 +73,29 @@ def _ce_bwd_no_smoothing(x, lse, dloss, rows, cols, targets, ls):
     return cpu_classify.cross_entropy_rows_bwd(x, lse, dloss, rows, cols, targets, 0.0)
 
 
+def _ce_reduce_unscaled(x, rows, cols, targets, ls, scale):
+    """Forgets the scale ('mean' taken as 'sum')."""
+    return cpu_classify.cross_entropy_reduce(x, rows, cols, targets, ls, 1.0)
+
+
+def _ce_reduce_float32_sum(x, rows, cols, targets, ls, scale):
+    """Sums the row losses in float32, one after the other: 2**24 + 1 + 1 + ... stays 2**24."""
+    loss, lse = cpu_classify.cross_entropy_rows(x, rows, cols, targets, ls)
+    acc = F32(0)
+    for v in loss:
+        acc = F32(acc + v)
+    return f32(acc * F32(scale)), lse
+
+
+def _ce_reduce_bwd_unscaled(x, lse, dloss, rows, cols, targets, ls, scale):
+    return cpu_classify.cross_entropy_reduce_bwd(x, lse, dloss, rows, cols, targets, ls, 1.0)
+
+
+# one row of loss ~2**24 (a huge target gap), then 4000 rows of loss log 2 ~ 0.69
+_RED_X = np.concatenate([f32(2.0**24, 0.0), np.zeros(2 * 4000, F32)])
+_RED_T = np.concatenate([[1], np.zeros(4000, np.int64)])
+
+
 def _gelu_naive(x):  # 0.5 x (1 + erf(x / sqrt 2)) in float32: the tail cancels to 0
     x = x.astype(F32)
     return (F32(0.5) * x * (F32(1) + special.erf(x * F32(0.70710677)).astype(F32))).astype(F32)
@@ -91,6 +115,14 @@ FAKE_KERNELS = [
                  [f32(1, 2, 3, 4, 0, -1),
                   spec.cross_entropy_rows(f32(1, 2, 3, 4, 0, -1), 2, 3, [0, 2], 0.2)[1].astype(F32),
                   f32(1, 1), 2, 3, np.array([0, 2]), float(F32(0.2))], id="ce_bwd-drops-smoothing"),
+    pytest.param("cross_entropy_reduce", _ce_reduce_unscaled,
+                 [f32(1, 2, 3, 4, 0, -1), 2, 3, np.array([0, 2]), 0.0, 0.5], id="ce_reduce-drops-scale"),
+    pytest.param("cross_entropy_reduce", _ce_reduce_float32_sum, [_RED_X, 4001, 2, _RED_T, 0.0, 1.0],
+                 id="ce_reduce-float32-running-sum"),
+    pytest.param("cross_entropy_reduce_bwd", _ce_reduce_bwd_unscaled,
+                 [f32(1, 2, 3, 4, 0, -1),
+                  spec.cross_entropy_rows(f32(1, 2, 3, 4, 0, -1), 2, 3, [0, 2], 0.0)[1].astype(F32),
+                  f32(1), 2, 3, np.array([0, 2]), 0.0, 0.25], id="ce_reduce_bwd-drops-scale"),
     pytest.param("gelu", _gelu_naive, [_TAIL], id="gelu-one-plus-erf"),
     pytest.param("gelu", lambda x: cpu_classify.gelu_tanh(x), [np.linspace(-3, 3, 31).astype(F32)],
                  id="gelu-is-tanh-form"),
@@ -207,8 +239,28 @@ def _cu_ce_bwd(x, lse, dloss, rows, cols, targets, ls, k):
     return dx.reshape(-1)
 
 
+def _cu_ce_reduce(x, rows, cols, targets, ls, scale, k):
+    """The row losses as emulated, then tl_ce_sum_scale: 256 lanes in double, lanes in order."""
+    loss, lse = _cu_ce(x, rows, cols, targets, ls, k)
+    part = np.zeros(256)
+    for r in range(rows):
+        part[r % 256] += np.float64(loss[r])
+    total = 0.0
+    for v in part:
+        total += v
+    with np.errstate(all="ignore"):
+        return f32(total * float(F32(scale))), lse
+
+
+def _cu_ce_reduce_bwd(x, lse, dloss, rows, cols, targets, ls, scale, k):
+    with np.errstate(all="ignore"):
+        dl = np.full(rows, dloss[0] * F32(scale), F32)
+    return _cu_ce_bwd(x, lse, dl, rows, cols, targets, ls, k)
+
+
 _EMULATED = {"gelu": _cu_gelu, "gelu_bwd": _cu_gelu_bwd, "gelu_tanh": _cu_gelu_tanh,
-             "gelu_tanh_bwd": _cu_gelu_tanh_bwd, "cross_entropy_rows": _cu_ce, "cross_entropy_rows_bwd": _cu_ce_bwd}
+             "gelu_tanh_bwd": _cu_gelu_tanh_bwd, "cross_entropy_rows": _cu_ce, "cross_entropy_rows_bwd": _cu_ce_bwd,
+             "cross_entropy_reduce": _cu_ce_reduce, "cross_entropy_reduce_bwd": _cu_ce_reduce_bwd}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -279,6 +331,40 @@ def test_cross_entropy_rows_bwd_rows_sum_to_zero_and_ignored_rows_are_zero(devic
     dx = dx.reshape(4, 9).astype(np.float64)
     np.testing.assert_allclose(dx.sum(axis=1), 0.0, atol=1e-6 * 4)
     assert (dx[2] == 0).all() and not np.signbit(dx[2]).any()
+
+
+@pytest.mark.parametrize("rows, cols", [(128, 4), (300, 10), (3, 1500), (2, 20000), (1, 7)])
+def test_cross_entropy_reduce_is_rows_then_fixed_order_sum(device, rows, cols):
+    """The reduced primitive equals, bit for bit: its own rows (cross_entropy_rows), summed in
+    double by 256 lanes in order and scaled once; and its backward equals cross_entropy_rows_bwd
+    of the cotangent scaled in float32 and broadcast to every row (the composition it replaces).
+    Row lengths reach every CUDA row path (warp, block, split)."""
+    rng = seeded(f"ce-reduce-{rows}-{cols}")
+    x = (rng.standard_normal(rows * cols) * 3).astype(F32)
+    t = rng.integers(0, cols + 1, rows)
+    for ls, scale in ((0.0, 1.0), (float(F32(0.1)), float(F32(1 / rows)))):
+        out, lse = P.cross_entropy_reduce(up(x, device), rows, cols, t, ls, scale)
+        loss_r, lse_r = P.cross_entropy_rows(up(x, device), rows, cols, t, ls)
+        np.testing.assert_array_equal(lse.to_numpy(), lse_r.to_numpy())
+        lanes = np.zeros(256)
+        for r, v in enumerate(loss_r.to_numpy()):
+            lanes[r % 256] += np.float64(v)
+        assert out.to_numpy().tolist() == [float(F32(sum(lanes.tolist()) * scale))]
+        dloss = f32(rng.standard_normal())
+        dx = P.cross_entropy_reduce_bwd(up(x, device), lse, up(dloss, device), rows, cols, t, ls, scale)
+        per_row = P.broadcast_to(P.scale(up(dloss, device), scale), (), (rows,), (0,))
+        dx_ref = P.cross_entropy_rows_bwd(up(x, device), lse, per_row, rows, cols, t, ls)
+        np.testing.assert_array_equal(dx.to_numpy(), dx_ref.to_numpy())
+
+
+def test_cross_entropy_reduce_special_scales(device):
+    x, t = f32(1, 2, 3, 4), np.array([0, 1])
+    out, _ = P.cross_entropy_reduce(up(x, device), 2, 2, np.array([5, 2]), 0.0, float("nan"))
+    assert np.isnan(out.to_numpy()[0])  # 'mean' over no counted row: NaN, as in PyTorch
+    out, _ = P.cross_entropy_reduce(up(np.zeros(0), device), 0, 3, np.zeros(0, np.int64), 0.0, 1.0)
+    assert out.to_numpy().tolist() == [0.0]  # an empty sum
+    out, _ = P.cross_entropy_reduce(up(x, device), 2, 2, t, 0.0, -0.5)
+    np.testing.assert_allclose(out.to_numpy(), -0.5 * 2 * (np.log1p(np.exp(-1.0)) + 1.0) + 0.5, rtol=8 * U)
 
 
 def test_cpu_float32_gelu_within_contract_on_a_dense_grid():
@@ -624,6 +710,13 @@ def test_primitive_errors():
             "cross_entropy_rows_bwd", "lse")
     _raises(ShapeError, lambda: P.cross_entropy_rows_bwd(x, lse, up([1], "cpu"), 2, 3, [0, 1], 0.0), "dloss")
     _raises(ArgumentError, lambda: P.cross_entropy_rows_bwd(x, lse, dl, 2, 3, [0, 1], 2.0), "label_smoothing")
+    _raises(ArgumentError, lambda: P.cross_entropy_reduce(x, 2, 3, [0, 1], 0.0, "half"), "cross_entropy_reduce",
+            "scale")
+    _raises(ShapeError, lambda: P.cross_entropy_reduce(x, 2, 3, [0], 0.0, 1.0), "cross_entropy_reduce", "targets")
+    _raises(ShapeError, lambda: P.cross_entropy_reduce_bwd(x, lse, dl, 2, 3, [0, 1], 0.0, 1.0),
+            "cross_entropy_reduce_bwd", "dloss")
+    _raises(ShapeError, lambda: P.cross_entropy_reduce_bwd(x, up([0], "cpu"), up([1], "cpu"), 2, 3, [0, 1], 0.0, 1.0),
+            "cross_entropy_reduce_bwd", "lse")
     _raises(ShapeError, lambda: P.gelu_bwd(x, up([1.0], "cpu")), "gelu_bwd", "dy")
     _raises(ShapeError, lambda: P.gelu_tanh_bwd(x, up([1.0], "cpu")), "gelu_tanh_bwd")
 

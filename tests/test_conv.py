@@ -836,3 +836,89 @@ def test_cpu_reduce_over_outer_blocks_meets_the_contract(monkeypatch, dims, oute
         assert out.tobytes() == cpu_backend.reduce_from_broadcast(d, in_dims, dims, amap).tobytes()
     ints = d.astype(np.float64).reshape(dims).sum(axis=tuple(i for i in range(len(dims)) if i not in kept))
     np.testing.assert_array_equal(out, ints.reshape(-1).astype(F32))
+
+
+# -- the checked-once caches: odd argument types keep their own result or error ------------------
+# ops.conv caches its shape/argument checks and the primitives their dim checks per plain-int key.
+# True == 1 and np.int64(1) == 1 hash alike: a bool must still be refused, a NumPy int or a list
+# still accepted with the same bits, and an error never cached. Each call runs after the plain
+# call that fills the caches. The messages are those of the code before the caches.
+def _rand(*shape, grad=False):
+    return tl.tensor(np.random.default_rng(sum(shape)).standard_normal(shape).astype(F32), requires_grad=grad)
+
+
+@pytest.mark.parametrize("kw", [dict(stride=np.int64(1)), dict(stride=[1, 1]), dict(stride=(np.int64(1), 1)),
+                                dict(padding=[1]), dict(padding=np.int32(1)), dict(dilation=np.int64(1)),
+                                dict(dilation=(1, 1)), dict(groups=np.int64(1))], ids=str)
+def test_cached_conv_checks_give_odd_int_types_the_same_bits(kw):
+    x, w, b = _rand(2, 3, 6, 6), _rand(4, 3, 3, 3, grad=True), _rand(4, grad=True)
+    args = dict(stride=1, padding=1)
+    ref = TF.conv2d(x, w, b, **args)
+    ref.sum().backward()
+    ref_grads = w.grad.numpy().tobytes(), b.grad.numpy().tobytes()
+    w.grad = b.grad = None
+    y = TF.conv2d(x, w, b, **{**args, **kw})
+    y.sum().backward()
+    assert y.shape == ref.shape and y.numpy().tobytes() == ref.numpy().tobytes()
+    assert (w.grad.numpy().tobytes(), b.grad.numpy().tobytes()) == ref_grads
+    dims = [2, 3, 4, (6, 6), (3, 3), (1, 1), (1, 1)]
+    xb, wb, yb = x.buffer, w.buffer, ref.buffer
+    for odd in ([np.int64(2)] + dims[1:], dims[:3] + [[6, 6]] + dims[4:], dims[:3] + [(np.int64(6), 6)] + dims[4:]):
+        assert P.conv(xb, wb, None, *odd).to_numpy().tobytes() == P.conv(xb, wb, None, *dims).to_numpy().tobytes()
+        assert P.conv_bwd_input(yb, wb, *odd).to_numpy().tobytes() == \
+            P.conv_bwd_input(yb, wb, *dims).to_numpy().tobytes()
+        assert P.conv_bwd_weight(xb, yb, *odd).to_numpy().tobytes() == \
+            P.conv_bwd_weight(xb, yb, *dims).to_numpy().tobytes()
+
+
+_x4 = lambda: _x(1, 2, 5, 5)  # noqa: E731
+
+
+@pytest.mark.parametrize("call, exc, message", [
+    (lambda: TF.conv2d(_x4(), _x(3, 2, 3, 3), None, True, 1), ArgumentError,
+     "conv2d: stride must be an int or a sequence of 2 ints, got True"),
+    (lambda: TF.conv2d(_x4(), _x(3, 2, 3, 3), None, 1, (True, 1)), ArgumentError,
+     "conv2d: padding must be an int or a sequence of 2 ints, got (True, 1)"),
+    (lambda: TF.conv2d(_x4(), _x(3, 2, 3, 3), None, 1, 1, True), ArgumentError,
+     "conv2d: dilation=True is not supported yet (only dilation=1)"),
+    (lambda: TF.conv2d(_x4(), _x(3, 2, 3, 3), None, 1, 1, 1, True), ArgumentError,
+     "conv2d: groups=True is not supported yet (only groups=1)"),
+    (lambda: tl.nn.Conv2d(2, 3, 3, stride=True)(_x4()), ArgumentError,  # the module keeps (True, True)
+     "conv2d: stride must be an int or a sequence of 2 ints, got (True, True)"),
+    (lambda: TF.conv_transpose2d(_x4(), _x(2, 3, 3, 3), None, 2, 0, True), ArgumentError,
+     "conv_transpose2d: output_padding must be an int or a sequence of 2 ints, got True"),
+    (lambda: P.conv(_buf(50), _buf(54), None, True, 2, 3, (5, 5), (3, 3), (1, 1), (1, 1)), ShapeError,
+     "conv: argument batch must be an unsigned 32-bit integer, got True (bool)"),
+    (lambda: P.conv(_buf(50), _buf(54), None, 1, 2, 3, (5, 5), (3, 3), (True, True), (1, 1)), ShapeError,
+     "conv: argument stride[0] must be an unsigned 32-bit integer, got True (bool)"),
+    (lambda: P.conv_bwd_input(_buf(27), _buf(54), 1, 2, 3, (5, 5), (3, 3), (1, 1), (False, 0)), ShapeError,
+     "conv_bwd_input: argument padding[0] must be an unsigned 32-bit integer, got False (bool)"),
+    (lambda: P.conv_bwd_weight(_buf(25), _buf(75), 1, True, 3, (5, 5), (3, 3), (1, 1), (1, 1)), ShapeError,
+     "conv_bwd_weight: argument in_c must be an unsigned 32-bit integer, got True (bool)"),
+    (lambda: P.conv_transpose(_buf(50), _buf(54), None, 1, 2, 3, (5, 5), (3, 3), (2, 2), (0, 0), (True, 0)),
+     ShapeError, "conv_transpose: argument output_padding[0] must be an unsigned 32-bit integer, got True (bool)"),
+], ids=lambda v: None)
+def test_cached_conv_checks_still_refuse_bools(call, exc, message):
+    # fill the caches with the plain-int twins first
+    TF.conv2d(_x4(), _x(3, 2, 3, 3), None, 1, 1, 1, 1)
+    tl.nn.Conv2d(2, 3, 3, stride=1)(_x4())
+    TF.conv_transpose2d(_x4(), _x(2, 3, 3, 3), None, 2, 0, 1)
+    P.conv(_buf(50), _buf(54), None, 1, 2, 3, (5, 5), (3, 3), (1, 1), (1, 1))
+    P.conv_bwd_input(_buf(27), _buf(54), 1, 2, 3, (5, 5), (3, 3), (1, 1), (0, 0))
+    P.conv_bwd_weight(_buf(25), _buf(75), 1, 1, 3, (5, 5), (3, 3), (1, 1), (1, 1))
+    P.conv_transpose(_buf(50), _buf(54), None, 1, 2, 3, (5, 5), (3, 3), (2, 2), (0, 0), (1, 0))
+    for _ in range(2):  # and errors are not cached: the second call checks again
+        with pytest.raises(exc) as info:
+            call()
+        assert str(info.value) == message
+
+
+def test_cached_conv_checks_never_cache_errors():
+    x, w = _x(1, 2, 5, 5), _x(3, 2, 3, 3)
+    for _ in range(2):
+        with pytest.raises(ShapeError, match="too small"):
+            TF.conv2d(_x(1, 2, 2, 2), w)
+        assert TF.conv2d(x, w).shape == (1, 3, 3, 3)
+        with pytest.raises(ShapeError, match="conv: argument x must hold 50 elements"):
+            P.conv(_buf(49), _buf(54), None, 1, 2, 3, (5, 5), (3, 3), (1, 1), (0, 0))
+        assert P.conv(_buf(50), _buf(54), None, 1, 2, 3, (5, 5), (3, 3), (1, 1), (0, 0)).size == 27

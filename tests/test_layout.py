@@ -178,3 +178,22 @@ def test_qkv_gradient_joins_without_a_copy(device, monkeypatch):
     assert len(calls) == 2
     monkeypatch.setattr(ctx.backend, "adjacent_union", real_union)
     assert np.array_equal(packed, copied)
+
+
+# -- check_axis_map's cache (primitives.py): odd argument types keep their own result or error --------------
+def test_cached_axis_map_checks_keep_odd_types():
+    from torchlean.errors import ShapeError
+    from torchlean.runtime import Buffer
+    from torchlean.runtime import primitives as P
+
+    g = Buffer.from_numpy(np.arange(12, dtype=F32))
+    ref = P.reduce_from_broadcast(g, (3,), (2, 3, 2), (0, 1, 0)).to_numpy().tobytes()  # fills the cache
+    for odd in (([3], [2, 3, 2], [0, 1, 0]), ((np.int64(3),), (2, 3, 2), (0, np.int64(1), 0))):
+        assert P.reduce_from_broadcast(g, *odd).to_numpy().tobytes() == ref
+    for _ in range(2):  # errors are never cached
+        with pytest.raises(ShapeError) as info:
+            P.reduce_from_broadcast(g, (3,), (2, 3, 2), (0, True, 0))
+        assert str(info.value) == ("reduce_from_broadcast: argument axis_map[1] must be an unsigned 32-bit "
+                                   "integer, got True (bool)")
+        with pytest.raises(ShapeError, match="input axis 0 .size 3. of in_dims .3. is not mapped"):
+            P.reduce_from_broadcast(g, (3,), (2, 3, 2), (0, 0, 0))

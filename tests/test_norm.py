@@ -618,3 +618,38 @@ def test_errors_name_op_and_argument(name, call, exc, needles):
     msg = str(info.value)
     for needle in needles:
         assert needle in msg, f"{name}: {needle!r} not in {msg!r}"
+
+
+# -- the fast paths of the front end: odd argument types keep their own result or error --------------------
+# layer_norm takes a tuple of plain ints without its ABC checks and batch_norm a float momentum
+# without its type checks: a bool must still be refused, a NumPy number or a list still accepted
+# with the same bits. The messages are those of the code before the fast paths.
+def test_layer_norm_shape_fast_path_keeps_odd_types():
+    rng = np.random.default_rng(0)
+    x = tl.tensor(rng.standard_normal((3, 4)).astype(F32), requires_grad=True)
+    ref = TF.layer_norm(x, (4,))
+    ref.sum().backward()
+    ref_grad, x.grad = x.grad.numpy().tobytes(), None
+    for shape in (4, [4], np.int64(4), (np.int64(4),), np.array([4])):
+        y = TF.layer_norm(x, shape)
+        y.sum().backward()
+        assert y.numpy().tobytes() == ref.numpy().tobytes() and x.grad.numpy().tobytes() == ref_grad
+        x.grad = None
+    for bad in ((True,), (4, True), (-4,), (4.0,)):
+        with pytest.raises(ShapeError) as info:
+            TF.layer_norm(x, bad)
+        assert str(info.value) == f"layer_norm: normalized_shape must hold non-negative ints, got {bad!r}"
+
+
+def test_batch_norm_momentum_fast_path_keeps_odd_types():
+    x = tl.tensor(np.random.default_rng(1).standard_normal((4, 3)).astype(F32))
+    stats = {}
+    for momentum in (0.25, np.float32(0.25), np.float64(0.25), 1):
+        rm, rv = tl.zeros(3), tl.ones(3)
+        y = TF.batch_norm(x, rm, rv, training=True, momentum=momentum)
+        stats[repr(momentum)] = (y.numpy().tobytes(), rm.numpy().tobytes(), rv.numpy().tobytes())
+    assert stats["0.25"] == stats[repr(np.float32(0.25))] == stats[repr(np.float64(0.25))]
+    for bad in (True, "0.1", None):
+        with pytest.raises(ArgumentError) as info:
+            TF.batch_norm(x, tl.zeros(3), tl.ones(3), training=True, momentum=bad)
+        assert str(info.value) == f"batch_norm: argument momentum must be a real number, got {bad!r}"

@@ -555,3 +555,74 @@ def test_cpu_max_pool_2x2_pair_passes_match_the_window_kernels(spatial):
         cpu_pool._max22_bwd(x, dy, d0, p0, p1, h, w, oh, ow)
         cpu_pool._max22e_bwd(x, dy, d1, p0, p1, h, w, oh, ow)
         assert d0.tobytes() == d1.tobytes(), (spatial, p0, p1)
+
+
+# -- the checked-once caches: odd argument types keep their own result or error --------------------------------
+# ops.pool caches its argument and shape checks and the pool primitives their geometry checks per
+# plain-int key. True == 1 and np.int64(2) == 2 hash alike: a bool must still be refused, a NumPy int
+# or a list still accepted with the same bits, and an error never cached. Each call runs after the
+# plain call that fills the caches; the messages are those of the code before the caches.
+@pytest.mark.parametrize("fn", ["max_pool2d", "avg_pool2d"])
+@pytest.mark.parametrize("kw", [dict(kernel_size=np.int64(2)), dict(kernel_size=[2, 2]), dict(stride=[2]),
+                                dict(stride=(np.int64(2), 2)), dict(padding=np.int32(0)), dict(padding=[0, 0])],
+                         ids=str)
+def test_cached_pool_checks_give_odd_int_types_the_same_bits(fn, kw):
+    x = tl.tensor(np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(F32), requires_grad=True)
+    args = dict(kernel_size=2, stride=2, padding=0)
+    ref = getattr(TF, fn)(x, **args)
+    ref.sum().backward()
+    ref_grad, x.grad = x.grad.numpy().tobytes(), None
+    y = getattr(TF, fn)(x, **{**args, **kw})
+    y.sum().backward()
+    assert y.shape == ref.shape and y.numpy().tobytes() == ref.numpy().tobytes()
+    assert x.grad.numpy().tobytes() == ref_grad
+    dims = [6, (6, 6), (2, 2), (2, 2), (0, 0)]
+    xb, yb = x.buffer, ref.buffer
+    for odd in ([np.int64(6)] + dims[1:], dims[:1] + [[6, 6]] + dims[2:], dims[:2] + [(np.int64(2), 2)] + dims[3:]):
+        assert P.max_pool(xb, *odd).to_numpy().tobytes() == P.max_pool(xb, *dims).to_numpy().tobytes()
+        assert P.max_pool_bwd(xb, yb, *odd).to_numpy().tobytes() == P.max_pool_bwd(xb, yb, *dims).to_numpy().tobytes()
+
+
+@pytest.mark.parametrize("call, exc, message", [
+    (lambda x: TF.max_pool2d(x, True), ArgumentError,
+     "max_pool2d: kernel_size must be an int or a tuple of 2 ints, got True"),
+    (lambda x: TF.max_pool2d(x, 2, (True, 2)), ArgumentError,
+     "max_pool2d: stride must be an int or a tuple of 2 ints, got (True, 2)"),
+    (lambda x: TF.max_pool2d(x, 2, dilation=True), ArgumentError, "max_pool2d: dilation=True is not supported yet"),
+    (lambda x: TF.avg_pool2d(x, 2, padding=True), ArgumentError,
+     "avg_pool2d: padding must be an int or a tuple of 2 ints, got True"),
+    (lambda x: tl.nn.MaxPool2d(True)(x), ArgumentError,
+     "max_pool2d: kernel_size must be an int or a tuple of 2 ints, got True"),
+    (lambda x: P.max_pool(x.buffer, True, (5, 5), (2, 2), (2, 2), (0, 0)), ShapeError,
+     "max_pool: argument planes must be an unsigned 32-bit integer, got True (bool)"),
+    (lambda x: P.max_pool(x.buffer, 2, (5, 5), (True, 2), (2, 2), (0, 0)), ShapeError,
+     "max_pool: argument kernel[0] must be an unsigned 32-bit integer, got True (bool)"),
+    (lambda x: P.max_pool_bwd(x.buffer, up(np.zeros(8), "cpu"), 2, (5, 5), (2, 2), (2, True), (0, 0)), ShapeError,
+     "max_pool_bwd: argument stride[1] must be an unsigned 32-bit integer, got True (bool)"),
+    (lambda x: P.avg_pool(x.buffer, 2, (5, 5), (2, 2), (2, 2), (False, 0)), ShapeError,
+     "avg_pool: argument padding[0] must be an unsigned 32-bit integer, got False (bool)"),
+], ids=lambda v: None)
+def test_cached_pool_checks_still_refuse_bools(call, exc, message):
+    x = tl.tensor(np.zeros((1, 2, 5, 5), F32))
+    # fill the caches with the plain-int twins first
+    TF.max_pool2d(x, 1, (1, 2))
+    TF.avg_pool2d(x, 2, padding=1)
+    tl.nn.MaxPool2d(1)(x)
+    P.max_pool(up(np.zeros(25), "cpu"), 1, (5, 5), (2, 2), (2, 2), (0, 0))
+    P.max_pool(x.buffer, 2, (5, 5), (1, 2), (2, 2), (0, 0))
+    P.max_pool_bwd(x.buffer, up(np.zeros(16), "cpu"), 2, (5, 5), (2, 2), (2, 1), (0, 0))
+    P.avg_pool(x.buffer, 2, (5, 5), (2, 2), (2, 2), (0, 0))
+    for _ in range(2):  # and errors are not cached: the second call checks again
+        with pytest.raises(exc) as info:
+            call(x)
+        assert str(info.value) == message
+
+
+def test_cached_pool_checks_never_cache_errors():
+    for _ in range(2):
+        with pytest.raises(ShapeError, match="max_pool2d"):
+            TF.max_pool2d(tl.tensor(np.zeros((1, 2, 1, 5), F32)), 2)
+        assert TF.max_pool2d(tl.tensor(np.zeros((1, 2, 4, 4), F32)), 2).shape == (1, 2, 2, 2)
+        with pytest.raises(ShapeError, match="max_pool: argument x must hold 50 elements"):
+            P.max_pool(up(np.zeros(49), "cpu"), 2, (5, 5), (2, 2), (2, 2), (0, 0))
+        assert P.max_pool(up(np.zeros(50), "cpu"), 2, (5, 5), (2, 2), (2, 2), (0, 0)).size == 8

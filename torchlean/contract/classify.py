@@ -1,4 +1,5 @@
-"""Contracts of the classification: cross_entropy_rows, gelu, gelu_tanh and their backward passes.
+"""Contracts of the classification: cross_entropy_rows, cross_entropy_reduce, gelu, gelu_tanh and their
+backward passes.
 
 Each bound is the worst case of the float32 kernels as written (backends/cuda/classify.cu does its
 arithmetic in float32 with the CUDA library functions expf/erfcf; the CPU cross entropy repeats it
@@ -18,6 +19,7 @@ from scipy import special
 
 from . import LIB, TINY, U, _abs, _register, gamma
 from ..spec.classify import GELU_TANH_C, INV_SQRT_2PI, SQRT_2_OVER_PI
+from ..spec.classify import cross_entropy_rows as _spec_rows
 
 
 def _clean(a):
@@ -109,6 +111,44 @@ _register("cross_entropy_rows_bwd",
           "|err| <= |dl| (p (u|x - lse| + LIB) + 3u c + u|p - c|) + u|ref| + TINY, p = exp(x - lse), "
           "c = ls/n + (1-ls)[j = t]; ignored rows exactly 0",
           _ce_bwd_bound)
+
+
+_U64 = 2.0**-53
+
+
+def _ce_reduce_bound(ref, x, rows, cols, targets, ls, scale):
+    """loss = fl32(fl64(sum_r l_r) * scale), l_r the float32 row losses of cross_entropy_rows (each
+    within that primitive's bound b_r of the exact row loss): the double sum in any order adds
+    gamma64(rows) sum |l_r|, the double product 2^-53 (folded in there), the final rounding u|ref|.
+    So |err| <= |scale| (sum_r b_r + gamma64(rows + 1) sum_r (|loss_r| + b_r)) + u|ref| + TINY.
+    lse: as cross_entropy_rows. Non-finite row losses make the result inf/NaN, compared by value."""
+    rows, cols = int(rows), int(cols)
+    ref_rows = _spec_rows(x, rows, cols, targets, ls)
+    loss_b, lse_b = _ce_bound(ref_rows, x, rows, cols, targets, ls)
+    k = (rows + 1) * _U64
+    with np.errstate(all="ignore"):
+        lr = _clean(np.abs(ref_rows[0]))
+        total = float(np.sum(loss_b)) + k / (1.0 - k) * float(np.sum(lr + loss_b))
+        b = _clean(abs(float(scale)) * total) + U * _clean(_abs(ref[0])) + TINY
+    return np.atleast_1d(b), lse_b
+
+
+def _ce_reduce_bwd_bound(ref, x, lse, dloss, rows, cols, targets, ls, scale):
+    """cross_entropy_rows_bwd with dl = fl32(dloss * fl32 scale) on every row: that bound with the
+    exact dloss * scale, plus u|ref| for rounding the product."""
+    rows = int(rows)
+    dl = np.full(rows, float(np.asarray(dloss, dtype=np.float64).reshape(-1)[0]) * float(scale))
+    with np.errstate(all="ignore"):
+        return _ce_bwd_bound(ref, x, lse, dl, rows, cols, targets, ls) + U * _clean(_abs(ref))
+
+
+_register("cross_entropy_reduce",
+          "(scale sum_r loss_r, lse): |err loss| <= |scale| (sum_r b_r + gamma64(rows+1) sum_r (|loss_r| + b_r)) "
+          "+ u|ref| + TINY, b_r the cross_entropy_rows bound of row r; lse as cross_entropy_rows",
+          _ce_reduce_bound)
+_register("cross_entropy_reduce_bwd",
+          "cross_entropy_rows_bwd's bound with dloss_r = dloss * scale, + u|ref| (the product rounds)",
+          _ce_reduce_bwd_bound)
 
 
 # -- GELU -------------------------------------------------------------------------------------

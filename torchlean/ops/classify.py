@@ -8,7 +8,8 @@ Where we differ from PyTorch:
 * ``weight=`` (class weights) and the deprecated ``size_average`` / ``reduce`` raise ArgumentError
   (not supported yet); so do embedding's ``max_norm``, ``scale_grad_by_freq=True`` and ``sparse=True``.
 * The 'mean' reduction multiplies the sum by float32(1 / count) (torchlean's ``x / c``), within
-  an ulp of PyTorch's division.
+  an ulp of PyTorch's division. cross_entropy sums its row losses in double inside the primitive
+  (``cross_entropy_reduce``: one call forward, one backward), then rounds once.
 * gelu at +-inf gives the limits (+inf and -0, derivative 1 and 0) where PyTorch gives NaN, and
   gelu's tail (x < -5) and the tanh form's tail are accurate relative to the (tiny) result, where
   PyTorch's 1 + erf / 1 + tanh cancel to 0.
@@ -61,8 +62,10 @@ def _is_float_target(target: Any) -> bool:
     return arr.dtype.kind in "fc"
 
 
-def _class_targets(op: str, target: Any, shape: tuple[int, ...], classes: int, ignore_index: Any) -> np.ndarray:
-    """Flat int64 class indices, with ignored entries (== ignore_index) mapped to ``classes``."""
+def _class_targets(op: str, target: Any, shape: tuple[int, ...], classes: int,
+                   ignore_index: Any) -> tuple[np.ndarray, int]:
+    """(flat int64 class indices with ignored entries (== ignore_index) mapped to ``classes``, the
+    number of entries not ignored)."""
     if isinstance(target, Tensor):
         if target._buf is not None:
             raise DTypeError(f"{op}: target must hold integer class indices, got a float32 tensor")
@@ -84,14 +87,14 @@ def _class_targets(op: str, target: Any, shape: tuple[int, ...], classes: int, i
     if t.size:  # the common case in one pass over min/max: every index a class, none ignored
         lo, hi = int(t.min()), int(t.max())
         if 0 <= lo and hi < classes and not lo <= ign <= hi:
-            return t
+            return t, t.size
     ignored = t == ign
     bad = ~ignored & ((t < 0) | (t >= classes))
     if bad.any():
         v = int(t[bad][0])
         raise IndexOutOfRangeError(
             f"{op}: target {v} is out of bounds for {classes} classes (valid: 0..{classes - 1}, or ignore_index={ign})")
-    return np.where(ignored, classes, t)
+    return np.where(ignored, classes, t), t.size - int(np.count_nonzero(ignored))
 
 
 def _class_layout(op: str, x: Tensor) -> tuple[int, int, int, tuple[int, ...]]:
@@ -158,20 +161,28 @@ def cross_entropy(input: Tensor, target: Any, weight: Any = None, size_average: 
     n, c, d, tshape = _class_layout(op, input)
     if _is_float_target(target):
         return _cross_entropy_probs(op, input, target, reduction, ls, c)
-    t = _class_targets(op, target, tshape, c, ignore_index)
+    t, count = _class_targets(op, target, tshape, c, ignore_index)
     rows = n * d
     x2 = _rows(input, n, c, d)
     xb = fbuf(op, x2)
-    loss_b, lse_b = P.cross_entropy_rows(xb, rows, c, t, ls)
-    count = int(np.count_nonzero(t < c))
-    out_b, out_shape, scale = _reduce_rows(loss_b, reduction, count, tshape)
-    if out_b is not loss_b:
-        loss_b.release()
+    if reduction == "none":
+        loss_b, lse_b = P.cross_entropy_rows(xb, rows, c, t, ls)
 
-    def vjp(g: Buffer):
-        return (P.cross_entropy_rows_bwd(xb, lse_b, _row_cotangent(g, rows, scale), rows, c, t, ls),)
+        def vjp(g: Buffer):
+            return (P.cross_entropy_rows_bwd(xb, lse_b, g, rows, c, t, ls),)
 
-    return autograd.record(op, new(out_b, out_shape), (x2,), vjp, workspace=(lse_b,))
+        return autograd.record(op, new(loss_b, tshape), (x2,), vjp, workspace=(lse_b,))
+    # 'sum' and 'mean': the reduction inside the primitive (one call each way, not three)
+    if reduction == "sum":
+        scale = 1.0
+    else:  # a mean over no counted row is NaN, as in PyTorch
+        scale = 1.0 / count if count else float("nan")
+    loss_b, lse_b = P.cross_entropy_reduce(xb, rows, c, t, ls, scale)
+
+    def vjp_reduced(g: Buffer):
+        return (P.cross_entropy_reduce_bwd(xb, lse_b, g, rows, c, t, ls, scale),)
+
+    return autograd.record(op, new(loss_b, ()), (x2,), vjp_reduced, workspace=(lse_b,))
 
 
 def _cross_entropy_probs(op: str, input: Tensor, target: Any, reduction: str, ls: float, c: int) -> Tensor:
@@ -215,7 +226,7 @@ def nll_loss(input: Tensor, target: Any, weight: Any = None, size_average: Any =
     _not_supported(op, weight=(weight, None), size_average=(size_average, None), reduce=(reduce, None))
     reduction = _reduction(op, reduction)
     n, c, d, tshape = _class_layout(op, input)
-    t = _class_targets(op, target, tshape, c, ignore_index)
+    t, _ = _class_targets(op, target, tshape, c, ignore_index)
     total = input.numel()
     k = t.size
     valid = t < c

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import math
 import numbers
+from functools import lru_cache
 from typing import Any
 
 from .. import autograd
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
-from ._base import Tensor, fbuf, new, operand, same_device
+from ._base import Tensor, new, operand, same_device
 
 FUNCTIONAL = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"]
 __all__ = ["conv_nd", "conv_transpose_nd"] + FUNCTIONAL
@@ -51,6 +52,8 @@ def _ints(op: str, name: str, value: Any, rank: int, minimum: int) -> tuple[int,
 
 def _unsupported(op: str, name: str, value: Any, rank: int) -> None:
     """dilation / groups: only 1 is supported; anything else is refused, never ignored."""
+    if type(value) is int and value == 1:  # the default, without the ABC checks below
+        return
     if name == "groups":
         ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) == 1
     else:
@@ -70,33 +73,104 @@ def _tensor(op: str, name: str, t: Any, like: Tensor | None) -> Tensor:
     return operand(op, t, like)
 
 
-def _split(op: str, x: Tensor, w: Tensor, rank: int, transposed: bool) -> tuple[int, int, int, tuple, tuple, bool]:
-    """(batch, in_c, out_c, spatial, kernel, unbatched) after checking x and w against each other."""
+def _split(op: str, x_shape: tuple, w_shape: tuple, rank: int,
+           transposed: bool) -> tuple[int, int, int, tuple, tuple, bool]:
+    """(batch, in_c, out_c, spatial, kernel, unbatched) after checking the input's and the weight's
+    shapes against each other."""
     wdesc = "(in_channels, out_channels, *kernel)" if transposed else "(out_channels, in_channels, *kernel)"
-    if w.ndim != rank + 2:
-        raise ShapeError(f"{op}: weight must have {rank + 2} dims {wdesc}, got shape {w.shape}")
-    if x.ndim not in (rank + 1, rank + 2):
+    if len(w_shape) != rank + 2:
+        raise ShapeError(f"{op}: weight must have {rank + 2} dims {wdesc}, got shape {w_shape}")
+    if len(x_shape) not in (rank + 1, rank + 2):
         raise ShapeError(f"{op}: input must have {rank + 1} dims (unbatched: channels, *spatial) or {rank + 2} "
-                         f"(batch, channels, *spatial), got shape {x.shape}")
-    unbatched = x.ndim == rank + 1
-    batch = 1 if unbatched else x.shape[0]
-    c = x.shape[-rank - 1]
-    spatial = tuple(x.shape[-rank:])
-    kernel = tuple(w.shape[2:])
-    w_in = w.shape[0] if transposed else w.shape[1]
-    out_c = w.shape[1] if transposed else w.shape[0]
+                         f"(batch, channels, *spatial), got shape {x_shape}")
+    unbatched = len(x_shape) == rank + 1
+    batch = 1 if unbatched else x_shape[0]
+    c = x_shape[-rank - 1]
+    spatial = tuple(x_shape[-rank:])
+    kernel = tuple(w_shape[2:])
+    w_in = w_shape[0] if transposed else w_shape[1]
+    out_c = w_shape[1] if transposed else w_shape[0]
     if c != w_in:
         which = "weight.shape[0]" if transposed else "weight.shape[1]"
-        raise ShapeError(f"{op}: input has {c} channels (shape {x.shape}) but {which} = {w_in} (weight shape "
-                         f"{w.shape}): they must be equal")
+        raise ShapeError(f"{op}: input has {c} channels (shape {x_shape}) but {which} = {w_in} (weight shape "
+                         f"{w_shape}): they must be equal")
     if any(k < 1 for k in kernel):
-        raise ShapeError(f"{op}: weight has an empty kernel {kernel} (weight shape {w.shape})")
+        raise ShapeError(f"{op}: weight has an empty kernel {kernel} (weight shape {w_shape})")
     return batch, c, out_c, spatial, kernel, unbatched
 
 
-def _check_bias(op: str, b: Tensor | None, out_c: int) -> None:
-    if b is not None and b.shape != (out_c,):
-        raise ShapeError(f"{op}: bias must have shape ({out_c},) (one per output channel), got {b.shape}")
+def _check_bias(op: str, b_shape: tuple | None, out_c: int) -> None:
+    if b_shape is not None and b_shape != (out_c,):
+        raise ShapeError(f"{op}: bias must have shape ({out_c},) (one per output channel), got {b_shape}")
+
+
+def _geometry(op: str, x_shape: tuple, w_shape: tuple, b_shape: tuple | None, stride: Any, padding: Any,
+              output_padding: Any, transposed: bool) -> tuple:
+    """Every check of conv_nd (transposed=False) or conv_transpose_nd on the shapes and arguments, in
+    their order, and what they give: (batch, in_c, out_c, spatial, kernel, unbatched, st, pd, opd,
+    out, y_shape); opd is None for conv_nd."""
+    rank = len(w_shape) - 2
+    if rank < 1:
+        wdesc = "(in_channels, out_channels, *kernel)" if transposed else "(out_channels, in_channels, *kernel)"
+        raise ShapeError(f"{op}: weight must have at least 3 dims {wdesc}, got shape {w_shape}")
+    batch, in_c, out_c, spatial, kernel, unbatched = _split(op, x_shape, w_shape, rank, transposed)
+    _check_bias(op, b_shape, out_c)
+    st = _ints(op, "stride", stride, rank, 1)
+    pd = _ints(op, "padding", padding, rank, 0)
+    if not transposed:
+        opd = None
+        out = tuple((s + 2 * p - k) // t + 1 for s, k, t, p in zip(spatial, kernel, st, pd))
+        if any(o < 1 for o in out):
+            raise ShapeError(f"{op}: input spatial size {spatial} with padding {pd} is too small for kernel {kernel} "
+                             f"at stride {st}: the output {out} would be empty")
+    else:
+        opd = _ints(op, "output_padding", output_padding, rank, 0)
+        if any(o >= s for o, s in zip(opd, st)):
+            raise ArgumentError(f"{op}: output_padding {opd} must be smaller than stride {st} along every axis")
+        out = tuple((s - 1) * t - 2 * p + k + o for s, k, t, p, o in zip(spatial, kernel, st, pd, opd))
+        if any(o < 1 for o in out):
+            raise ShapeError(f"{op}: input spatial size {spatial} with kernel {kernel}, stride {st}, padding {pd} and "
+                             f"output_padding {opd} gives an empty output {out}")
+    y_shape = ((out_c,) if unbatched else (batch, out_c)) + out
+    return batch, in_c, out_c, spatial, kernel, unbatched, st, pd, opd, out, y_shape
+
+
+# A module calls its conv with the same shapes and arguments on every step: those are checked once
+# (only successful checks are cached: lru_cache keeps no exception). Tensor shapes are tuples of
+# ints; stride / padding / output_padding join the key only as a plain int or a tuple of plain ints
+# (a bool would share 1's entry and must still be refused; a list is unhashable).
+_geometry_cached = lru_cache(maxsize=1024)(_geometry)
+
+
+def _plain(value: Any) -> bool:
+    if type(value) is int:
+        return True
+    if type(value) is tuple:
+        for v in value:
+            if type(v) is not int:
+                return False
+        return True
+    return False
+
+
+def _checked_geometry(op: str, x: Tensor, w: Tensor, b: Tensor | None, stride: Any, padding: Any,
+                      output_padding: Any, transposed: bool) -> tuple:
+    geometry = _geometry_cached if _plain(stride) and _plain(padding) and (
+        output_padding is None or _plain(output_padding)) else _geometry
+    return geometry(op, x._shape, w._shape, None if b is None else b._shape, stride, padding, output_padding,
+                    transposed)
+
+
+def _parents(op: str, x: Tensor, w: Tensor, b: Tensor | None) -> tuple:
+    """(x, w) or (x, w, b), all on one device (else same_device's DeviceError)."""
+    dev = x._device
+    if b is None:
+        if w._device != dev:
+            same_device(op, x, w)
+        return x, w
+    if w._device != dev or b._device != dev:
+        same_device(op, x, w, b)
+    return x, w, b
 
 
 def _bias_grad(g: Buffer, batch: int, out_c: int, n_out: int) -> Buffer:
@@ -111,29 +185,20 @@ def conv_nd(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any =
     x (N, C, *spatial) or (C, *spatial); weight (O, C, *kernel); bias (O,) or None; stride and
     padding an int or r ints. Output (N, O, *out), out_i = (spatial_i + 2 padding_i - kernel_i) // stride_i + 1.
     """
-    op = _op
-    x = _tensor(op, "input", x, None)
-    weight = _tensor(op, "weight", weight, x)
+    x = _tensor(_op, "input", x, None)
+    return _conv(_op, x, _tensor(_op, "weight", weight, x), bias, stride, padding)
+
+
+def _conv(op: str, x: Tensor, weight: Tensor, bias: Any, stride: Any, padding: Any) -> Tensor:
+    """conv_nd once its input and weight are float tensors."""
     bias = None if bias is None else _tensor(op, "bias", bias, x)
-    rank = weight.ndim - 2
-    if rank < 1:
-        raise ShapeError(f"{op}: weight must have at least 3 dims (out_channels, in_channels, *kernel), got shape "
-                         f"{weight.shape}")
-    batch, in_c, out_c, spatial, kernel, unbatched = _split(op, x, weight, rank, False)
-    _check_bias(op, bias, out_c)
-    st = _ints(op, "stride", stride, rank, 1)
-    pd = _ints(op, "padding", padding, rank, 0)
-    out = tuple((s + 2 * p - k) // t + 1 for s, k, t, p in zip(spatial, kernel, st, pd))
-    if any(o < 1 for o in out):
-        raise ShapeError(f"{op}: input spatial size {spatial} with padding {pd} is too small for kernel {kernel} "
-                         f"at stride {st}: the output {out} would be empty")
-    parents = (x, weight) if bias is None else (x, weight, bias)
-    same_device(op, *parents)
-    xb, wb = fbuf(op, x), fbuf(op, weight)
-    bb = None if bias is None else fbuf(op, bias)
+    batch, in_c, out_c, spatial, kernel, unbatched, st, pd, _, out, shape = _checked_geometry(
+        op, x, weight, bias, stride, padding, None, False)
+    parents = _parents(op, x, weight, bias)
+    xb, wb = x._buf, weight._buf  # float tensors (_tensor)
+    bb = None if bias is None else bias._buf
     dims = (batch, in_c, out_c, spatial, kernel, st, pd)
     yb = P.conv(xb, wb, bb, *dims)
-    shape = ((out_c,) if unbatched else (batch, out_c)) + out
 
     def vjp(g: Buffer):
         dx = P.conv_bwd_input(g, wb, *dims) if x.requires_grad else None
@@ -152,31 +217,20 @@ def conv_transpose_nd(x: Tensor, weight: Tensor, bias: Tensor | None = None, str
     x (N, C_in, *spatial) or unbatched; weight (C_in, C_out, *kernel); output (N, C_out, *out) with
     out_i = (spatial_i - 1) stride_i - 2 padding_i + kernel_i + output_padding_i, output_padding_i < stride_i.
     """
-    op = _op
-    x = _tensor(op, "input", x, None)
-    weight = _tensor(op, "weight", weight, x)
+    x = _tensor(_op, "input", x, None)
+    return _conv_transpose(_op, x, _tensor(_op, "weight", weight, x), bias, stride, padding, output_padding)
+
+
+def _conv_transpose(op: str, x: Tensor, weight: Tensor, bias: Any, stride: Any, padding: Any,
+                    output_padding: Any) -> Tensor:
+    """conv_transpose_nd once its input and weight are float tensors."""
     bias = None if bias is None else _tensor(op, "bias", bias, x)
-    rank = weight.ndim - 2
-    if rank < 1:
-        raise ShapeError(f"{op}: weight must have at least 3 dims (in_channels, out_channels, *kernel), got shape "
-                         f"{weight.shape}")
-    batch, in_c, out_c, spatial, kernel, unbatched = _split(op, x, weight, rank, True)
-    _check_bias(op, bias, out_c)
-    st = _ints(op, "stride", stride, rank, 1)
-    pd = _ints(op, "padding", padding, rank, 0)
-    opd = _ints(op, "output_padding", output_padding, rank, 0)
-    if any(o >= s for o, s in zip(opd, st)):
-        raise ArgumentError(f"{op}: output_padding {opd} must be smaller than stride {st} along every axis")
-    out = tuple((s - 1) * t - 2 * p + k + o for s, k, t, p, o in zip(spatial, kernel, st, pd, opd))
-    if any(o < 1 for o in out):
-        raise ShapeError(f"{op}: input spatial size {spatial} with kernel {kernel}, stride {st}, padding {pd} and "
-                         f"output_padding {opd} gives an empty output {out}")
-    parents = (x, weight) if bias is None else (x, weight, bias)
-    same_device(op, *parents)
-    xb, wb = fbuf(op, x), fbuf(op, weight)
-    bb = None if bias is None else fbuf(op, bias)
+    batch, in_c, out_c, spatial, kernel, unbatched, st, pd, opd, out, shape = _checked_geometry(
+        op, x, weight, bias, stride, padding, output_padding, True)
+    parents = _parents(op, x, weight, bias)
+    xb, wb = x._buf, weight._buf  # float tensors (_tensor)
+    bb = None if bias is None else bias._buf
     yb = P.conv_transpose(xb, wb, bb, batch, in_c, out_c, spatial, kernel, st, pd, opd)
-    shape = ((out_c,) if unbatched else (batch, out_c)) + out
 
     def vjp(g: Buffer):
         # y = A^T x with A the conv from out_c to in_c channels over `out` with this weight, so
@@ -203,7 +257,6 @@ def _conv_front(op: str, rank: int, input: Tensor, weight: Tensor, bias: Any, st
     if input.ndim not in (rank + 1, rank + 2):
         raise ShapeError(f"{op}: expected a {rank + 1}-D (unbatched) or {rank + 2}-D (batched) input, "
                          f"got shape {input.shape}")
-    kernel = tuple(weight.shape[2:])
     drop = ()
     if isinstance(padding, str):
         if padding == "valid":
@@ -214,12 +267,13 @@ def _conv_front(op: str, rank: int, input: Tensor, weight: Tensor, bias: Any, st
                 raise ArgumentError(f"{op}: padding='same' is not supported for strided convolutions (stride {st})")
             # PyTorch pads (k-1)//2 before and k//2 after; symmetric k//2 gives the same outputs
             # shifted by one where k is even: drop the first output there.
+            kernel = tuple(weight.shape[2:])
             padding = tuple(k // 2 for k in kernel)
             drop = tuple(i for i, k in enumerate(kernel) if k % 2 == 0)
         else:
             raise ArgumentError(f"{op}: padding must be 'valid', 'same', an int or a tuple of {rank} ints, "
                                 f"got {padding!r}")
-    y = conv_nd(input, weight, bias, stride, padding, _op=op)
+    y = _conv(op, input, weight, bias, stride, padding)
     if drop:
         lead = y.ndim - rank
         key = (slice(None),) * lead + tuple(slice(1, None) if i in drop else slice(None) for i in range(rank))
@@ -241,7 +295,7 @@ def _transpose_front(op: str, rank: int, input: Tensor, weight: Tensor, bias: An
                          f"got shape {input.shape}")
     if isinstance(padding, str):
         raise ArgumentError(f"{op}: padding must be an int or a tuple of {rank} ints, got {padding!r}")
-    return conv_transpose_nd(input, weight, bias, stride, padding, output_padding, _op=op)
+    return _conv_transpose(op, input, weight, bias, stride, padding, output_padding)
 
 
 def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,

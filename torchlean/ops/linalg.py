@@ -66,7 +66,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if bias is not None and bias.shape != (weight.shape[0],):
         raise ShapeError(f"linear: bias shape {bias.shape} does not match weight {weight.shape} (expected ({weight.shape[0]},))")
     parents = (x, weight) if bias is None else (x, weight, bias)
-    same_device("linear", *parents)
+    dev = x.device
+    if weight.device != dev or (bias is not None and bias.device != dev):  # (one call less per layer)
+        same_device("linear", *parents)
     n_out, n_in = weight.shape
     rows = numel(x.shape[:-1])
     xb, wb = fbuf("linear", x), fbuf("linear", weight)

@@ -34,7 +34,7 @@ def _param(op: str, name: str, t: Any, shape: tuple[int, ...]) -> Tensor | None:
         return None
     if not isinstance(t, Tensor):
         raise DTypeError(f"{op}: argument {name} must be a Tensor or None, got {type(t).__name__}")
-    if tuple(t.shape) != shape:
+    if t._shape != shape:  # a tensor's shape is a tuple
         raise ShapeError(f"{op}: argument {name} must have shape {shape}, got {tuple(t.shape)}")
     return t if t._buf is not None else t.float()
 
@@ -43,7 +43,28 @@ def _buf(op: str, t: Tensor | None) -> Buffer | None:
     return None if t is None else fbuf(op, t)
 
 
+def _parents(x: Tensor, w: Tensor | None, b: Tensor | None) -> tuple[Tensor, ...]:
+    """x, w, b without the Nones (spelled out: cheaper than a generator, once per op)."""
+    if w is None:
+        return (x,) if b is None else (x, b)
+    return (x, w) if b is None else (x, w, b)
+
+
+def _one_device(op: str, x: Tensor, *ts: Tensor | None) -> None:
+    """x and the given tensors (None skipped) on one device, else same_device's DeviceError."""
+    dev = x._device
+    for t in ts:
+        if t is not None and t._device != dev:
+            same_device(op, x, *(u for u in ts if u is not None))
+
+
 def _normalized_shape(op: str, normalized_shape: Any) -> tuple[int, ...]:
+    if type(normalized_shape) is tuple and normalized_shape:  # LayerNorm's own: skip the ABC checks below
+        for d in normalized_shape:
+            if type(d) is not int or d < 0:
+                break
+        else:
+            return normalized_shape
     if isinstance(normalized_shape, numbers.Integral) and not isinstance(normalized_shape, bool):
         shape: Sequence[Any] = (int(normalized_shape),)
     elif isinstance(normalized_shape, (tuple, list)) or hasattr(normalized_shape, "__iter__"):
@@ -74,8 +95,8 @@ def layer_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = Non
     if k > x.ndim or tuple(x.shape[x.ndim - k:]) != shape:
         raise ShapeError(f"{op}: normalized_shape {shape} must equal the trailing dims of input shape {tuple(x.shape)}")
     w, b = _param(op, "weight", weight, shape), _param(op, "bias", bias, shape)
-    parents = tuple(t for t in (x, w, b) if t is not None)
-    same_device(op, *parents)
+    parents = _parents(x, w, b)
+    _one_device(op, x, w, b)
     rows, cols = numel(x.shape[:x.ndim - k]), numel(shape)
     xb, gb, bb = fbuf(op, x), _buf(op, w), _buf(op, b)
     y, mean, var = P.layer_norm(xb, gb, bb, rows, cols, eps)
@@ -103,13 +124,14 @@ def _rebind(t: Tensor, buf: Buffer) -> None:
 
 def _update_running(op: str, running: Tensor, batch_stat: Buffer, momentum: float, factor: float = 1.0) -> None:
     """running = (1 - momentum) running + momentum (factor batch_stat), in one primitive call."""
-    _rebind(running, P.running_stat_update(fbuf(op, running), batch_stat, batch_stat.size, momentum, factor))
+    _rebind(running, P.running_stat_update(fbuf(op, running), batch_stat, batch_stat._nbytes // 4, momentum,
+                                           factor))  # _nbytes // 4: Buffer.size without the property call
 
 
 def _batch_norm_train(op: str, x: Tensor, w: Tensor | None, b: Tensor | None, batch: int, channels: int,
                       inner: int, eps: float, running_mean: Tensor | None = None,
                       running_var: Tensor | None = None, momentum: float = 0.1) -> Tensor:
-    parents = tuple(t for t in (x, w, b) if t is not None)
+    parents = _parents(x, w, b)
     xb, gb, bb = fbuf(op, x), _buf(op, w), _buf(op, b)
     y, mean, var = P.batch_norm(xb, gb, bb, batch, channels, inner, eps)
     n = batch * inner
@@ -134,7 +156,7 @@ def _batch_norm_train(op: str, x: Tensor, w: Tensor | None, b: Tensor | None, ba
 
 def _batch_norm_eval(op: str, x: Tensor, running_mean: Tensor, running_var: Tensor, w: Tensor | None,
                      b: Tensor | None, batch: int, channels: int, inner: int, eps: float) -> Tensor:
-    parents = tuple(t for t in (x, w, b) if t is not None)
+    parents = _parents(x, w, b)
     xb, gb, bb = fbuf(op, x), _buf(op, w), _buf(op, b)
     mb, vb = fbuf(op, running_mean), fbuf(op, running_var)  # values: a later update rebinds, never writes
     y = P.batch_norm_infer(xb, mb, vb, gb, bb, batch, channels, inner, eps)
@@ -183,8 +205,8 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     shape = (channels,)
     w, b = _param(op, "weight", weight, shape), _param(op, "bias", bias, shape)
     rm, rv = _param(op, "running_mean", running_mean, shape), _param(op, "running_var", running_var, shape)
-    same_device(op, *(t for t in (x, w, b, rm, rv) if t is not None))
-    if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real):
+    _one_device(op, x, w, b, rm, rv)
+    if type(momentum) is not float and (isinstance(momentum, bool) or not isinstance(momentum, numbers.Real)):
         raise ArgumentError(f"{op}: argument momentum must be a real number, got {momentum!r}")
     if training:
         if batch * inner == 1:
@@ -209,5 +231,5 @@ def batch_norm_channel_first(x: Tensor, weight: Tensor | None = None, bias: Tens
         raise ShapeError(f"{op}: input must have shape (C, *spatial), got {tuple(x.shape)}")
     channels, inner = x.shape[0], numel(x.shape[1:])
     w, b = _param(op, "weight", weight, (channels,)), _param(op, "bias", bias, (channels,))
-    same_device(op, *(t for t in (x, w, b) if t is not None))
+    _one_device(op, x, w, b)
     return _batch_norm_train(op, x, w, b, 1, channels, inner, eps)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from functools import lru_cache
 from typing import Any, Sequence
 
 from .. import autograd
@@ -54,11 +55,36 @@ def _ints(op: str, name: str, v: Any, r: int, minimum: int) -> tuple[int, ...]:
     return vals
 
 
-def _geometry(op: str, r: int, kernel_size: Any, stride: Any, padding: Any):
+def _geometry_checked(op: str, r: int, kernel_size: Any, stride: Any, padding: Any):
     k = _ints(op, "kernel_size", kernel_size, r, 1)
     s = k if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) else _ints(op, "stride", stride, r, 1)
     p = _ints(op, "padding", padding, r, 0)
     return k, s, p
+
+
+def _plain(value: Any) -> bool:
+    """A plain int or a tuple of plain ints: safe as a cache key (True == 1 would share an entry, and
+    a bool must still be refused; a NumPy int is accepted but takes the uncached path)."""
+    if type(value) is int:
+        return True
+    if type(value) is tuple:
+        for v in value:
+            if type(v) is not int:
+                return False
+        return True
+    return False
+
+
+# A module pools with the same arguments on every call: they are checked once (lru_cache keeps
+# no exception, so only successful checks are cached; the key holds only plain ints, None and op).
+_geometry_cached = lru_cache(maxsize=1024)(_geometry_checked)
+
+
+def _geometry(op: str, r: int, kernel_size: Any, stride: Any, padding: Any):
+    """(kernel, stride, padding) as tuples of r ints, each checked (stride None: the kernel)."""
+    if _plain(kernel_size) and (stride is None or _plain(stride)) and _plain(padding):
+        return _geometry_cached(op, r, kernel_size, stride, padding)
+    return _geometry_checked(op, r, kernel_size, stride, padding)
 
 
 def _rank_of(op: str, kernel_size: Any) -> int:
@@ -72,11 +98,19 @@ def _layout(op: str, x: Any, r: int, k, s, p):
     """(x, lead dims, planes, spatial, out) for x (N, C, *spatial) or (C, *spatial)."""
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op}: argument input must be a Tensor, got {type(x).__name__}")
-    if x.ndim not in (r + 1, r + 2):
+    # k, s, p are tuples of ints (_geometry) and a tensor's shape is a tuple of ints: the shape
+    # arithmetic below is done once per (shape, geometry)
+    return (x,) + _shape_layout(op, x._shape, r, k, s, p)
+
+
+@lru_cache(maxsize=1024)
+def _shape_layout(op: str, shape: tuple, r: int, k, s, p):
+    """(lead dims, planes, spatial, out) of an input of this shape (errors: never cached)."""
+    if len(shape) not in (r + 1, r + 2):
         raise ShapeError(f"{op}: expected a {r + 1}-D (C, *spatial) or {r + 2}-D (N, C, *spatial) input for "
-                         f"{r} pooled axes, got shape {tuple(x.shape)}")
-    lead = tuple(x.shape[:x.ndim - r])
-    spatial = tuple(x.shape[x.ndim - r:])
+                         f"{r} pooled axes, got shape {tuple(shape)}")
+    lead = tuple(shape[:len(shape) - r])
+    spatial = tuple(shape[len(shape) - r:])
     out = []
     for i in range(r):
         span = spatial[i] + 2 * p[i]
@@ -84,7 +118,7 @@ def _layout(op: str, x: Any, r: int, k, s, p):
             raise ShapeError(f"{op}: input spatial size {spatial} (plus padding {p}) is smaller than kernel_size {k} "
                              f"on axis {i}: the output would be empty")
         out.append((span - k[i]) // s[i] + 1)
-    return x, lead, math.prod(lead), spatial, tuple(out)
+    return lead, math.prod(lead), spatial, tuple(out)
 
 
 # -- tape ops --------------------------------------------------------------------------------------
@@ -167,6 +201,8 @@ def _dilation_ok(dilation: Any) -> bool:
 
 def _half_kernel_rule(op: str, k, p) -> None:
     """PyTorch: padding must be at most half the kernel size (pad <= kernel // 2) on every axis."""
+    if not any(p):  # no padding (the usual case): nothing to check
+        return
     for i, (ki, pi) in enumerate(zip(k, p)):
         if pi > ki // 2:
             raise ArgumentError(f"{op}: padding should be at most half of kernel_size (pad <= kernel_size // 2), "
@@ -174,8 +210,10 @@ def _half_kernel_rule(op: str, k, p) -> None:
 
 
 def _max_front(op: str, r: int, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
-    _unsupported(op, dilation=(dilation, _dilation_ok(dilation)), ceil_mode=(ceil_mode, not ceil_mode),
-                 return_indices=(return_indices, not return_indices))
+    # the defaults pass without building the option table below
+    if not (ceil_mode is False and return_indices is False and type(dilation) is int and dilation == 1):
+        _unsupported(op, dilation=(dilation, _dilation_ok(dilation)), ceil_mode=(ceil_mode, not ceil_mode),
+                     return_indices=(return_indices, not return_indices))
     k, s, p = _geometry(op, r, kernel_size, stride, padding)
     _half_kernel_rule(op, k, p)
     return _max_pool(op, input, r, k, s, p)
@@ -185,9 +223,11 @@ def _avg_front(op: str, r: int, input, kernel_size, stride, padding, ceil_mode, 
                divisor_override):
     k, s, p = _geometry(op, r, kernel_size, stride, padding)
     # count_include_pad=False only changes windows that overlap padding: without padding it is the same op.
-    _unsupported(op, ceil_mode=(ceil_mode, not ceil_mode),
-                 count_include_pad=(count_include_pad, bool(count_include_pad) or not any(p)),
-                 divisor_override=(divisor_override, divisor_override is None))
+    # (The defaults pass without building the option table.)
+    if not (ceil_mode is False and count_include_pad is True and divisor_override is None):
+        _unsupported(op, ceil_mode=(ceil_mode, not ceil_mode),
+                     count_include_pad=(count_include_pad, bool(count_include_pad) or not any(p)),
+                     divisor_override=(divisor_override, divisor_override is None))
     _half_kernel_rule(op, k, p)
     return _avg_pool(op, input, r, k, s, p)
 

@@ -7,6 +7,7 @@ inputs' backend and wraps the result in a new Buffer. Inputs are never modified.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Sequence
 
 from ..errors import ArgumentError, AxisError, ShapeError
@@ -288,7 +289,21 @@ broadcast_vec_to_cols = _vec_broadcast("broadcast_vec_to_cols", "out[i, j] = vec
 
 
 def check_axis_map(op: str, in_dims: Any, out_dims: Any, axis_map: Any) -> tuple[tuple[int, ...], ...]:
-    """Validate a (in_dims, out_dims, axis_map) broadcast description; return the checked tuples."""
+    """Validate a (in_dims, out_dims, axis_map) broadcast description; return the checked tuples.
+
+    The tape passes the same plain-int tuples on every step (every bias gradient): those are
+    checked once per description (lru_cache keeps no exception, so only successes are cached; bools
+    and NumPy ints, which hash like ints, take the uncached path)."""
+    if type(in_dims) is tuple and type(out_dims) is tuple and type(axis_map) is tuple:
+        for v in in_dims + out_dims + axis_map:
+            if type(v) is not int:
+                break
+        else:
+            return _check_axis_map_cached(op, in_dims, out_dims, axis_map)
+    return _check_axis_map(op, in_dims, out_dims, axis_map)
+
+
+def _check_axis_map(op: str, in_dims: Any, out_dims: Any, axis_map: Any) -> tuple[tuple[int, ...], ...]:
     ind = check_dims(op, "in_dims", in_dims)
     outd = check_dims(op, "out_dims", out_dims)
     amap = check_u32_tuple(op, "axis_map", axis_map)
@@ -311,6 +326,9 @@ def check_axis_map(op: str, in_dims: Any, out_dims: Any, axis_map: Any) -> tuple
         if (a + 1) not in seen and d != 1:
             raise ShapeError(f"{op}: input axis {a} (size {d}) of in_dims {list(ind)} is not mapped by axis_map {list(amap)}")
     return ind, outd, amap
+
+
+_check_axis_map_cached = lru_cache(maxsize=1024)(_check_axis_map)
 
 
 def _prod(dims: Sequence[int]) -> int:

@@ -1,4 +1,5 @@
-"""Primitives of the classification: cross_entropy_rows, gelu, gelu_tanh and their backward passes (checked, then dispatched like those in ``primitives``).
+"""Primitives of the classification: cross_entropy_rows, cross_entropy_reduce, gelu, gelu_tanh and their
+backward passes (checked, then dispatched like those in ``primitives``).
 
 Conventions (the spec, ``torchlean.spec.classify``, is the reference):
 
@@ -11,6 +12,13 @@ Conventions (the spec, ``torchlean.spec.classify``, is the reference):
   target >= cols marks an ignored row: loss 0.
 * ``cross_entropy_rows_bwd(x, lse, dloss, rows, cols, targets, label_smoothing) -> dx``:
   ``dx[r, j] = dloss[r] (exp(x[r, j] - lse[r]) - (1 - ls) [j == t_r] - ls / cols)``; ignored rows 0.
+* ``cross_entropy_reduce(x, rows, cols, targets, label_smoothing, scale) -> (loss, lse)``: loss of
+  shape (1,) = fl32(scale * sum_r loss_r), the row losses (float32, as cross_entropy_rows gives
+  them) summed in double in a fixed order; ``scale`` is rounded to float32 (1 for 'sum', 1 / count
+  for 'mean'; NaN gives NaN). The reduced cross entropy in one call instead of three.
+* ``cross_entropy_reduce_bwd(x, lse, dloss, rows, cols, targets, label_smoothing, scale) -> dx``:
+  cross_entropy_rows_bwd with every ``dloss[r] = fl32(dloss[0] * scale)``: the same bits as scaling
+  dloss, broadcasting it to the rows and calling cross_entropy_rows_bwd.
 * ``gelu(x) = x Phi(x)`` (exact form), ``gelu_bwd(x, dy) = dy (Phi(x) + x phi(x))``;
   ``gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))``, ``gelu_tanh_bwd(x, dy)``.
   Stable for large |x|; gelu(+inf) = +inf, gelu(-inf) = -0, derivative 1 at +inf and 0 at -inf.
@@ -28,7 +36,8 @@ from .buffer import Buffer
 from .checks import check_buffer, check_indices, check_product, check_scalar, check_u32, same_device
 from .primitives import _run, _wrap
 
-__all__ = ["cross_entropy_rows", "cross_entropy_rows_bwd", "gelu", "gelu_bwd", "gelu_tanh", "gelu_tanh_bwd"]
+__all__ = ["cross_entropy_rows", "cross_entropy_rows_bwd", "cross_entropy_reduce",
+           "cross_entropy_reduce_bwd", "gelu", "gelu_bwd", "gelu_tanh", "gelu_tanh_bwd"]
 
 
 def _label_smoothing(op: str, value: Any) -> float:
@@ -66,6 +75,33 @@ def cross_entropy_rows_bwd(x: Buffer, lse: Buffer, dloss: Buffer, rows: int, col
     ctx = same_device(op, x=x, lse=lse, dloss=dloss)
     return _wrap(ctx, _run(op, ctx, x.size, ctx.backend.cross_entropy_rows_bwd,
                            x._data, lse._data, dloss._data, r, c, t, ls))
+
+
+def cross_entropy_reduce(x: Buffer, rows: int, cols: int, targets: Any, label_smoothing: float,
+                         scale: float) -> tuple[Buffer, Buffer]:
+    """(loss (1,), lse (rows,)): scale times the sum of cross_entropy_rows's losses, one call."""
+    op = "cross_entropy_reduce"
+    r, c, t = _ce_dims(op, x, rows, cols, targets)
+    ls = _label_smoothing(op, label_smoothing)
+    sc = check_scalar(op, "scale", scale)
+    ctx = x._ctx
+    loss, lse = _run(op, ctx, 1 + r, ctx.backend.cross_entropy_reduce, x._data, r, c, t, ls, sc)
+    return _wrap(ctx, loss), _wrap(ctx, lse)
+
+
+def cross_entropy_reduce_bwd(x: Buffer, lse: Buffer, dloss: Buffer, rows: int, cols: int, targets: Any,
+                             label_smoothing: float, scale: float) -> Buffer:
+    """dx of cross_entropy_reduce for the cotangent dloss (1,): cross_entropy_rows_bwd with
+    dloss[r] = fl32(dloss[0] * scale) on every row."""
+    op = "cross_entropy_reduce_bwd"
+    r, c, t = _ce_dims(op, x, rows, cols, targets)
+    check_buffer(op, "lse", lse, r)
+    check_buffer(op, "dloss", dloss, 1)
+    ls = _label_smoothing(op, label_smoothing)
+    sc = check_scalar(op, "scale", scale)
+    ctx = same_device(op, x=x, lse=lse, dloss=dloss)
+    return _wrap(ctx, _run(op, ctx, x.size, ctx.backend.cross_entropy_reduce_bwd,
+                           x._data, lse._data, dloss._data, r, c, t, ls, sc))
 
 
 def _unary(name: str, doc: str):

@@ -13,12 +13,13 @@ output at least 1 along every axis, every buffer's size); backends get checked t
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Any
 
 from ..errors import ShapeError
 from .buffer import Buffer
-from .checks import check_buffer, check_product, check_u32, check_u32_tuple, same_device
+from .checks import U32_LIMIT, check_buffer, check_product, check_u32, check_u32_tuple, same_device
 from .primitives import _run, _wrap
 
 __all__ = ["conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose"]
@@ -39,9 +40,7 @@ def _geometry(op: str, batch: Any, in_c: Any, out_c: Any, spatial: Any, kernel: 
     """The checked (batch, in_c, out_c, spatial, kernel, stride, padding); calls with plain int
     tuples (every call from the ops layer) are checked once per geometry."""
     args = (op, batch, in_c, out_c, spatial, kernel, stride, padding)
-    if type(spatial) is tuple and type(kernel) is tuple and type(stride) is tuple and type(padding) is tuple \
-            and type(batch) is int and type(in_c) is int and type(out_c) is int \
-            and all(type(v) is int for v in spatial + kernel + stride + padding):  # True == 1 would share an entry
+    if _plain(batch, in_c, out_c, spatial, kernel, stride, padding):
         return _geometry_cached(*args)
     return _geometry_checked(*args)
 
@@ -71,6 +70,50 @@ def _geometry_checked(op: str, batch: Any, in_c: Any, out_c: Any, spatial: Any, 
 _geometry_cached = lru_cache(maxsize=1024)(_geometry_checked)
 
 
+# -- the hot path of conv / conv_bwd_input / conv_bwd_weight ----------------------------------------
+# The tape calls these with the same plain-int dims on every step. _plan checks those dims once per
+# geometry (the same checks, in the same order, as the full path) and keeps the buffer sizes; a call
+# then only has to test its buffers. Whenever a cheap test fails, the full path runs and raises
+# exactly its own error.
+def _plain(batch: Any, in_c: Any, out_c: Any, spatial: Any, kernel: Any, stride: Any, padding: Any) -> bool:
+    """Plain ints and tuples of plain ints only: safe as a cache key (True == 1 would share an entry)."""
+    if type(spatial) is tuple and type(kernel) is tuple and type(stride) is tuple and type(padding) is tuple \
+            and type(batch) is int and type(in_c) is int and type(out_c) is int:
+        for v in spatial + kernel + stride + padding:
+            if type(v) is not int:
+                return False
+        return True
+    return False
+
+
+def _plan(op: str, batch: Any, in_c: Any, out_c: Any, spatial: Any, kernel: Any, stride: Any,
+          padding: Any) -> tuple | None:
+    """(bt, ic, oc, sp, kn, st, pd, n_x, n_w, n_y) for plain-int dims whose checks pass and whose
+    sizes fit in uint32; None for anything else (the caller takes the full path)."""
+    if _plain(batch, in_c, out_c, spatial, kernel, stride, padding):
+        return _plan_cached(op, batch, in_c, out_c, spatial, kernel, stride, padding)
+    return None
+
+
+@lru_cache(maxsize=1024)
+def _plan_cached(op: str, batch: int, in_c: int, out_c: int, spatial: tuple, kernel: tuple, stride: tuple,
+                 padding: tuple) -> tuple | None:
+    # the full path's first two steps (their errors propagate, never cached) ...
+    bt, ic, oc, sp, kn, st, pd = _geometry_checked(op, batch, in_c, out_c, spatial, kernel, stride, padding)
+    out = _out_dims(op, sp, kn, st, pd)
+    # ... then the sizes it checks next, in whichever order: one too large sends every call to the full
+    # path, which raises the error it meets first
+    n_x, n_w, n_y = math.prod((bt, ic) + sp), math.prod((oc, ic) + kn), math.prod((bt, oc) + out)
+    if n_x >= U32_LIMIT or n_w >= U32_LIMIT or n_y >= U32_LIMIT:
+        return None
+    return bt, ic, oc, sp, kn, st, pd, n_x, n_w, n_y
+
+
+def _ok(buf: Any, size: int) -> bool:
+    """check_buffer's common case as a test: a live Buffer of ``size`` float32 elements."""
+    return type(buf) is Buffer and buf._data is not None and buf._nbytes == 4 * size
+
+
 def _out_dims(op: str, sp, kn, st, pd) -> tuple[int, ...]:
     out = []
     for i, (s, k, t, p) in enumerate(zip(sp, kn, st, pd)):
@@ -95,6 +138,13 @@ def conv(x: Buffer, w: Buffer, b: Buffer | None, batch: int, in_c: int, out_c: i
          padding) -> Buffer:
     """Cross-correlation (PyTorch's conv): y[n,o,p] = b[o] + sum_{c,k} w[o,c,k] x[n,c,p*stride - padding + k],
     x read as 0 in the padding (a value: 0 times an inf weight is NaN)."""
+    plan = _plan("conv", batch, in_c, out_c, spatial, kernel, stride, padding)
+    if plan is not None:  # the hot path (see _plan); the full checks below otherwise
+        bt, ic, oc, sp, kn, st, pd, n_x, n_w, n_y = plan
+        ctx = x._ctx if type(x) is Buffer else None
+        if _ok(x, n_x) and _ok(w, n_w) and w._ctx is ctx and (b is None or (_ok(b, oc) and b._ctx is ctx)):
+            return _wrap(ctx, _run("conv", ctx, n_y, ctx.backend.conv, x._data, w._data,
+                                   None if b is None else b._data, bt, ic, oc, sp, kn, st, pd))
     bt, ic, oc, sp, kn, st, pd = _geometry("conv", batch, in_c, out_c, spatial, kernel, stride, padding)
     out = _out_dims("conv", sp, kn, st, pd)
     check_buffer("conv", "x", x, check_product("conv", "batch*in_c*prod(spatial)", bt, ic, *sp))
@@ -111,6 +161,13 @@ def conv_bwd_input(dy: Buffer, w: Buffer, batch: int, in_c: int, out_c: int, spa
     """dx (batch, in_c, *spatial): the adjoint of conv in x. Only taps that land inside x are terms
     (one that lands in the padding is dropped whole)."""
     op = "conv_bwd_input"
+    plan = _plan(op, batch, in_c, out_c, spatial, kernel, stride, padding)
+    if plan is not None:
+        bt, ic, oc, sp, kn, st, pd, n_x, n_w, n_y = plan
+        ctx = dy._ctx if type(dy) is Buffer else None
+        if _ok(dy, n_y) and _ok(w, n_w) and w._ctx is ctx:
+            return _wrap(ctx, _run(op, ctx, n_x, ctx.backend.conv_bwd_input, dy._data, w._data, bt, ic, oc, sp, kn,
+                                   st, pd))
     bt, ic, oc, sp, kn, st, pd = _geometry(op, batch, in_c, out_c, spatial, kernel, stride, padding)
     out = _out_dims(op, sp, kn, st, pd)
     check_buffer(op, "dy", dy, check_product(op, "batch*out_c*prod(out)", bt, oc, *out))
@@ -125,6 +182,13 @@ def conv_bwd_weight(x: Buffer, dy: Buffer, batch: int, in_c: int, out_c: int, sp
     """dw (out_c, in_c, *kernel): dw[o,c,k] = sum_{n,p} dy[n,o,p] x[n,c,p*stride - padding + k]
     (x = 0 in the padding)."""
     op = "conv_bwd_weight"
+    plan = _plan(op, batch, in_c, out_c, spatial, kernel, stride, padding)
+    if plan is not None:
+        bt, ic, oc, sp, kn, st, pd, n_x, n_w, n_y = plan
+        ctx = x._ctx if type(x) is Buffer else None
+        if _ok(x, n_x) and _ok(dy, n_y) and dy._ctx is ctx:
+            return _wrap(ctx, _run(op, ctx, n_w, ctx.backend.conv_bwd_weight, x._data, dy._data, bt, ic, oc, sp, kn,
+                                   st, pd))
     bt, ic, oc, sp, kn, st, pd = _geometry(op, batch, in_c, out_c, spatial, kernel, stride, padding)
     out = _out_dims(op, sp, kn, st, pd)
     check_buffer(op, "x", x, check_product(op, "batch*in_c*prod(spatial)", bt, ic, *sp))
@@ -140,7 +204,27 @@ def conv_transpose(x: Buffer, w: Buffer, b: Buffer | None, batch: int, in_c: int
     y (batch, out_c, *out), out_i = (spatial_i - 1) stride_i - 2 padding_i + kernel_i + output_padding_i;
     y = conv_bwd_input of a conv from out_c to in_c channels over out, plus the bias."""
     op = "conv_transpose"
+    plan = _transpose_plan(op, batch, in_c, out_c, spatial, kernel, stride, padding, output_padding)
+    if plan is not None:  # the hot path, as in conv
+        bt, ic, oc, sp, kn, st, pd, opd, n_x, n_w, n_y = plan
+        ctx = x._ctx if type(x) is Buffer else None
+        if _ok(x, n_x) and _ok(w, n_w) and w._ctx is ctx and (b is None or (_ok(b, oc) and b._ctx is ctx)):
+            return _wrap(ctx, _run(op, ctx, n_y, ctx.backend.conv_transpose, x._data, w._data,
+                                   None if b is None else b._data, bt, ic, oc, sp, kn, st, pd, opd))
     bt, ic, oc, sp, kn, st, pd = _geometry(op, batch, in_c, out_c, spatial, kernel, stride, padding)
+    opd, out = _transpose_out(op, sp, kn, st, pd, output_padding)
+    check_product(op, "batch*out_c*prod(out+2*padding)", bt, oc, *(n + 2 * p for n, p in zip(out, pd)))
+    check_buffer(op, "x", x, check_product(op, "batch*in_c*prod(spatial)", bt, ic, *sp))
+    check_buffer(op, "w", w, check_product(op, "in_c*out_c*prod(kernel)", ic, oc, *kn))
+    bb = _bias(op, b, oc)
+    ctx = same_device(op, x=x, w=w, **({} if bb is None else {"b": bb}))
+    n_out = check_product(op, "batch*out_c*prod(out)", bt, oc, *out)
+    return _wrap(ctx, _run(op, ctx, n_out, ctx.backend.conv_transpose, x._data, w._data,
+                           None if bb is None else bb._data, bt, ic, oc, sp, kn, st, pd, opd))
+
+
+def _transpose_out(op: str, sp, kn, st, pd, output_padding: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The checked output_padding and conv_transpose's output dims."""
     opd = _tuple(op, "output_padding", output_padding, len(sp))
     out = []
     for i, (s, k, t, p, o) in enumerate(zip(sp, kn, st, pd, opd)):
@@ -154,11 +238,28 @@ def conv_transpose(x: Buffer, w: Buffer, b: Buffer | None, batch: int, in_c: int
                 f"+ output_padding = ({s} - 1)*{t} - 2*{p} + {k} + {o} = {n} (spatial {list(sp)}, kernel {list(kn)}, "
                 f"stride {list(st)}, padding {list(pd)}, output_padding {list(opd)})")
         out.append(n)
-    check_product(op, "batch*out_c*prod(out+2*padding)", bt, oc, *(n + 2 * p for n, p in zip(out, pd)))
-    check_buffer(op, "x", x, check_product(op, "batch*in_c*prod(spatial)", bt, ic, *sp))
-    check_buffer(op, "w", w, check_product(op, "in_c*out_c*prod(kernel)", ic, oc, *kn))
-    bb = _bias(op, b, oc)
-    ctx = same_device(op, x=x, w=w, **({} if bb is None else {"b": bb}))
-    n_out = check_product(op, "batch*out_c*prod(out)", bt, oc, *out)
-    return _wrap(ctx, _run(op, ctx, n_out, ctx.backend.conv_transpose, x._data, w._data,
-                           None if bb is None else bb._data, bt, ic, oc, sp, kn, st, pd, opd))
+    return opd, tuple(out)
+
+
+def _transpose_plan(op: str, batch: Any, in_c: Any, out_c: Any, spatial: Any, kernel: Any, stride: Any,
+                    padding: Any, output_padding: Any) -> tuple | None:
+    """_plan for conv_transpose: (bt, ic, oc, sp, kn, st, pd, opd, n_x, n_w, n_y) or None."""
+    if type(output_padding) is not tuple or not _plain(batch, in_c, out_c, spatial, kernel, stride, padding):
+        return None
+    for v in output_padding:
+        if type(v) is not int:
+            return None
+    return _transpose_plan_cached(op, batch, in_c, out_c, spatial, kernel, stride, padding, output_padding)
+
+
+@lru_cache(maxsize=1024)
+def _transpose_plan_cached(op: str, batch: int, in_c: int, out_c: int, spatial: tuple, kernel: tuple,
+                           stride: tuple, padding: tuple, output_padding: tuple) -> tuple | None:
+    # conv_transpose's own steps up to the buffer checks (errors propagate, never cached), then its sizes
+    bt, ic, oc, sp, kn, st, pd = _geometry_checked(op, batch, in_c, out_c, spatial, kernel, stride, padding)
+    opd, out = _transpose_out(op, sp, kn, st, pd, output_padding)
+    sizes = (math.prod((bt, oc) + tuple(n + 2 * p for n, p in zip(out, pd))), math.prod((bt, ic) + sp),
+             math.prod((ic, oc) + kn), math.prod((bt, oc) + out))
+    if max(sizes) >= U32_LIMIT:
+        return None
+    return (bt, ic, oc, sp, kn, st, pd, opd) + sizes[1:]

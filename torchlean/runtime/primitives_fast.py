@@ -49,12 +49,15 @@ def fast_gemm(a: Buffer, b: Buffer, bias: Buffer | None, m: int, k: int, n: int,
     ta, tb, f64 = _flag(op, "trans_a", trans_a), _flag(op, "trans_b", trans_b), _flag(op, "fp64", fp64)
     check_buffer(op, "a", a, check_product(op, "m*k", m_, k_))
     check_buffer(op, "b", b, check_product(op, "k*n", k_, n_))
+    ctx = a._ctx
     if bias is None:
-        ctx = same_device(op, a=a, b=b)
+        if b._ctx is not ctx:  # (keywords build a dict: only for the error)
+            same_device(op, a=a, b=b)
         bias_data = None
     else:
         check_buffer(op, "bias", bias, n_)
-        ctx = same_device(op, a=a, b=b, bias=bias)
+        if b._ctx is not ctx or bias._ctx is not ctx:
+            same_device(op, a=a, b=b, bias=bias)
         bias_data = bias._data
     n_out = check_product(op, "m*n", m_, n_)
     return _wrap(ctx, _run(op, ctx, n_out, ctx.backend.fast_gemm, a._data, b._data, bias_data, m_, k_, n_,
@@ -70,7 +73,9 @@ def linear_bwd(g: Buffer, x: Buffer, w: Buffer, rows: int, n_in: int, n_out: int
     check_buffer(op, "g", g, check_product(op, "rows*n_out", r, o))
     check_buffer(op, "x", x, check_product(op, "rows*n_in", r, i))
     check_buffer(op, "w", w, check_product(op, "n_out*n_in", o, i))
-    ctx = same_device(op, g=g, x=x, w=w)
+    ctx = g._ctx
+    if x._ctx is not ctx or w._ctx is not ctx:  # (keywords build a dict: only for the error)
+        same_device(op, g=g, x=x, w=w)
     dx, dw, db = _run(op, ctx, r * i + o * i + o, ctx.backend.linear_bwd, g._data, x._data, w._data, r, i, o)
     return _wrap(ctx, dx), _wrap(ctx, dw), _wrap(ctx, db)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import ArgumentError
 from .buffer import Buffer
-from .checks import check_buffer, check_product, check_scalar, check_u32, same_device
+from .checks import U32_LIMIT, check_buffer, check_product, check_scalar, check_u32, same_device
 from .primitives import _run, _wrap
 
 __all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer", "running_stat_update"]
@@ -34,8 +34,14 @@ def _optional(op: str, name: str, buf: Any, size: int) -> Any:
     return check_buffer(op, name, buf, size)
 
 
-def _device(op: str, **bufs: Any):
-    return same_device(op, **{k: v for k, v in bufs.items() if v is not None})
+def _device(op: str, names: tuple[str, ...], *bufs: Any):
+    """The one device of the checked buffers ``bufs`` (None entries skipped), the first one required.
+    Positional, not keywords: the common case builds no dict; a mix still gets same_device's error."""
+    ctx = bufs[0]._ctx
+    for b in bufs:
+        if b is not None and b._ctx is not ctx:
+            return same_device(op, **{k: v for k, v in zip(names, bufs) if v is not None})
+    return ctx
 
 
 def _raw(b: Buffer | None) -> Any:
@@ -48,6 +54,11 @@ def _rows_dims(op: str, rows: Any, cols: Any) -> tuple[int, int, int]:
 
 
 def _bn_dims(op: str, batch: Any, channels: Any, inner: Any) -> tuple[int, int, int, int]:
+    if type(batch) is int and type(channels) is int and type(inner) is int \
+            and 0 <= batch < U32_LIMIT and 0 <= channels < U32_LIMIT and 0 <= inner < U32_LIMIT:
+        n = batch * channels * inner  # the common case: plain ints in range, checked in one test
+        if n < U32_LIMIT:
+            return batch, channels, inner, n
     b, c, i = check_u32(op, "batch", batch), check_u32(op, "channels", channels), check_u32(op, "inner", inner)
     return b, c, i, check_product(op, "batch*channels*inner", b, c, i)
 
@@ -64,7 +75,7 @@ def layer_norm(x: Buffer, gamma: Buffer | None, beta: Buffer | None, rows: int, 
     _optional(op, "gamma", gamma, c)
     _optional(op, "beta", beta, c)
     e = _eps(op, eps)
-    ctx = _device(op, x=x, gamma=gamma, beta=beta)
+    ctx = _device(op, ("x", "gamma", "beta"), x, gamma, beta)
     y, mean, var = _run(op, ctx, n + 2 * r, ctx.backend.layer_norm, x._data, _raw(gamma), _raw(beta), r, c, e)
     return _wrap(ctx, y), _wrap(ctx, mean), _wrap(ctx, var)
 
@@ -81,7 +92,7 @@ def layer_norm_bwd(x: Buffer, gamma: Buffer | None, mean: Buffer, var: Buffer, d
     check_buffer(op, "var", var, r)
     check_buffer(op, "dy", dy, n)
     e = _eps(op, eps)
-    ctx = _device(op, x=x, gamma=gamma, mean=mean, var=var, dy=dy)
+    ctx = _device(op, ("x", "gamma", "mean", "var", "dy"), x, gamma, mean, var, dy)
     dx, dg, db = _run(op, ctx, n + 2 * c, ctx.backend.layer_norm_bwd, x._data, _raw(gamma), mean._data,
                       var._data, dy._data, r, c, e)
     return _wrap(ctx, dx), _wrap(ctx, dg), _wrap(ctx, db)
@@ -98,7 +109,7 @@ def batch_norm(x: Buffer, gamma: Buffer | None, beta: Buffer | None, batch: int,
     _optional(op, "gamma", gamma, c)
     _optional(op, "beta", beta, c)
     e = _eps(op, eps)
-    ctx = _device(op, x=x, gamma=gamma, beta=beta)
+    ctx = _device(op, ("x", "gamma", "beta"), x, gamma, beta)
     y, mean, var = _run(op, ctx, n + 2 * c, ctx.backend.batch_norm, x._data, _raw(gamma), _raw(beta), b, c, i, e)
     return _wrap(ctx, y), _wrap(ctx, mean), _wrap(ctx, var)
 
@@ -115,7 +126,7 @@ def batch_norm_bwd(x: Buffer, gamma: Buffer | None, mean: Buffer, var: Buffer, d
     check_buffer(op, "var", var, c)
     check_buffer(op, "dy", dy, n)
     e = _eps(op, eps)
-    ctx = _device(op, x=x, gamma=gamma, mean=mean, var=var, dy=dy)
+    ctx = _device(op, ("x", "gamma", "mean", "var", "dy"), x, gamma, mean, var, dy)
     dx, dg, db = _run(op, ctx, n + 2 * c, ctx.backend.batch_norm_bwd, x._data, _raw(gamma), mean._data,
                       var._data, dy._data, b, c, i, e)
     return _wrap(ctx, dx), _wrap(ctx, dg), _wrap(ctx, db)
@@ -133,7 +144,7 @@ def batch_norm_infer(x: Buffer, mean: Buffer, var: Buffer, gamma: Buffer | None,
     _optional(op, "gamma", gamma, c)
     _optional(op, "beta", beta, c)
     e = _eps(op, eps)
-    ctx = _device(op, x=x, mean=mean, var=var, gamma=gamma, beta=beta)
+    ctx = _device(op, ("x", "mean", "var", "gamma", "beta"), x, mean, var, gamma, beta)
     return _wrap(ctx, _run(op, ctx, n, ctx.backend.batch_norm_infer, x._data, mean._data, var._data,
                            _raw(gamma), _raw(beta), b, c, i, e))
 
@@ -150,5 +161,5 @@ def running_stat_update(running: Buffer, stat: Buffer, n: int, momentum: float, 
     m = check_scalar(op, "momentum", momentum)
     keep = check_scalar(op, "1 - momentum", 1.0 - float(momentum))
     f = check_scalar(op, "factor", factor)
-    ctx = same_device(op, running=running, stat=stat)
+    ctx = _device(op, ("running", "stat"), running, stat)
     return _wrap(ctx, _run(op, ctx, n_, ctx.backend.running_stat_update, running._data, stat._data, n_, keep, m, f))

@@ -11,6 +11,7 @@ the kernel offsets. See ``torchlean.spec.pool`` for the exact conventions.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any, Sequence
 
 from ..errors import ArgumentError, ShapeError
@@ -24,7 +25,19 @@ MAX_RANK = 8
 
 
 def _geometry(op: str, planes: Any, spatial: Any, kernel: Any, stride: Any, padding: Any):
-    """Checked (planes, spatial, kernel, stride, padding, out, n_in, n_out)."""
+    """Checked (planes, spatial, kernel, stride, padding, out, n_in, n_out); calls with plain ints
+    (every call from the ops layer) are checked once per geometry."""
+    if type(planes) is int and type(spatial) is tuple and type(kernel) is tuple and type(stride) is tuple \
+            and type(padding) is tuple:
+        for v in spatial + kernel + stride + padding:
+            if type(v) is not int:  # True == 1 would share an entry; NumPy ints take the checked path
+                break
+        else:
+            return _geometry_cached(op, planes, spatial, kernel, stride, padding)
+    return _geometry_checked(op, planes, spatial, kernel, stride, padding)
+
+
+def _geometry_checked(op: str, planes: Any, spatial: Any, kernel: Any, stride: Any, padding: Any):
     pl = check_u32(op, "planes", planes)
     sp = check_dims(op, "spatial", spatial)
     r = len(sp)
@@ -56,6 +69,10 @@ def _geometry(op: str, planes: Any, spatial: Any, kernel: Any, stride: Any, padd
     return pl, sp, kn, st, pd, out, n_in, n_out
 
 
+# Only successful checks are cached (lru_cache keeps no exception).
+_geometry_cached = lru_cache(maxsize=1024)(_geometry_checked)
+
+
 def _beta(op: str, beta: Any) -> float:
     b = check_scalar(op, "beta", beta)
     if not math.isfinite(b) or b == 0.0:
@@ -63,11 +80,23 @@ def _beta(op: str, beta: Any) -> float:
     return b
 
 
-def _run_pool(op: str, n_elems: int, buffers: dict[str, tuple[Buffer, int]], *dims: Any) -> Buffer:
-    for name, (buf, size) in buffers.items():
+def _run_pool(op: str, n_elems: int, buffers: tuple[tuple[str, Buffer, int], ...], *dims: Any) -> Buffer:
+    """Check the (name, buffer, size) operands, then run the backend's ``op`` on their arrays and dims."""
+    ctx = None
+    for _, buf, size in buffers:  # the common case in one test per buffer: live, the right size, one device
+        if type(buf) is not Buffer or buf._data is None or buf._nbytes != 4 * size \
+                or (ctx is not None and buf._ctx is not ctx):
+            ctx = _checked_device(op, buffers)
+            break
+        ctx = buf._ctx
+    return _wrap(ctx, _run(op, ctx, n_elems, getattr(ctx.backend, op), *[b._data for _, b, _ in buffers], *dims))
+
+
+def _checked_device(op: str, buffers: tuple[tuple[str, Buffer, int], ...]) -> Any:
+    """The full checks of the operands (their errors), then their one device."""
+    for name, buf, size in buffers:
         check_buffer(op, name, buf, size)
-    ctx = same_device(op, **{name: b for name, (b, _) in buffers.items()})
-    return _wrap(ctx, _run(op, ctx, n_elems, getattr(ctx.backend, op), *[b._data for b, _ in buffers.values()], *dims))
+    return same_device(op, **{name: b for name, b, _ in buffers})
 
 
 def max_pool(x: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
@@ -75,7 +104,7 @@ def max_pool(x: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[in
     """y (planes, *out): the window maximum; padding is -inf and never selected; a NaN in the window
     wins (the first one); an all-padding window gives -inf."""
     pl, sp, kn, st, pd, out, n_in, n_out = _geometry("max_pool", planes, spatial, kernel, stride, padding)
-    return _run_pool("max_pool", n_out, {"x": (x, n_in)}, pl, sp, kn, st, pd)
+    return _run_pool("max_pool", n_out, (("x", x, n_in),), pl, sp, kn, st, pd)
 
 
 def max_pool_bwd(x: Buffer, dy: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int],
@@ -83,7 +112,7 @@ def max_pool_bwd(x: Buffer, dy: Buffer, planes: int, spatial: Sequence[int], ker
     """dx (planes, *spatial): each window's winner (recomputed from x: the first NaN, else the first
     strict maximum) receives its dy; dx[q] sums them in row-major order of the windows."""
     pl, sp, kn, st, pd, out, n_in, n_out = _geometry("max_pool_bwd", planes, spatial, kernel, stride, padding)
-    return _run_pool("max_pool_bwd", n_in, {"x": (x, n_in), "dy": (dy, n_out)}, pl, sp, kn, st, pd)
+    return _run_pool("max_pool_bwd", n_in, (("x", x, n_in), ("dy", dy, n_out)), pl, sp, kn, st, pd)
 
 
 def avg_pool(x: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
@@ -91,7 +120,7 @@ def avg_pool(x: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[in
     """y (planes, *out) = (sum of the window's in-bounds values) / prod(kernel): padding counts as 0
     (PyTorch's count_include_pad=True)."""
     pl, sp, kn, st, pd, out, n_in, n_out = _geometry("avg_pool", planes, spatial, kernel, stride, padding)
-    return _run_pool("avg_pool", n_out, {"x": (x, n_in)}, pl, sp, kn, st, pd)
+    return _run_pool("avg_pool", n_out, (("x", x, n_in),), pl, sp, kn, st, pd)
 
 
 def avg_pool_bwd(dy: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
@@ -99,7 +128,7 @@ def avg_pool_bwd(dy: Buffer, planes: int, spatial: Sequence[int], kernel: Sequen
     """dx (planes, *spatial): dx[q] = (sum of dy over the windows containing q, in row-major order) /
     prod(kernel)."""
     pl, sp, kn, st, pd, out, n_in, n_out = _geometry("avg_pool_bwd", planes, spatial, kernel, stride, padding)
-    return _run_pool("avg_pool_bwd", n_in, {"dy": (dy, n_out)}, pl, sp, kn, st, pd)
+    return _run_pool("avg_pool_bwd", n_in, (("dy", dy, n_out),), pl, sp, kn, st, pd)
 
 
 def smooth_max_pool(x: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
@@ -108,7 +137,7 @@ def smooth_max_pool(x: Buffer, planes: int, spatial: Sequence[int], kernel: Sequ
     v = 0, m = max of beta v; beta finite and nonzero (beta < 0: a smooth min)."""
     pl, sp, kn, st, pd, out, n_in, n_out = _geometry("smooth_max_pool", planes, spatial, kernel, stride, padding)
     b = _beta("smooth_max_pool", beta)
-    return _run_pool("smooth_max_pool", n_out, {"x": (x, n_in)}, pl, sp, kn, st, pd, b)
+    return _run_pool("smooth_max_pool", n_out, (("x", x, n_in),), pl, sp, kn, st, pd, b)
 
 
 def smooth_max_pool_bwd(x: Buffer, y: Buffer, dy: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int],
@@ -117,5 +146,5 @@ def smooth_max_pool_bwd(x: Buffer, y: Buffer, dy: Buffer, planes: int, spatial: 
     dy[w] * exp(beta x[q] - beta y[w]), y the forward output; padding positions get nothing."""
     pl, sp, kn, st, pd, out, n_in, n_out = _geometry("smooth_max_pool_bwd", planes, spatial, kernel, stride, padding)
     b = _beta("smooth_max_pool_bwd", beta)
-    return _run_pool("smooth_max_pool_bwd", n_in, {"x": (x, n_in), "y": (y, n_out), "dy": (dy, n_out)},
+    return _run_pool("smooth_max_pool_bwd", n_in, (("x", x, n_in), ("y", y, n_out), ("dy", dy, n_out)),
                      pl, sp, kn, st, pd, b)

@@ -1,4 +1,5 @@
-"""Float64 specs of the classification: cross_entropy_rows, gelu, gelu_tanh and their backward passes.
+"""Float64 specs of the classification: cross_entropy_rows, cross_entropy_reduce, gelu, gelu_tanh and their
+backward passes.
 
 Written for clarity and with algorithms of their own (the kernels shift by the row maximum and sum
 exponentials; the spec shifts by the target logit and folds with ``np.logaddexp``; the kernels
@@ -19,6 +20,9 @@ Conventions (documented in the primitives):
   (inf - x_t for a finite x_t, NaN when x_t is infinite too).
 * cross_entropy_rows_bwd: ``dx_rj = dloss_r (exp(x_rj - lse_r) - (1 - ls) [j == t_r] - ls / cols)``,
   zero rows for ignored targets.
+* cross_entropy_reduce: ``(scale sum_r loss_r, lse)`` with loss_r, lse_r those of cross_entropy_rows
+  (ignored rows add 0): the 'sum' (scale 1) and 'mean' (scale 1 / count) reductions in one primitive.
+* cross_entropy_reduce_bwd: cross_entropy_rows_bwd with ``dloss_r = dloss scale`` on every row.
 * gelu(x) = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)); gelu_tanh(x) = 0.5 x (1 + tanh(z)) = x sigmoid(2z)
   with z = sqrt(2/pi) (x + 0.044715 x^3). Both are evaluated in the forms without cancellation.
   At the infinities they take their limits: gelu(+inf) = +inf, gelu(-inf) = -0.0, and the
@@ -26,6 +30,8 @@ Conventions (documented in the primitives):
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from scipy import special
@@ -35,7 +41,8 @@ SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
 GELU_TANH_C = 0.044715
 INV_SQRT_2PI = float(1.0 / np.sqrt(2.0 * np.pi))
 
-__all__ = ["cross_entropy_rows", "cross_entropy_rows_bwd", "gelu", "gelu_bwd", "gelu_tanh", "gelu_tanh_bwd"]
+__all__ = ["cross_entropy_rows", "cross_entropy_rows_bwd", "cross_entropy_reduce",
+           "cross_entropy_reduce_bwd", "gelu", "gelu_bwd", "gelu_tanh", "gelu_tanh_bwd"]
 
 
 def _f(x):
@@ -97,6 +104,19 @@ def cross_entropy_rows_bwd(x, lse, dloss, rows, cols, targets, label_smoothing):
         dx = _f(dloss)[:, None] * (p - c)
     dx[t >= cols] = 0.0
     return dx.reshape(-1)
+
+
+def cross_entropy_reduce(x, rows, cols, targets, label_smoothing, scale):
+    """(loss of shape (1,), lse of length rows): loss = scale * (the exact sum of the row losses)."""
+    loss, lse = cross_entropy_rows(x, rows, cols, targets, label_smoothing)
+    with np.errstate(all="ignore"):
+        total = math.fsum(loss) if np.all(np.isfinite(loss)) else float(np.sum(loss))
+        return np.array([float(scale) * total]), lse
+
+
+def cross_entropy_reduce_bwd(x, lse, dloss, rows, cols, targets, label_smoothing, scale):
+    dl = np.full(int(rows), float(_f(dloss).reshape(-1)[0]) * float(scale))
+    return cross_entropy_rows_bwd(x, lse, dl, rows, cols, targets, label_smoothing)
 
 
 def _phi(x):

@@ -1,4 +1,5 @@
-"""Primitive-table entries of the classification: cross_entropy_rows, gelu, gelu_tanh and their backward passes."""
+"""Primitive-table entries of the classification: cross_entropy_rows, cross_entropy_reduce, gelu, gelu_tanh and
+their backward passes."""
 
 from __future__ import annotations
 
@@ -107,6 +108,49 @@ _ce_bwd_edges.append(_ce_bwd_args((_rng.standard_normal(3 * 1501) * 4).astype(F3
 _ce_bwd_edges.append(_ce_bwd_args(_BIG_X.copy(), 300, 877, _BIG_T.copy(), float(F32(0.1)),
                                   _big.standard_normal(300).astype(F32)))
 _add(PrimitiveInfo("cross_entropy_rows_bwd", _ce_bwd, 2, edge_cases=_ce_bwd_edges, max_dim=24))
+
+# -- cross entropy, reduced ------------------------------------------------------------------
+def _scale(rng, rows: int) -> float:
+    """1 ('sum'), float32(1 / rows) ('mean'), or an arbitrary float32 now and then."""
+    u = rng.random()
+    if u < 0.4:
+        return 1.0
+    if u < 0.8:
+        return float(F32(1.0 / max(rows, 1)))
+    return float(F32(rng.uniform(-2.0, 2.0)))
+
+
+def _ce_red(rng, d, kind):
+    rows, cols = d
+    return [values(rng, rows * cols, kind), rows, cols, _targets(rng, rows, cols), _ls(rng), _scale(rng, rows)]
+
+
+def _ce_red_bwd(rng, d, kind):
+    rows, cols = d
+    x = values(rng, rows * cols, kind)
+    t = _targets(rng, rows, cols)
+    return _ce_bwd_args(x, rows, cols, t, _ls(rng), values(rng, 1, "normal")) + [_scale(rng, rows)]
+
+
+_NAN_SCALE = float("nan")  # 'mean' over no counted row
+# The rows edge cases with 'sum', 'mean' and NaN scales; then rows past the sum's 256 lanes
+_ce_red_edges = [e + [1.0] for e in _ce_edges] + [e + [float(F32(1 / 3))] for e in _ce_edges[:6]]
+_ce_red_edges += [[np.zeros(0, F32), 0, 4, np.zeros(0, np.int64), 0.0, _NAN_SCALE],
+                  [f32(1.0, 2.0), 1, 2, np.array([5], np.int64), 0.0, _NAN_SCALE],  # all ignored
+                  [f32(1.0, 2.0, 3.0, 4.0), 2, 2, np.array([0, 1], np.int64), 0.0, -0.5]]
+_ce_red_edges.append([(_rng.standard_normal(1000 * 7) * 3).astype(F32), 1000, 7,
+                      _rng.integers(0, 8, 1000).astype(np.int64), float(F32(0.1)), float(F32(1 / 1000))])
+_add(PrimitiveInfo("cross_entropy_reduce", _ce_red, 2, edge_cases=_ce_red_edges, max_dim=24))
+
+_ce_red_bwd_edges = [e[:2] + [e[2][:1] if e[2].size else f32(1.5)] + e[3:] + [sc]
+                     for e in _ce_bwd_edges for sc in (1.0, float(F32(0.125)))]
+_ce_red_bwd_edges += [
+    _ce_bwd_args(f32(1.0, 2.0, 3.0, 4.0), 2, 2, np.array([0, 1], np.int64), 0.0, f32(_INF)) + [0.5],
+    _ce_bwd_args(f32(1.0, 2.0, 3.0, 4.0), 2, 2, np.array([0, 1], np.int64), 0.0, f32(1.0)) + [_NAN_SCALE],
+    _ce_bwd_args(f32(1.0, 2.0, 3.0, 4.0), 2, 2, np.array([0, 5], np.int64), 0.0, f32(-0.0)) + [1.0],
+]
+_add(PrimitiveInfo("cross_entropy_reduce_bwd", _ce_red_bwd, 2, edge_cases=_ce_red_bwd_edges, max_dim=24))
+
 
 # -- GELU --------------------------------------------------------------------------------------
 # 0, -0, +-inf, NaN, large |x|, tiny and subnormal x, the tail where 1 + erf cancels and where

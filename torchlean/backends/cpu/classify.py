@@ -43,7 +43,8 @@ from numba.extending import intrinsic
 F32 = np.float32
 F64 = np.float64
 
-__all__ = ["cross_entropy_rows", "cross_entropy_rows_bwd", "gelu", "gelu_bwd", "gelu_tanh", "gelu_tanh_bwd"]
+__all__ = ["cross_entropy_rows", "cross_entropy_rows_bwd", "cross_entropy_reduce",
+           "cross_entropy_reduce_bwd", "gelu", "gelu_bwd", "gelu_tanh", "gelu_tanh_bwd"]
 
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01  # fdlibm: ln 2, low 21 bits clear: k * _LN2_HI is exact
@@ -470,6 +471,36 @@ def cross_entropy_rows(x, rows, cols, targets, label_smoothing):
     else:
         _ce_fwd_rows(x2, t, float(label_smoothing), loss, lse, 0, rows)
     return loss, lse
+
+
+_SUM_LANES = 256  # the CUDA sum's threads (TL_CE_SUM_LANES): the same order, so the same bits
+
+
+@njit(cache=True, error_model="numpy")
+def _sum_lanes(v):
+    """sum_l (sum_{r = l mod 256} v[r]) in double: lane l adds its rows in order, then the lanes in
+    order, as tl_ce_sum_scale does."""
+    part = np.zeros(_SUM_LANES, dtype=np.float64)
+    for r in range(v.shape[0]):
+        part[r % _SUM_LANES] += np.float64(v[r])
+    s = 0.0
+    for i in range(_SUM_LANES):
+        s += part[i]
+    return s
+
+
+def cross_entropy_reduce(x, rows, cols, targets, label_smoothing, scale):
+    loss, lse = cross_entropy_rows(x, rows, cols, targets, label_smoothing)
+    with np.errstate(all="ignore"):
+        out = np.array([_sum_lanes(loss) * float(F32(scale))], dtype=F32)
+    return out, lse
+
+
+def cross_entropy_reduce_bwd(x, lse, dloss, rows, cols, targets, label_smoothing, scale):
+    # dl = fl32(dloss * scale) once, on every row: the bits of scale + broadcast + rows_bwd
+    with np.errstate(all="ignore"):
+        dl = np.full(rows, dloss[0] * F32(scale), dtype=F32)
+    return cross_entropy_rows_bwd(x, lse, dl, rows, cols, targets, label_smoothing)
 
 
 def cross_entropy_rows_bwd(x, lse, dloss, rows, cols, targets, label_smoothing):

@@ -465,6 +465,27 @@ extern "C" __global__ void tl_ce_split_fin(const float* __restrict__ x, long lon
     }
 }
 
+// ---- cross entropy, reduced: the sum of the row losses, scaled ------------------------------------
+// One block: lane l sums loss[r] for r = l mod TL_CE_SUM_LANES in order, in double; thread 0 adds
+// the lanes in order and rounds fl32(sum * scale) once. The order depends on rows only (the CPU
+// backend repeats it), so the result repeats bitwise on every GPU.
+#define TL_CE_SUM_LANES 256
+
+extern "C" __global__ void __launch_bounds__(TL_CE_SUM_LANES) tl_ce_sum_scale(const float* __restrict__ loss,
+                                                                           long long rows, float scale,
+                                                                           float* __restrict__ out) {
+    __shared__ double part[TL_CE_SUM_LANES];
+    double a = 0.0;
+    for (long long r = threadIdx.x; r < rows; r += TL_CE_SUM_LANES) a += (double)loss[r];
+    part[threadIdx.x] = a;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double s = 0.0;
+        for (int i = 0; i < TL_CE_SUM_LANES; ++i) s += part[i];
+        out[0] = (float)(s * (double)scale);
+    }
+}
+
 // ---- cross entropy backward -------------------------------------------------------------------
 // dx_j = dl (expf(x_j - lse) - c_j), c_j = b = ls/cols, or a + b = (1 - ls) + ls/cols at j == t;
 // rows with t >= cols are zero. One read of x, one write of dx. The loads of x do not wait for the
@@ -478,13 +499,13 @@ __device__ __forceinline__ float ce_dx(float v, long long j, long long tr, bool 
 // per lane in flight: the old loop waited for one load per iteration).
 template <int VW>
 __device__ __forceinline__ void ce_bwd_reg(const float* __restrict__ x, const float* __restrict__ lse,
-                                           const float* __restrict__ dloss, long long rows, long long cols,
-                                           const unsigned* __restrict__ tg, float b, float ab,
-                                           float* __restrict__ dx) {
+                                           const float* __restrict__ dloss, long long dstep, float dsc,
+                                           long long rows, long long cols, const unsigned* __restrict__ tg,
+                                           float b, float ab, float* __restrict__ dx) {
     const int lane = threadIdx.x & 31;
     for (long long r = TL_TID >> 5; r < rows; r += TL_STRIDE >> 5) {
         const long long tr = (long long)tg[r];
-        const float l = lse[r], dl = dloss[r];
+        const float l = lse[r], dl = dloss[r * dstep] * dsc;
         float v[TL_CE_REG];
         ce_load_row<VW>(x + r * cols, cols, lane, v);
         const bool ign = tr >= cols;
@@ -513,9 +534,9 @@ __device__ __forceinline__ void ce_bwd_reg(const float* __restrict__ x, const fl
 // (row, tile): every load of a tile in flight at once, and few rows still fill the device.
 template <int VW>
 __device__ __forceinline__ void ce_bwd_tiles(const float* __restrict__ x, const float* __restrict__ lse,
-                                             const float* __restrict__ dloss, long long rows, long long cols,
-                                             const unsigned* __restrict__ tg, float b, float ab,
-                                             float* __restrict__ dx) {
+                                             const float* __restrict__ dloss, long long dstep, float dsc,
+                                             long long rows, long long cols, const unsigned* __restrict__ tg,
+                                             float b, float ab, float* __restrict__ dx) {
     constexpr int U = TL_CE_CHUNK / VW;
     const long long nt = blockDim.x, tile = nt * TL_CE_CHUNK;
     const long long tpr = (cols + tile - 1) / tile, e = VW == 4 ? (cols >> 2) : cols;
@@ -523,7 +544,7 @@ __device__ __forceinline__ void ce_bwd_tiles(const float* __restrict__ x, const 
         const long long r = w / tpr;
         const long long i0 = (w - r * tpr) * (tile / VW) + threadIdx.x;  // in units of VW floats
         const long long tr = (long long)tg[r];
-        const float l = lse[r], dl = dloss[r];
+        const float l = lse[r], dl = dloss[r * dstep] * dsc;
         const bool ign = tr >= cols;
         if (VW == 4) {
             const float4* x4 = reinterpret_cast<const float4*>(x + r * cols);
@@ -555,11 +576,14 @@ __device__ __forceinline__ void ce_bwd_tiles(const float* __restrict__ x, const 
     }
 }
 
+// dloss is read at r * dstep and scaled by dsc: (1, 1.f) for cross_entropy_rows_bwd (x * 1.f is x),
+// (0, scale) for cross_entropy_reduce_bwd, whose one cotangent is scaled in float32 on every row
+// (the bits of a scale kernel followed by a broadcast).
 #define TL_CE_BWD(NAME, FN, V, LB, MINB)                                                                \
 extern "C" __global__ void __launch_bounds__(LB, MINB) NAME(const float* x, const float* lse, const float* dloss, \
-                                long long rows, long long cols, const unsigned* tg, float b, float ab, \
-                                float* dx) {                                                      \
-    FN<V>(x, lse, dloss, rows, cols, tg, b, ab, dx);                                              \
+                                long long dstep, float dsc, long long rows, long long cols,       \
+                                const unsigned* tg, float b, float ab, float* dx) {               \
+    FN<V>(x, lse, dloss, dstep, dsc, rows, cols, tg, b, ab, dx);                                  \
 }
 
 TL_CE_BWD(tl_ce_bwd_reg4, ce_bwd_reg, 4, 256, 4)

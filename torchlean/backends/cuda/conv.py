@@ -50,6 +50,8 @@ import numpy as np
 
 from .kernels import BLOCK, I64, HostStruct, empty, empty_as, give_back, grid_for, kernel, sm_count
 
+_getdev = cupy.cuda.runtime.getDevice
+
 __all__ = ["conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose"]
 
 _FILE = "conv.cu"
@@ -90,6 +92,12 @@ def _launch(name: str, grid, args) -> None:
     kernel(_FILE, name)(grid, (BLOCK,), args)
 
 
+def _at(a, offset: int):
+    """The flat array from ``offset`` on: ``a`` itself at 0 (a CuPy slice costs ~1.3 us of host
+    time, and most calls are one chunk)."""
+    return a if offset == 0 else a[offset:]
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -125,6 +133,7 @@ def _geom(spatial: tuple, out: tuple, kernel_: tuple, stride: tuple, padding: tu
     return _Geometry(g)
 
 
+@lru_cache(maxsize=1024)
 def _out_dims(spatial, kernel_, stride, padding) -> tuple:
     return tuple((s + 2 * p - k) // st + 1 for s, k, st, p in zip(spatial, kernel_, stride, padding))
 
@@ -173,23 +182,55 @@ def _fits32(g, nb: int, c: int) -> bool:
     return max(c * K * nb * P, nb * c * S + off) <= _INT32_MAX
 
 
-def _im2col(x, cols, g: _Geometry, nb: int, c: int, rank: int, p: int) -> None:
+class _Launch:
+    """One kernel launch whose function, grid and trailing scalar arguments depend on the shape
+    alone, built once per (device, shape) by the cached constructors below: a call passes only the
+    arrays. (Building names, grids and NumPy scalars on every call cost ~5-10 us of host time per
+    conv, which bounds a small network's step on an H200.)"""
+
+    __slots__ = ("fn", "grid", "tail")
+
+    def __init__(self, name: str, grid: tuple, tail: tuple) -> None:
+        self.fn, self.grid, self.tail = kernel(_FILE, name), grid, tail
+
+    def __call__(self, *arrays) -> None:
+        self.fn(self.grid, _BLOCK, arrays + self.tail)
+
+
+_BLOCK = (BLOCK,)
+
+
+# The device is part of every key: kernels and SM counts are per device.
+@lru_cache(maxsize=1024)
+def _im2col_launch(device: int, g: _Geometry, nb: int, c: int, rank: int, p: int) -> _Launch:
     if _FAST_IM2COL and rank <= 3 and g.fits32(nb, c):
         v = 4 if (nb * p) % 4 == 0 else 1
-        _launch(f"tl_conv_im2col_fast_r{rank}v{v}", _grid2(nb * p // v, c), (x, cols, g.arg, np.int32(nb), np.int32(c)))
-        return
-    _launch(f"tl_conv_im2col_{_SUFFIX.get(rank, 'rn')}", _grid2(nb * p, c), (x, cols, g.arg, I64(nb), I64(c)))
+        return _Launch(f"tl_conv_im2col_fast_r{rank}v{v}", _grid2(nb * p // v, c), (g.arg, np.int32(nb), np.int32(c)))
+    return _Launch(f"tl_conv_im2col_{_SUFFIX.get(rank, 'rn')}", _grid2(nb * p, c), (g.arg, I64(nb), I64(c)))
+
+
+def _im2col(x, cols, g: _Geometry, nb: int, c: int, rank: int, p: int) -> None:
+    _im2col_launch(_getdev(), g, nb, c, rank, p)(x, cols)
+
+
+@lru_cache(maxsize=1024)
+def _col2im_launch(device: int, g: _Geometry, nb: int, c: int, rank: int, s: int) -> _Launch:
+    return _Launch(f"tl_conv_col2im_{_SUFFIX.get(rank, 'rn')}", _grid2(nb * s, _cdiv(c, _CHANNEL_GROUP)),
+                   (g.arg, I64(nb), I64(c)))
 
 
 def _col2im(dcols, dx, bias, g: _Geometry, nb: int, c: int, rank: int, s: int) -> None:
-    _launch(f"tl_conv_col2im_{_SUFFIX.get(rank, 'rn')}", _grid2(nb * s, _cdiv(c, _CHANNEL_GROUP)),
-            (dcols, dx, bias, g.arg, I64(nb), I64(c)))
+    _col2im_launch(_getdev(), g, nb, c, rank, s)(dcols, dx, bias)
+
+
+@lru_cache(maxsize=1024)
+def _swap_launch(device: int, a0: int, a1: int, length: int) -> _Launch:
+    return _Launch("tl_conv_swap01", (grid_for(a0 * a1 * length),), (I64(a0), I64(a1), I64(length)))
 
 
 def _swap01(src, dst, bias, a0: int, a1: int, length: int) -> None:
     """dst (a1, a0, length) from src (a0, a1, length), plus bias[a0] if given."""
-    total = a0 * a1 * length
-    _launch("tl_conv_swap01", (grid_for(total),), (src, dst, bias, I64(a0), I64(a1), I64(length)))
+    _swap_launch(_getdev(), a0, a1, length)(src, dst, bias)
 
 
 # -- forward ----------------------------------------------------------------------------------------
@@ -199,19 +240,29 @@ def conv(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding):
     return _forward(x, w, b, batch, in_c, out_c, spatial, out, kernel_, stride, padding, "conv")
 
 
+@lru_cache(maxsize=1024)
+def _plan(batch, in_c, out_c, spatial, out, kernel_, stride, padding) -> tuple:
+    """(S, P, K, ck, pointwise, per_image, nb_max) of a conv-like shape, in_c channels on
+    `spatial` to out_c on `out` (forward and input gradient; nb_max counts the columns and, when
+    not per image, the permuted output)."""
+    S, P, K = math.prod(spatial), math.prod(out), math.prod(kernel_)
+    ck = in_c * K
+    pw = _pointwise(kernel_, stride, padding, spatial, out)
+    per_image = P >= _IMAGE_MIN_P and (pw or P <= _IMAGE_MAX_P)
+    nb_max = _chunk(batch, ck * P + (0 if per_image else out_c * P))
+    return S, P, K, ck, pw, per_image, nb_max
+
+
 def _forward(x, w, b, batch, in_c, out_c, spatial, out, kernel_, stride, padding, name):
     """y (batch, out_c, *out) = W (out_c, in_c*K) @ columns of x (batch, in_c, *spatial), + b[o].
     `out` is given, not derived: positions whose taps all fall outside x get the bias alone."""
-    S, P, K = math.prod(spatial), math.prod(out), math.prod(kernel_)
-    ck = in_c * K
+    S, P, K, ck, pw, per_image, nb_max = _plan(batch, in_c, out_c, spatial, out, kernel_, stride, padding)
     y = empty(batch * out_c * P)
     if y.size == 0:
         return y
     if ck == 0:  # an empty sum: the bias alone
         return _bias_fill(y, b, batch, out_c, P)
     beta = 0.0 if b is None else 1.0
-    pw = _pointwise(kernel_, stride, padding, spatial, out)
-    per_image = P >= _IMAGE_MIN_P and (pw or P <= _IMAGE_MAX_P)
     if per_image and pw:
         if b is not None:
             _bias_fill(y, b, batch, out_c, P)
@@ -219,7 +270,6 @@ def _forward(x, w, b, batch, in_c, out_c, spatial, out, kernel_, stride, padding
         _gemm(w, x, y, out_c, P, in_c, in_c, P, P, batch=batch, stride_b=in_c * P,
               stride_c=out_c * P, beta=beta, name=name)
         return y
-    nb_max = _chunk(batch, ck * P + (0 if per_image else out_c * P))
     cols = empty(ck * nb_max * P)
     tmp = None if per_image else empty(out_c * nb_max * P)
     g = _geom(spatial, out, kernel_, stride, padding)
@@ -227,8 +277,8 @@ def _forward(x, w, b, batch, in_c, out_c, spatial, out, kernel_, stride, padding
         _bias_fill(y, b, batch, out_c, P)
     for n0 in range(0, batch, nb_max):
         nb = min(nb_max, batch - n0)
-        _im2col(x[n0 * in_c * S:], cols, g, nb, in_c, len(spatial), P)
-        yc = y[n0 * out_c * P:]
+        _im2col(_at(x, n0 * in_c * S), cols, g, nb, in_c, len(spatial), P)
+        yc = _at(y, n0 * out_c * P)
         if per_image:
             # y_n = W @ cols_n: cols_n is the (ck, P) block at column n*P of cols (ld nb*P).
             _gemm(w, cols, yc, out_c, P, ck, ck, nb * P, P, batch=nb, stride_b=P,
@@ -245,15 +295,12 @@ def _forward(x, w, b, batch, in_c, out_c, spatial, out, kernel_, stride, padding
 # -- input gradient and the transposed conv -----------------------------------------------------------
 def _bwd_input(dy, w, bias, batch, in_c, out_c, spatial, out, kernel_, stride, padding):
     """dx (batch, in_c, *spatial) from dy (batch, out_c, *out), w (out_c, in_c, *kernel), + bias[c]."""
-    S, P, K = math.prod(spatial), math.prod(out), math.prod(kernel_)
-    ck = in_c * K
+    S, P, K, ck, pw, per_image, nb_max = _plan(batch, in_c, out_c, spatial, out, kernel_, stride, padding)
     dx = empty(batch * in_c * S)
     if dx.size == 0:
         return dx
     if out_c == 0 or K == 0:  # no terms: the bias alone
         return _bias_fill(dx, bias, batch, in_c, S)
-    pw = _pointwise(kernel_, stride, padding, spatial, out)
-    per_image = P >= _IMAGE_MIN_P and (pw or P <= _IMAGE_MAX_P)
     if per_image and pw:
         if bias is not None:
             _bias_fill(dx, bias, batch, in_c, S)
@@ -273,13 +320,12 @@ def _bwd_input(dy, w, bias, batch, in_c, out_c, spatial, out, kernel_, stride, p
                       (1,) * len(kernel_), pad2, "conv_bwd_input")
         give_back(wt)
         return dx
-    nb_max = _chunk(batch, ck * P + (0 if per_image else out_c * P))
     dcols = empty(ck * nb_max * P)
     dyp = None if per_image else empty(out_c * nb_max * P)
     g = _geom(tuple(spatial), tuple(out), kernel_, stride, padding)
     for n0 in range(0, batch, nb_max):
         nb = min(nb_max, batch - n0)
-        dyc = dy[n0 * out_c * P:]
+        dyc = _at(dy, n0 * out_c * P)
         if per_image:
             # dcols_n (ck, P), at column n*P of dcols (ld nb*P) = W^T (ck, out_c) @ dy_n (out_c, P).
             _gemm(w, dyc, dcols, ck, P, out_c, ck, P, nb * P, trans_a=True, batch=nb,
@@ -288,7 +334,7 @@ def _bwd_input(dy, w, bias, batch, in_c, out_c, spatial, out, kernel_, stride, p
             _swap01(dyc, dyp, None, nb, out_c, P)  # (nb, out_c, P) -> (out_c, nb, P)
             _gemm(w, dyp, dcols, ck, nb * P, out_c, ck, nb * P, nb * P, trans_a=True,
                   name="conv_bwd_input")
-        _col2im(dcols, dx[n0 * in_c * S:], bias, g, nb, in_c, len(spatial), S)
+        _col2im(dcols, _at(dx, n0 * in_c * S), bias, g, nb, in_c, len(spatial), S)
     give_back(dcols)
     if dyp is not None:
         give_back(dyp)
@@ -318,18 +364,15 @@ def _segments(length: int, out_c: int, ck: int) -> int:
     return _cdiv(length, groups)
 
 
-def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding):
-    spatial, kernel_, stride, padding = tuple(spatial), tuple(kernel), tuple(stride), tuple(padding)
+@lru_cache(maxsize=1024)
+def _weight_plan(batch, in_c, out_c, spatial, kernel_, stride, padding) -> tuple:
+    """(out, S, P, ck, mn, per_image, pointwise, seg, nb_max, part_max) of conv_bwd_weight."""
     out = _out_dims(spatial, kernel_, stride, padding)
     S, P, K = math.prod(spatial), math.prod(out), math.prod(kernel_)
     ck = in_c * K
     mn = out_c * ck
-    dw = empty(mn)
-    if mn == 0:
-        return dw
-    if batch == 0:
-        dw[:] = 0
-        return dw
+    if mn == 0 or batch == 0:  # the caller returns before using the rest
+        return out, S, P, ck, mn, False, False, 0, 1, 0
     pw = _pointwise(kernel_, stride, padding, spatial, out)
     # Per-image partials only for pointwise convs (no columns): on an H200 the segment rule was as fast
     # or faster everywhere else (ResNet 3x3: 0.340 vs 0.350 ms; conv3d: 0.567 vs 1.174 ms).
@@ -343,15 +386,35 @@ def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding)
         nb_max = _chunk(batch, (ck + out_c) * P)
         seg = _cdiv(nb_max * P, _WEIGHT_GROUPS) if _WEIGHT_GROUPS else _segments(nb_max * P, out_c, ck)
         part_max = _cdiv(nb_max * P, seg)
+    return out, S, P, ck, mn, per_image, pointwise, seg, nb_max, part_max
+
+
+@lru_cache(maxsize=1024)
+def _sum_partials_args(device: int, groups: int, mn: int, first: bool, last: bool) -> tuple:
+    """(function, grid, (G, MN), (first, last)) of tl_conv_sum_partials, whose scalars sit between arrays."""
+    return kernel(_FILE, "tl_conv_sum_partials"), (grid_for(mn),), (I64(groups), I64(mn)), (I64(first), I64(last))
+
+
+def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding):
+    spatial, kernel_, stride, padding = tuple(spatial), tuple(kernel), tuple(stride), tuple(padding)
+    out, S, P, ck, mn, per_image, pointwise, seg, nb_max, part_max = _weight_plan(
+        batch, in_c, out_c, spatial, kernel_, stride, padding)
+    dw = empty(mn)
+    if mn == 0:
+        return dw
+    if batch == 0:
+        dw[:] = 0
+        return dw
     cols = None if pointwise else empty(ck * nb_max * P)
     dyp = None if per_image else empty(out_c * nb_max * P)
     part = empty(part_max * mn)
     chunks = _cdiv(batch, nb_max)
     acc = empty_as(mn, "d") if chunks > 1 else None
+    dev = _getdev()
     g = None if pointwise else _geom(spatial, out, kernel_, stride, padding)
     for i, n0 in enumerate(range(0, batch, nb_max)):
         nb = min(nb_max, batch - n0)
-        xc, dyc = x[n0 * in_c * S:], dy[n0 * out_c * P:]
+        xc, dyc = _at(x, n0 * in_c * S), _at(dy, n0 * out_c * P)
         if not pointwise:
             _im2col(xc, cols, g, nb, in_c, len(spatial), P)
         if per_image:
@@ -373,8 +436,8 @@ def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding)
                 _gemm(dyp[full * seg_c:], cols[full * seg_c:], part[full * mn:], out_c, ck, rest,
                       length, length, ck, trans_b=True, name="conv_bwd_weight")
             groups = full + (1 if rest else 0)
-        _launch("tl_conv_sum_partials", (grid_for(mn),), (
-            part, I64(groups), I64(mn), acc, I64(i == 0), I64(i == chunks - 1), dw))
+        fn, grid, gm, fl = _sum_partials_args(dev, groups, mn, i == 0, i == chunks - 1)
+        fn(grid, _BLOCK, (part,) + gm + (acc,) + fl + (dw,))
     # (one call per variable: a tuple of them would hold a second reference, and the counts refuse)
     give_back(part)
     if cols is not None:

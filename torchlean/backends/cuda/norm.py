@@ -23,6 +23,8 @@ result's bits do not depend on the GPU model either.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import cupy
 import numpy as np
 
@@ -31,6 +33,8 @@ from .kernels import BLOCK, F32, I64, empty, empty_as, give_back, grid_for, kern
 __all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer", "running_stat_update"]
 
 _FILE = "norm.cu"
+_BLOCK = (BLOCK,)
+_getdev = cupy.cuda.runtime.getDevice
 _NULL = np.uint64(0)  # a NULL device pointer, passed by value: gamma or beta absent
 
 _LN_WARP_COLS = 1024        # forward: a warp holds rows up to this long in registers
@@ -138,16 +142,47 @@ def _plan(batch: int, channels: int, inner: int):
     return False, s, rc, (inner, ci, inner), s * ci
 
 
-def _stats(prefix: str, arrays, batch, channels, inner):
-    planes, s, per, addr, nparts = _plan(batch, channels, inner)
-    part = empty_as(2 * nparts, "d")  # (nparts, 2) float64 partials
-    dims = (I64(batch), I64(channels), I64(inner), I64(s), I64(per), part)
-    if planes:
-        items = inner // 4 if inner % 4 == 0 else inner
-        _launch(f"{prefix}_planes", min(nparts, sm_count() * 16), _threads_for(items), arrays + dims)
-    else:
-        _launch(f"{prefix}_cols", (_cdiv(channels * inner, BLOCK), s), BLOCK, arrays + dims)
-    return part, (I64(s),) + tuple(I64(a) for a in addr)
+class _BNLaunches:
+    """batch_norm's (or its backward's) three launches for one (device, shape): functions, grids,
+    blocks and every scalar argument built once (``_bn_launches`` caches them), so that a call only
+    passes its arrays: ~10 us less host time per call on an H200, where a small network's step is
+    bound by host time."""
+
+    __slots__ = ("stats", "stats_grid", "stats_block", "stats_dims", "nparts", "addr", "finish",
+                 "finish_grid", "finish_dims", "apply", "apply_grid", "apply_block", "apply_dims", "n")
+
+    def __init__(self, bwd: bool, batch: int, channels: int, inner: int) -> None:
+        pre = "tl_bn_bwd" if bwd else "tl_bn"
+        planes, s, per, addr, nparts = _plan(batch, channels, inner)
+        self.nparts = nparts
+        self.stats_dims = (I64(batch), I64(channels), I64(inner), I64(s), I64(per))
+        if planes:
+            items = inner // 4 if inner % 4 == 0 else inner
+            self.stats = kernel(_FILE, f"{pre}_stats_planes")
+            self.stats_grid, self.stats_block = (min(nparts, sm_count() * 16),), (_threads_for(items),)
+        else:
+            self.stats = kernel(_FILE, f"{pre}_stats_cols")
+            self.stats_grid, self.stats_block = (_cdiv(channels * inner, BLOCK), s), (BLOCK,)
+        self.addr = (I64(s),) + tuple(I64(a) for a in addr)
+        self.finish = kernel(_FILE, f"{pre}_finish")
+        self.finish_grid = (grid_for(channels * 32),)
+        self.finish_dims = (I64(channels), I64(inner)) if not bwd else (I64(channels),)
+        self.n = np.float64(batch * inner)
+        self.apply_dims = (I64(batch), I64(channels), I64(inner))
+        if inner >= _BN_PLANE_MIN:
+            items = inner // 4 if inner % 4 == 0 else inner
+            self.apply = kernel(_FILE, f"{pre}_apply_planes")
+            self.apply_grid, self.apply_block = (min(batch * channels, sm_count() * 32),), (_threads_for(items),)
+        else:
+            ci = channels * inner
+            rows = max(1, min(batch, 65535, _cdiv(_BN_APPLY_THREADS, _cdiv(ci, BLOCK) * BLOCK)))
+            self.apply = kernel(_FILE, f"{pre}_apply_cols")
+            self.apply_grid, self.apply_block = (_cdiv(ci, BLOCK), rows), (BLOCK,)
+
+
+@lru_cache(maxsize=1024)
+def _bn_launches(device: int, bwd: bool, batch: int, channels: int, inner: int) -> _BNLaunches:
+    return _BNLaunches(bwd, batch, channels, inner)
 
 
 def _apply(prefix: str, arrays, coef, batch, channels, inner, out):
@@ -161,20 +196,31 @@ def _apply(prefix: str, arrays, coef, batch, channels, inner, out):
         _launch(f"{prefix}_cols", (_cdiv(ci, BLOCK), rows), BLOCK, args)
 
 
+def _bn_stats(lc: _BNLaunches, arrays):
+    """The statistics pass: (nparts, 2) float64 partials (a workspace from the free list)."""
+    part = empty_as(2 * lc.nparts, "d")
+    lc.stats(lc.stats_grid, lc.stats_block, arrays + lc.stats_dims + (part,))
+    return part
+
+
+def _bn_apply(lc: _BNLaunches, arrays, coef, out) -> None:
+    lc.apply(lc.apply_grid, lc.apply_block, arrays + (coef,) + lc.apply_dims + (out,))
+
+
 def batch_norm(x, gamma, beta, batch, channels, inner, eps):
     n = batch * inner
     y = empty(batch * channels * inner)
     if n == 0 or channels == 0:
         nan = cupy.full(channels, np.nan, dtype=cupy.float32)
         return y, nan, nan.copy()
+    lc = _bn_launches(_getdev(), False, batch, channels, inner)
     mean, var = empty(channels), empty(channels)
     coef = empty_as(3 * channels, "d")
-    part, addr = _stats("tl_bn_stats", (x,), batch, channels, inner)
-    _launch("tl_bn_finish", grid_for(channels * 32), BLOCK,
-            (part, x, _p(gamma), _p(beta), I64(channels), I64(inner)) + addr
-            + (np.float64(n), F32(eps), mean, var, coef))
+    part = _bn_stats(lc, (x,))
+    lc.finish(lc.finish_grid, _BLOCK, (part, x, _p(gamma), _p(beta)) + lc.finish_dims + lc.addr
+              + (lc.n, F32(eps), mean, var, coef))
     give_back(part)
-    _apply("tl_bn_apply", (x,), coef, batch, channels, inner, y)
+    _bn_apply(lc, (x,), coef, y)
     give_back(coef)
     return y, mean, var
 
@@ -184,13 +230,14 @@ def batch_norm_bwd(x, gamma, mean, var, dy, batch, channels, inner, eps):
     dx = empty(batch * channels * inner)
     if n == 0 or channels == 0:
         return dx, cupy.zeros(channels, dtype=cupy.float32), cupy.zeros(channels, dtype=cupy.float32)
+    lc = _bn_launches(_getdev(), True, batch, channels, inner)
     dgamma, dbeta = empty(channels), empty(channels)
     coef = empty_as(4 * channels, "d")
-    part, addr = _stats("tl_bn_bwd_stats", (x, dy, mean), batch, channels, inner)
-    _launch("tl_bn_bwd_finish", grid_for(channels * 32), BLOCK,
-            (part, _p(gamma), mean, var, I64(channels)) + addr + (np.float64(n), F32(eps), dgamma, dbeta, coef))
+    part = _bn_stats(lc, (x, dy, mean))
+    lc.finish(lc.finish_grid, _BLOCK, (part, _p(gamma), mean, var) + lc.finish_dims + lc.addr
+              + (lc.n, F32(eps), dgamma, dbeta, coef))
     give_back(part)
-    _apply("tl_bn_bwd_apply", (x, dy), coef, batch, channels, inner, dx)
+    _bn_apply(lc, (x, dy), coef, dx)
     give_back(coef)
     return dx, dgamma, dbeta
 
