@@ -174,6 +174,11 @@ def test_index_uploads_are_exact_reused_and_snapshots(cuda_device):
     table = rng.integers(-2**62, 2**62, 5000, dtype=np.int64)  # pointer tables: int64, never kept
     t = staging.upload_i64(table)
     assert t.dtype == np.int64 and np.array_equal(t.get(), table)
+    # an upload evicted from the recent list goes back to the free list, unless someone holds it
+    held = staging.upload_u32(np.arange(10))
+    ptrs = [staging.upload_u32(np.arange(10) + 1000 + k).data.ptr for k in range(12)]
+    assert len(set(ptrs)) < len(ptrs)  # dropped, evicted uploads were reused
+    assert held.data.ptr not in ptrs and np.array_equal(held.get(), np.arange(10))
 
 
 @cuda

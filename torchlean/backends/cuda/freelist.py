@@ -17,7 +17,7 @@ once): a view, a DLPack export or a user's ``buffer.data`` keep it out. Only poo
 Workspaces: the backend's own temporaries (im2col columns, partial sums, batch norm coefficients,
 attention's D) are never Buffers, so they would go back to CuPy's pool one by one, ~2-3 us each way.
 A launcher that is done with one hands it over at once with ``give_back(arr)``, under the same rules
-(its variable must be the only reference left, which the counts check); float64 and uint32
+(its variable must be the only reference left, which the counts check); float64, uint32 and int64
 workspaces have their own lists (``empty_as``).
 
 Bounds: arrays of at most ``_MAX_ARRAY`` bytes, ``_LIMIT`` bytes held per device. ``flush`` hands
@@ -66,11 +66,12 @@ def empty(n: int) -> cupy.ndarray:
     return cupy.empty(n, dtype=_F32)
 
 
-_OTHER = {"d": cupy.dtype(cupy.float64), "I": cupy.dtype(cupy.uint32)}  # workspace dtypes besides float32
+# workspace dtypes besides float32: float64 partials, uint32 indices, int64 tables (staging.py)
+_OTHER = {"d": cupy.dtype(cupy.float64), "I": cupy.dtype(cupy.uint32), cupy.dtype(cupy.int64).char: cupy.dtype(cupy.int64)}
 
 
 def empty_as(n: int, char: str) -> cupy.ndarray:
-    """A flat workspace of n float64 ("d") or uint32 ("I") elements (contents undefined)."""
+    """A flat workspace of n float64 ("d"), uint32 ("I") or int64 elements (contents undefined)."""
     dev = _getdev()
     lists = _lists.get((dev, _stream_ptr()))
     if lists is not None:
