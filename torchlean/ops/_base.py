@@ -10,7 +10,7 @@ from ..runtime.buffer import Buffer
 from ..tensor import Tensor, _axis, tensor
 
 __all__ = ["Tensor", "new", "fbuf", "operand", "broadcast_shapes", "axis_map_for", "_axis", "numel",
-           "same_device"]
+           "same_device", "plain_ints"]
 
 
 # new(buf, shape): a float tensor over buf, the output of every tape op. An alias of the bound
@@ -39,6 +39,19 @@ def operand(op: str, x: Any, like: Tensor) -> Tensor:
         return tensor(x, dtype="float32", device=like.device)
     except Exception as exc:  # noqa: BLE001 - reported as the op's own error
         raise DTypeError(f"{op}: cannot use {type(x).__name__} as a tensor operand ({exc})") from None
+
+
+def plain_ints(value: Any) -> bool:
+    """A plain int or a tuple of plain ints: safe as a cache key (True == 1 would share an entry, and
+    a bool must still be refused; a NumPy int or a list is accepted but takes the uncached path)."""
+    if type(value) is int:
+        return True
+    if type(value) is tuple:
+        for v in value:
+            if type(v) is not int:
+                return False
+        return True
+    return False
 
 
 def same_device(op: str, *ts: Tensor) -> str:

@@ -25,7 +25,7 @@ from .. import autograd
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
-from ._base import Tensor, new, operand, same_device
+from ._base import Tensor, new, operand, plain_ints, same_device
 
 FUNCTIONAL = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"]
 __all__ = ["conv_nd", "conv_transpose_nd"] + FUNCTIONAL
@@ -142,21 +142,10 @@ def _geometry(op: str, x_shape: tuple, w_shape: tuple, b_shape: tuple | None, st
 _geometry_cached = lru_cache(maxsize=1024)(_geometry)
 
 
-def _plain(value: Any) -> bool:
-    if type(value) is int:
-        return True
-    if type(value) is tuple:
-        for v in value:
-            if type(v) is not int:
-                return False
-        return True
-    return False
-
-
 def _checked_geometry(op: str, x: Tensor, w: Tensor, b: Tensor | None, stride: Any, padding: Any,
                       output_padding: Any, transposed: bool) -> tuple:
-    geometry = _geometry_cached if _plain(stride) and _plain(padding) and (
-        output_padding is None or _plain(output_padding)) else _geometry
+    geometry = _geometry_cached if plain_ints(stride) and plain_ints(padding) and (
+        output_padding is None or plain_ints(output_padding)) else _geometry
     return geometry(op, x._shape, w._shape, None if b is None else b._shape, stride, padding, output_padding,
                     transposed)
 

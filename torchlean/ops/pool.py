@@ -26,7 +26,7 @@ from ..errors import ArgumentError, DTypeError, ShapeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
 from ..runtime.checks import check_scalar
-from ._base import Tensor, fbuf, new
+from ._base import Tensor, fbuf, new, plain_ints
 
 __all__ = ["max_pool_nd", "avg_pool_nd", "smooth_max_pool_nd",
            "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
@@ -62,19 +62,6 @@ def _geometry_checked(op: str, r: int, kernel_size: Any, stride: Any, padding: A
     return k, s, p
 
 
-def _plain(value: Any) -> bool:
-    """A plain int or a tuple of plain ints: safe as a cache key (True == 1 would share an entry, and
-    a bool must still be refused; a NumPy int is accepted but takes the uncached path)."""
-    if type(value) is int:
-        return True
-    if type(value) is tuple:
-        for v in value:
-            if type(v) is not int:
-                return False
-        return True
-    return False
-
-
 # A module pools with the same arguments on every call: they are checked once (lru_cache keeps
 # no exception, so only successful checks are cached; the key holds only plain ints, None and op).
 _geometry_cached = lru_cache(maxsize=1024)(_geometry_checked)
@@ -82,7 +69,7 @@ _geometry_cached = lru_cache(maxsize=1024)(_geometry_checked)
 
 def _geometry(op: str, r: int, kernel_size: Any, stride: Any, padding: Any):
     """(kernel, stride, padding) as tuples of r ints, each checked (stride None: the kernel)."""
-    if _plain(kernel_size) and (stride is None or _plain(stride)) and _plain(padding):
+    if plain_ints(kernel_size) and (stride is None or plain_ints(stride)) and plain_ints(padding):
         return _geometry_cached(op, r, kernel_size, stride, padding)
     return _geometry_checked(op, r, kernel_size, stride, padding)
 
