@@ -522,6 +522,21 @@ def test_vjp_matches_finite_differences(name, inputs, ours, ref, device):
     assert_vjp_matches_fd(name, ours, ref, xs, ref_out, w, device)
 
 
+def test_reduced_cross_entropy_is_one_primitive_call_each_way(monkeypatch):
+    """'mean' and 'sum' run cross_entropy_reduce forward and cross_entropy_reduce_bwd backward, and
+    nothing else (no reduce_sum, scale or broadcast around the row primitive)."""
+    calls = []
+    for name in ("cross_entropy_reduce", "cross_entropy_reduce_bwd", "cross_entropy_rows", "reduce_sum",
+                 "scale", "broadcast_to"):
+        real = getattr(P, name)
+        monkeypatch.setattr(P, name, lambda *a, _n=name, _f=real: (calls.append(_n), _f(*a))[1])
+    for reduction in ("mean", "sum"):
+        calls.clear()
+        x = tl.tensor(np.arange(12, dtype=F32).reshape(3, 4) / 4, requires_grad=True)
+        TF.cross_entropy(x, [0, 3, 1], reduction=reduction).backward()
+        assert calls == ["cross_entropy_reduce", "cross_entropy_reduce_bwd"], (reduction, calls)
+
+
 def test_cross_entropy_is_one_node_on_2d_input():
     x = tl.tensor(np.ones((3, 4), F32), requires_grad=True)
     y = TF.cross_entropy(x, [0, 1, 2])
