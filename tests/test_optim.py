@@ -107,8 +107,9 @@ def test_optimizer_matches_torch(name, kw, device):
 
 def test_sgd_is_bitwise_torch():
     # SGD's kernels round exactly as torch's (fma where torch's vector kernel fuses) and torch's
-    # SGD takes no sqrt: bitwise equal on sizes that are multiples of the vector width.
-    ours, theirs = make_params("cpu", 3, [(64,), (16, 8)])
+    # SGD takes no sqrt: bitwise equal on sizes that are multiples of the vector width. The last
+    # shape is past the CPU kernel's _PAR_MIN: its parallel chunks.
+    ours, theirs = make_params("cpu", 3, [(64,), (16, 8), (256, 300)])
     kw = dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01)
     opt, topt = optim.SGD(ours, **kw), torch.optim.SGD(theirs, **kw)
     rng = np.random.default_rng(4)
@@ -254,7 +255,7 @@ def test_sgd_contract_rejects_missing_dampening():
 
 
 def test_adam_step_parallel_path_matches_sequential():
-    # the CPU kernel runs in parallel chunks from 2**17 elements: same bits as one thread
+    # the CPU kernel runs in parallel chunks from _PAR_MIN (2**16) elements: same bits as one thread
     from torchlean.backends.cpu import optim as cpu_optim
     rng = np.random.default_rng(7)
     n = (1 << 17) + 5
@@ -558,7 +559,7 @@ def test_adam_groups_parameters_into_one_call_per_step_count(monkeypatch):
 @pytest.mark.parametrize("decoupled", [False, True])
 def test_adam_step_many_inplace_equals_adam_step_many_bitwise(device, decoupled):
     rng = np.random.default_rng(7)
-    sizes = [1, 3, 4, 5, 17, 64, 0, 1031]
+    sizes = [1, 3, 4, 5, 17, 64, 0, 1031, (1 << 16) + 37]  # the last one: the CPU's parallel chunks
     hyper = (1e-2, 0.9, 0.999, 1e-8, 0.1, 3, decoupled)
 
     def draw():
