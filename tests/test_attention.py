@@ -219,6 +219,74 @@ def test_cpu_small_path_bits_independent_of_lanes_threads_and_path(monkeypatch):
         numba.set_num_threads(threads)
 
 
+def test_cpu_small_path_one_pass_backward_equals_two_passes():
+    """flash_attention_bwd's one Numba pass (P and dS computed once for dq, dk and dv) gives the
+    bits of the separate dq and (dk, dv) passes."""
+    from torchlean.backends.cpu import attention as cpu_att
+
+    for fargs in _small_cases():
+        if fargs[5] != fargs[6]:  # the one-pass path takes n_q == n_k
+            continue
+        bargs = bwd_args(fargs, rng=np.random.default_rng(3))
+        both = cpu_att.flash_attention_bwd(*bargs)
+        sep = (cpu_att.flash_attention_bwd_q(*bargs), *cpu_att.flash_attention_bwd_kv(*bargs))
+        for a, b in zip(both, sep):
+            assert np.any(b != 0) and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("batch, heads, n, d, mode, causal", [
+    (70, 3, 9, 5, "none", True),     # 210 entries: ragged lane blocks and 8 x 8 tiles, the parallel path
+    (3, 4, 8, 16, "hard", False),    # gpt_adder's shape, a per-head mask
+    (5, 2, 7, 12, "fill", True),
+    (2, 3, 6, 8, "add", False),
+])
+def test_cpu_packed_small_path_reads_qkv_in_place_same_bits(monkeypatch, batch, heads, n, d, mode, causal):
+    """The packed primitives' Numba path reads q, k, v out of qkv and writes out and dqkv in place;
+    it must give the bits of moving the heads by copies around the plain kernels, for any LANES,
+    path and thread count."""
+    import numba
+
+    from torchlean.backends.cpu import attention as cpu_att
+    from torchlean.testing.table_attention import mask_values
+
+    rng = np.random.default_rng(batch * heads + n)
+    qkv = rng.standard_normal(batch * n * 3 * heads * d).astype(F32)
+    dout = rng.standard_normal(batch * n * heads * d).astype(F32)
+    if mode == "none":
+        mask, layout = None, None
+    else:  # (batch, heads, n, n), one mask per (batch, head)
+        mask = mask_values(rng, batch * heads * n * n, mode, 0.75)
+        layout = np.array([heads, heads * n * n, n * n, n, 1], np.int64)
+    sc = 1.0 / np.sqrt(d)
+    assert cpu_att._small(batch * heads, n, n, d)
+
+    def by_copies():
+        q, k, v = cpu_att._split_qkv(qkv, batch, heads, n, d)
+        out, lse = cpu_att.flash_attention_fwd(q, k, v, mask, batch * heads, n, n, d, sc, causal, mode, layout)
+        grads = cpu_att.flash_attention_bwd(q, k, v, mask, out, lse, cpu_att._heads_first(dout, batch, heads, n, d),
+                                            batch * heads, n, n, d, sc, causal, mode, layout)
+        dqkv = np.empty((batch, n, 3, heads, d), F32)
+        for i, g in enumerate(grads):
+            dqkv[:, :, i] = g.reshape(batch, heads, n, d).transpose(0, 2, 1, 3)
+        return out.reshape(batch, heads, n, d).transpose(0, 2, 1, 3).reshape(-1), lse, dqkv.reshape(-1)
+
+    ref = by_copies()
+    assert all(np.any(r != 0) for r in ref)
+    threads = numba.get_num_threads()
+    try:
+        for lanes, par, t in [(64, cpu_att.PAR_WORK, threads), (8, 1 << 40, threads), (13, 1, 1), (5, 1, threads)]:
+            monkeypatch.setattr(cpu_att, "LANES", lanes)
+            monkeypatch.setattr(cpu_att, "PAR_WORK", par)
+            numba.set_num_threads(t)
+            out, lse = cpu_att.flash_attention_packed_fwd(qkv, mask, batch, heads, n, d, sc, causal, mode, layout)
+            dqkv = cpu_att.flash_attention_packed_bwd(qkv, mask, out, lse, dout, batch, heads, n, d, sc, causal, mode,
+                                                      layout)
+            for a, b in zip((out, lse, dqkv), ref):
+                assert a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    finally:
+        numba.set_num_threads(threads)
+
+
 # -- PyTorch agreement -----------------------------------------------------------------------
 def _torch_dev(device):
     return "cuda" if device == "cuda" and torch.cuda.is_available() else "cpu"

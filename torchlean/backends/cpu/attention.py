@@ -25,7 +25,8 @@ weights expf(s - m) by classify._exp32 (s - m rounded, then within 1.7u < LIB), 
 sum p v in key order (gamma(n_k)), out = acc / l (one rounding), lse = m + logf(l); no online
 rescaling (R = 0). The backward recomputes P = expf(s - lse) the same way, D and dP as float32 dot
 products, dS = P (dP - D) (0 where filled), dQ = (sum_j dS k_j) scale in key order, dK = sum_i dS
-(q scale) and dV = sum_i P dout in query order. Each lane's operations are the same whatever its
+(q scale) and dV = sum_i P dout in query order (one pass for all three when all are wanted: the
+same sums as separate dq and (dk, dv) passes). Each lane's operations are the same whatever its
 block, the vector width or the thread (no fastmath: nothing is reassociated or contracted), so the
 bits depend neither on LANES nor on the path (serial below PAR_WORK multiply-adds, prange over
 blocks above) nor on the thread count. NaN and infinity follow the spec: a row with a NaN or +inf
@@ -33,6 +34,8 @@ allowed score gives NaN, a row without a finite allowed score 0 and -inf.
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -60,8 +63,6 @@ LANES = 64        # Numba kernels: batch entries computed side by side as SIMD l
 PAR_WORK = 1 << 16  # Numba kernels: batch * n_q * n_k * d of at least this spread blocks over threads
                     # (2^23 under the workqueue layer, whose launch cost ~80 us; an OpenMP region costs
                     # a few us, and gpt_adder's 256 x (8, 8, 16) now splits)
-# (The packed primitives move the heads with NumPy copies around these kernels: on the CPU a copy is
-# one pass over memory, cheap next to the attention itself; the saving that matters is the tape's.)
 _MODES = {"none": 0, "fill": 1, "hard": 2, "add": 3}
 _NO_MASK = np.zeros(1, F32)
 _NO_LAYOUT = np.array([1, 0, 0, 0, 0], np.int64)
@@ -71,46 +72,64 @@ _Z32, _ONE32 = F32(0.0), F32(1.0)
 
 
 # -- Numba kernels for short sequences --------------------------------------------------------------
-@njit(inline="always", error_model="numpy")
-def _lanes_in(a3, b0, nb, out, mul):
-    """out[i, c, l] = a3[b0 + l, i, c] * mul (float32; mul = 1 is exact): the block's entries become
-    SIMD lanes. A transpose by 8 x 8 tiles of constant size (unrolled; vectorizing the plain loops
-    would use gathers or scatters, 2-3x slower), the ragged edges element by element."""
-    e = a3.shape[1] * a3.shape[2]
-    src = a3.reshape(a3.shape[0], e)
-    dst = out.reshape(e, out.shape[2])
-    l8, e8 = nb - nb % 8, e - e % 8
-    for l0 in range(0, l8, 8):
-        for e0 in range(0, e8, 8):
-            for x in range(8):
-                for y in range(8):
-                    dst[e0 + x, l0 + y] = src[b0 + l0 + y, e0 + x] * mul
-    for l in range(l8, nb):
-        for x in range(e):
-            dst[x, l] = src[b0 + l, x] * mul
-    for l in range(l8):
-        for x in range(e8, e):
-            dst[x, l] = src[b0 + l, x] * mul
+# An operand of the Numba kernels is a flat float32 array and a row of ``geo`` (offset, outer stride,
+# row stride, head stride), in elements, d contiguous: batch entry e = outer * heads + head, row i,
+# channel c is at offset + outer s_outer + head s_head + i s_row + c. So q, k, v of one tensor (heads
+# = 1) and the q, k, v slices of a packed qkv (batch, n, 3, heads, d) are read in place, and out or
+# dqkv written in place, by one compiled kernel (all 1-D arrays).
+_GQ, _GK, _GV, _GO, _GG, _GDQ, _GDK, _GDV = range(8)  # geo rows: q, k, v, out, dout, dq, dk, dv
 
 
 @njit(inline="always", error_model="numpy")
-def _lanes_out(src3, b0, nb, a3):
-    """a3[b0 + l, j, c] = src3[j, c, l]: the inverse of _lanes_in (no arithmetic)."""
-    e = a3.shape[1] * a3.shape[2]
-    src = src3.reshape(e, src3.shape[2])
-    dst = a3.reshape(a3.shape[0], e)
-    l8, e8 = nb - nb % 8, e - e % 8
+def _lane_offsets(geo, r, heads, b0, nb):
+    """Where row 0 of each lane's batch entry b0 + l starts in operand r."""
+    off = np.empty(nb, np.int64)
+    for l in range(nb):
+        e = b0 + l
+        off[l] = geo[r, 0] + (e // heads) * geo[r, 1] + (e % heads) * geo[r, 3]
+    return off
+
+
+@njit(inline="always", error_model="numpy")
+def _lanes_in(src, geo, r, heads, b0, out, mul):
+    """out[i, c, l] = (row i, channel c of batch entry b0 + l of operand r) * mul (float32; mul = 1
+    is exact): the block's entries become SIMD lanes. A transpose by 8 x 8 tiles of constant size
+    (unrolled; vectorizing the plain loops would use gathers or scatters, 2-3x slower), the ragged
+    edges element by element."""
+    n, d, nb = out.shape[0], out.shape[1], out.shape[2]
+    off = _lane_offsets(geo, r, heads, b0, nb)
+    s_n = geo[r, 2]
+    l8, d8 = nb - nb % 8, d - d % 8
     for l0 in range(0, l8, 8):
-        for e0 in range(0, e8, 8):
-            for y in range(8):
+        for i in range(n):
+            for c0 in range(0, d8, 8):
                 for x in range(8):
-                    dst[b0 + l0 + y, e0 + x] = src[e0 + x, l0 + y]
-    for l in range(l8, nb):
-        for x in range(e):
-            dst[b0 + l, x] = src[x, l]
-    for l in range(l8):
-        for x in range(e8, e):
-            dst[b0 + l, x] = src[x, l]
+                    for y in range(8):
+                        out[i, c0 + x, l0 + y] = src[off[l0 + y] + i * s_n + c0 + x] * mul
+    for l in range(nb):
+        for i in range(n):
+            for c in range(d8 if l < l8 else 0, d):
+                out[i, c, l] = src[off[l] + i * s_n + c] * mul
+
+
+@njit(inline="always", error_model="numpy")
+def _lanes_out(src3, dst, geo, r, heads, b0):
+    """The inverse of _lanes_in (no arithmetic): row j, channel c of batch entry b0 + l of operand r
+    = src3[j, c, l]."""
+    n, d, nb = src3.shape[0], src3.shape[1], src3.shape[2]
+    off = _lane_offsets(geo, r, heads, b0, nb)
+    s_n = geo[r, 2]
+    l8, d8 = nb - nb % 8, d - d % 8
+    for l0 in range(0, l8, 8):
+        for j in range(n):
+            for c0 in range(0, d8, 8):
+                for y in range(8):
+                    for x in range(8):
+                        dst[off[l0 + y] + j * s_n + c0 + x] = src3[j, c0 + x, l0 + y]
+    for l in range(nb):
+        for j in range(n):
+            for c in range(d8 if l < l8 else 0, d):
+                dst[off[l] + j * s_n + c] = src3[j, c, l]
 
 
 @njit(inline="always", error_model="numpy")
@@ -158,17 +177,16 @@ def _offsets(lay, b0, nb):
 
 
 @njit(cache=True, error_model="numpy")
-def _fwd_block(q3, k3, v3, mask, mode, lay, scale, causal, out, lse, b0, b1):
-    n_q, d, n_k = q3.shape[1], q3.shape[2], k3.shape[1]
+def _fwd_block(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse, b0, b1):
     s_q, s_k = lay[3], lay[4]
     nb = b1 - b0
     qt = np.empty((n_q, d, nb), F32)
     kt = np.empty((n_k, d, nb), F32)
     vt = np.empty((n_k, d, nb), F32)
     ot = np.empty((n_q, d, nb), F32)
-    _lanes_in(q3, b0, nb, qt, np.float32(scale))
-    _lanes_in(k3, b0, nb, kt, _ONE32)
-    _lanes_in(v3, b0, nb, vt, _ONE32)
+    _lanes_in(q, geo, _GQ, heads, b0, qt, np.float32(scale))
+    _lanes_in(k, geo, _GK, heads, b0, kt, _ONE32)
+    _lanes_in(v, geo, _GV, heads, b0, vt, _ONE32)
     moff = _offsets(lay, b0, nb)
     srow = np.empty((n_k, nb), F32)
     state = np.ones((n_k, nb), np.int8)
@@ -220,53 +238,58 @@ def _fwd_block(q3, k3, v3, mask, mode, lay, scale, causal, out, lse, b0, b1):
                 lse[b0 + l, i] = -_INF32
             else:
                 lse[b0 + l, i] = ml + np.log(tot[l])
-    _lanes_out(ot, b0, nb, out)
+    _lanes_out(ot, out, geo, _GO, heads, b0)
 
 
 @njit(cache=True, error_model="numpy")
-def _fwd_serial(q3, k3, v3, mask, mode, lay, scale, causal, out, lse, block):
-    batch = q3.shape[0]
+def _fwd_serial(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse, block):
+    batch = lse.shape[0]
     for b0 in range(0, batch, block):
-        _fwd_block(q3, k3, v3, mask, mode, lay, scale, causal, out, lse, b0, min(batch, b0 + block))
+        _fwd_block(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse, b0,
+                   min(batch, b0 + block))
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def _fwd_par(q3, k3, v3, mask, mode, lay, scale, causal, out, lse, block):
-    batch = q3.shape[0]
+def _fwd_par(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse, block):
+    batch = lse.shape[0]
     for t in prange((batch + block - 1) // block):
-        _fwd_block(q3, k3, v3, mask, mode, lay, scale, causal, out, lse, t * block, min(batch, (t + 1) * block))
+        _fwd_block(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse, t * block,
+                   min(batch, (t + 1) * block))
+
+
+_WANT_Q, _WANT_KV, _WANT_QKV = 1, 2, 3  # the backward kernels' passes: dq, (dk, dv), or all three
 
 
 @njit(cache=True, error_model="numpy")
-def _bwd_block(q3, k3, v3, mask, mode, lay, scale, causal, out3, lse2, g3, want_q, dq, dk, dv, b0, b1):
-    """dq (want_q) or (dk, dv) of the entries [b0, b1) as lanes, float32 as in the module docstring."""
-    n_q, d, n_k = q3.shape[1], q3.shape[2], k3.shape[1]
+def _bwd_block(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse2, g, want, dq, dk, dv,
+               b0, b1):
+    """dq (want & 1) and/or (dk, dv) (want & 2) of the entries [b0, b1) as lanes, float32 as in
+    the module docstring; one pass computes P and dS once for both (the same sums, in the same order,
+    as two passes)."""
     s_q, s_k = lay[3], lay[4]
     nb = b1 - b0
     sc = np.float32(scale)
+    want_q = (want & _WANT_Q) != 0
+    want_kv = (want & _WANT_KV) != 0
     qt = np.empty((n_q, d, nb), F32)
     kt = np.empty((n_k, d, nb), F32)
     vt = np.empty((n_k, d, nb), F32)
     gt = np.empty((n_q, d, nb), F32)
     ot = np.empty((n_q, d, nb), F32)
-    _lanes_in(q3, b0, nb, qt, sc)
-    _lanes_in(k3, b0, nb, kt, _ONE32)
-    _lanes_in(v3, b0, nb, vt, _ONE32)
-    _lanes_in(g3, b0, nb, gt, _ONE32)
-    _lanes_in(out3, b0, nb, ot, _ONE32)
+    _lanes_in(q, geo, _GQ, heads, b0, qt, sc)
+    _lanes_in(k, geo, _GK, heads, b0, kt, _ONE32)
+    _lanes_in(v, geo, _GV, heads, b0, vt, _ONE32)
+    _lanes_in(g, geo, _GG, heads, b0, gt, _ONE32)
+    _lanes_in(out, geo, _GO, heads, b0, ot, _ONE32)
     moff = _offsets(lay, b0, nb)
     srow = np.empty((n_k, nb), F32)
     dsr = np.empty((n_k, nb), F32)
     state = np.ones((n_k, nb), np.int8)
     le = np.empty(nb, F32)
     dd = np.empty(nb, F32)
-    if want_q:
-        aq = np.empty((n_q, d, nb), F32)
-        ak = av = aq[:0]
-    else:
-        ak = np.zeros((n_k, d, nb), F32)
-        av = np.zeros((n_k, d, nb), F32)
-        aq = ak[:0]
+    aq = np.empty((n_q if want_q else 0, d, nb), F32)
+    ak = np.zeros((n_k if want_kv else 0, d, nb), F32)
+    av = np.zeros((n_k if want_kv else 0, d, nb), F32)
     for i in range(n_q):
         kend = min(n_k, i + 1) if causal else n_k
         _scores(qt, kt, i, kend, nb, mask, mode, moff, s_q, s_k, srow, state)
@@ -304,7 +327,7 @@ def _bwd_block(q3, k3, v3, mask, mode, lay, scale, causal, out3, lse2, g3, want_
                 ac = acc[c]
                 for l in range(nb):
                     ac[l] = ac[l] * sc
-        else:
+        if want_kv:
             for j in range(kend):
                 sj, dj, akj, avj = srow[j], dsr[j], ak[j], av[j]
                 for c in range(d):
@@ -315,69 +338,102 @@ def _bwd_block(q3, k3, v3, mask, mode, lay, scale, causal, out3, lse2, g3, want_
                     for l in range(nb):
                         akc[l] += dj[l] * qc[l]
     if want_q:
-        _lanes_out(aq, b0, nb, dq)
-    else:
-        _lanes_out(ak, b0, nb, dk)
-        _lanes_out(av, b0, nb, dv)
+        _lanes_out(aq, dq, geo, _GDQ, heads, b0)
+    if want_kv:
+        _lanes_out(ak, dk, geo, _GDK, heads, b0)
+        _lanes_out(av, dv, geo, _GDV, heads, b0)
 
 
 @njit(cache=True, error_model="numpy")
-def _bwd_serial(q3, k3, v3, mask, mode, lay, scale, causal, out3, lse2, g3, want_q, dq, dk, dv, block):
-    batch = q3.shape[0]
+def _bwd_serial(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse2, g, want, dq, dk, dv,
+                block):
+    batch = lse2.shape[0]
     for b0 in range(0, batch, block):
-        _bwd_block(q3, k3, v3, mask, mode, lay, scale, causal, out3, lse2, g3, want_q, dq, dk, dv, b0,
-                   min(batch, b0 + block))
+        _bwd_block(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse2, g, want, dq, dk, dv,
+                   b0, min(batch, b0 + block))
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def _bwd_par(q3, k3, v3, mask, mode, lay, scale, causal, out3, lse2, g3, want_q, dq, dk, dv, block):
-    batch = q3.shape[0]
+def _bwd_par(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse2, g, want, dq, dk, dv,
+             block):
+    batch = lse2.shape[0]
     for t in prange((batch + block - 1) // block):
-        _bwd_block(q3, k3, v3, mask, mode, lay, scale, causal, out3, lse2, g3, want_q, dq, dk, dv, t * block,
-                   min(batch, (t + 1) * block))
+        _bwd_block(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse2, g, want, dq, dk, dv,
+                   t * block, min(batch, (t + 1) * block))
 
 
 def _small(batch, n_q, n_k, d) -> bool:
     return n_q <= SMALL_N and n_k <= SMALL_N and 0 < n_q * n_k * d <= SMALL_WORK and batch > 0
 
 
-def _numba_args(q, k, v, mask, batch, n_q, n_k, d, mask_mode, mask_layout):
+def _mask_args(mask, n_q, n_k, mask_mode, mask_layout):
     mk = _NO_MASK if mask is None else mask
     if mask_mode == "none":
         lay = _NO_LAYOUT
     else:  # the runtime always passes a layout; None (a direct call) means the dense one
         lay = np.asarray((1, n_q * n_k, 0, n_k, 1) if mask_layout is None else mask_layout, np.int64)
-    return (q.reshape(batch, n_q, d), k.reshape(batch, n_k, d), v.reshape(batch, n_k, d), mk, _MODES[mask_mode], lay)
+    return mk, _MODES[mask_mode], lay
 
 
 def _parallel(batch, n_q, n_k, d) -> bool:
     return batch * n_q * n_k * d >= PAR_WORK and batch > LANES
 
 
-def _fwd_small(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
-    out = np.empty((batch, n_q, d), F32)
-    lse = np.empty((batch, n_q), F32)
-    args = _numba_args(q, k, v, mask, batch, n_q, n_k, d, mask_mode, mask_layout) + (
-        float(scale), bool(causal), out, lse, LANES)
-    (_fwd_par if _parallel(batch, n_q, n_k, d) else _fwd_serial)(*args)
-    return out.reshape(-1), lse.reshape(-1)
-
-
-def _bwd_small(want_q, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout,
-               into=None):
-    """dq (want_q) or (dk, dv), written into the flat arrays ``into`` when given (else new ones)."""
-    none = np.empty((1, 1, 1), F32)
-    if want_q:
-        dq = np.empty(batch * n_q * d, F32) if into is None else into[0]
-        dq, dk, dv = dq.reshape(batch, n_q, d), none, none
+@lru_cache(maxsize=64)
+def _geo(packed: bool, heads: int, n_q: int, n_k: int, d: int) -> np.ndarray:
+    """The kernels' operand table (see _GQ ...): q, k, v, dq, dk, dv as slices of a packed
+    (batch, n, 3, heads, d) tensor and out, dout as (batch, n, heads, d) when packed; else every
+    operand its own (batch, n, d) array (heads = 1)."""
+    if packed:
+        slot = [(s * heads * d, n_q * 3 * heads * d, 3 * heads * d, d) for s in range(3)]
+        last = (0, n_q * heads * d, heads * d, d)
+        rows = slot + [last, last] + slot
     else:
-        dk, dv = (np.empty(batch * n_k * d, F32), np.empty(batch * n_k * d, F32)) if into is None else into
-        dq, dk, dv = none, dk.reshape(batch, n_k, d), dv.reshape(batch, n_k, d)
-    args = _numba_args(q, k, v, mask, batch, n_q, n_k, d, mask_mode, mask_layout) + (
-        float(scale), bool(causal), out.reshape(batch, n_q, d), lse.reshape(batch, n_q),
-        dout.reshape(batch, n_q, d), want_q, dq, dk, dv, LANES)
+        rq, rk = (0, n_q * d, d, 0), (0, n_k * d, d, 0)
+        rows = [rq, rk, rk, rq, rq, rq, rk, rk]
+    g = np.array(rows, np.int64)
+    g.flags.writeable = False
+    return g
+
+
+def _fwd_lanes(q, k, v, geo, heads, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, out, lse):
+    """The Numba forward of ``batch`` entries (heads per outer index) over flat operands placed by
+    geo: writes out and lse (batch, n_q)."""
+    args = (q, k, v, geo, heads, n_q, n_k, d) + _mask_args(mask, n_q, n_k, mask_mode, mask_layout) + (
+        float(scale), bool(causal), out, lse.reshape(batch, n_q), LANES)
+    (_fwd_par if _parallel(batch, n_q, n_k, d) else _fwd_serial)(*args)
+
+
+def _bwd_lanes(want, q, k, v, geo, heads, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode,
+               mask_layout, dq, dk, dv):
+    """The Numba backward: writes dq (want & _WANT_Q) and dk, dv (want & _WANT_KV); the others may
+    be placeholders."""
+    args = (q, k, v, geo, heads, n_q, n_k, d) + _mask_args(mask, n_q, n_k, mask_mode, mask_layout) + (
+        float(scale), bool(causal), out, lse.reshape(batch, n_q), dout, want, dq, dk, dv, LANES)
     (_bwd_par if _parallel(batch, n_q, n_k, d) else _bwd_serial)(*args)
-    return dq.reshape(-1) if want_q else (dk.reshape(-1), dv.reshape(-1))
+
+
+def _fwd_small(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    out = np.empty(batch * n_q * d, F32)
+    lse = np.empty(batch * n_q, F32)
+    _fwd_lanes(q, k, v, _geo(False, 1, n_q, n_k, d), 1, mask, batch, n_q, n_k, d, scale, causal, mask_mode,
+               mask_layout, out, lse)
+    return out, lse
+
+
+def _bwd_small(want, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout,
+               into=None):
+    """dq (_WANT_Q), (dk, dv) (_WANT_KV) or all three (_WANT_QKV), written into the flat arrays
+    ``into`` when given (else new ones)."""
+    if into is None:
+        into = ((np.empty(batch * n_q * d, F32),) if want & _WANT_Q else ()) + (
+            (np.empty(batch * n_k * d, F32), np.empty(batch * n_k * d, F32)) if want & _WANT_KV else ())
+    none = _NO_MASK  # a placeholder for the outputs not wanted (never written)
+    dq = into[0] if want & _WANT_Q else none
+    dk, dv = (into[-2], into[-1]) if want & _WANT_KV else (none, none)
+    _bwd_lanes(want, q, k, v, _geo(False, 1, n_q, n_k, d), 1, mask, out, lse, dout, batch, n_q, n_k, d, scale,
+               causal, mask_mode, mask_layout, dq, dk, dv)
+    return into[0] if want == _WANT_Q else into
 
 
 class _Problem:
@@ -520,7 +576,7 @@ def _rowdot(dout, out, batch, n_q, d):
 
 def flash_attention_bwd_q(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
     if _small(batch, n_q, n_k, d):
-        return _bwd_small(True, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode,
+        return _bwd_small(_WANT_Q, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode,
                           mask_layout)
     pr = _Problem(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
     dq = np.zeros((batch, n_q, d), F32)
@@ -555,7 +611,7 @@ def flash_attention_bwd_q(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, sca
 
 def flash_attention_bwd_kv(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
     if _small(batch, n_q, n_k, d):
-        return _bwd_small(False, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode,
+        return _bwd_small(_WANT_KV, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode,
                           mask_layout)
     pr = _Problem(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
     dk = np.zeros((batch, n_k, d), F32)
@@ -600,10 +656,7 @@ def flash_attention_bwd(*args):
         # One allocation, dq | dk | dv: the gradient of the q, k, v slices of one tensor (qkv[0],
         # qkv[1], qkv[2]) then joins without a copy (concat1d's view case).
         packed = np.empty(3 * m, F32)
-        dq, dk, dv = packed[:m], packed[m:2 * m], packed[2 * m:]
-        _bwd_small(True, *args, into=(dq,))
-        _bwd_small(False, *args, into=(dk, dv))
-        return dq, dk, dv
+        return _bwd_small(_WANT_QKV, *args, into=(packed[:m], packed[m:2 * m], packed[2 * m:]))
     return (flash_attention_bwd_q(*args), *flash_attention_bwd_kv(*args))
 
 
@@ -615,7 +668,10 @@ def flash_attention_bwd_v(*args):
     return flash_attention_bwd_kv(*args)[1]
 
 
-# -- packed self-attention: the heads moved by NumPy copies around the kernels above -------------------
+# -- packed self-attention ----------------------------------------------------------------------------
+# Short sequences: the Numba kernels read q, k, v from qkv and write out (and dqkv) in place (see
+# _geo), so no head is copied. Longer ones: the heads are moved by NumPy copies around the BLAS
+# tiles (a copy is one pass over memory, cheap next to the attention there).
 def _split_qkv(qkv, batch, heads, n, d):
     """Contiguous flat q, k, v (batch heads, n, d) from qkv (batch, n, 3, heads, d)."""
     a = qkv.reshape(batch, n, 3, heads, d)
@@ -627,17 +683,28 @@ def _heads_first(x, batch, heads, n, d):
 
 
 def flash_attention_packed_fwd(qkv, mask, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
+    if _small(batch * heads, n, n, d):
+        out = np.empty(batch * n * heads * d, F32)
+        lse = np.empty(batch * heads * n, F32)
+        _fwd_lanes(qkv, qkv, qkv, _geo(True, heads, n, n, d), heads, mask, batch * heads, n, n, d, scale, causal,
+                   mask_mode, mask_layout, out, lse)
+        return out, lse
     q, k, v = _split_qkv(qkv, batch, heads, n, d)
     out, lse = flash_attention_fwd(q, k, v, mask, batch * heads, n, n, d, scale, causal, mask_mode, mask_layout)
     return np.ascontiguousarray(out.reshape(batch, heads, n, d).transpose(0, 2, 1, 3)).reshape(-1), lse
 
 
 def flash_attention_packed_bwd(qkv, mask, out, lse, dout, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
+    dqkv = np.empty((batch, n, 3, heads, d), F32)
+    if _small(batch * heads, n, n, d):
+        flat = dqkv.reshape(-1)
+        _bwd_lanes(_WANT_QKV, qkv, qkv, qkv, _geo(True, heads, n, n, d), heads, mask, out, lse, dout, batch * heads,
+                   n, n, d, scale, causal, mask_mode, mask_layout, flat, flat, flat)
+        return flat
     q, k, v = _split_qkv(qkv, batch, heads, n, d)
     grads = flash_attention_bwd(q, k, v, mask, _heads_first(out, batch, heads, n, d), lse,
                                 _heads_first(dout, batch, heads, n, d), batch * heads, n, n, d, scale, causal,
                                 mask_mode, mask_layout)
-    dqkv = np.empty((batch, n, 3, heads, d), F32)
     for i, g in enumerate(grads):
         dqkv[:, :, i] = g.reshape(batch, heads, n, d).transpose(0, 2, 1, 3)
     return dqkv.reshape(-1)
