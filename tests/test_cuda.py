@@ -182,29 +182,40 @@ def test_index_uploads_are_exact_reused_and_snapshots(cuda_device):
 
 
 @cuda
-def test_adam_pointer_table_is_reused_only_when_unchanged(cuda_device):
+def test_adam_pointer_table_is_reused_only_when_unchanged(cuda_device, monkeypatch):
     from torchlean.backends.cuda import optim as cuda_optim
 
     rng = np.random.default_rng(5)
     sizes = (5, 64, 3)
+    built = []
+    table = cuda_optim._table
+    monkeypatch.setattr(cuda_optim, "_table", lambda *a: built.append(1) or table(*a))
 
-    def bufs():
-        return [Buffer.from_numpy(rng.normal(size=n).astype(F32), cuda_device) for n in sizes]
+    def bufs(abs_=False):
+        return [Buffer.from_numpy((np.abs if abs_ else np.asarray)(rng.normal(size=n)).astype(F32), cuda_device)
+                for n in sizes]
 
-    ps, gs, ms, vs = bufs(), bufs(), bufs(), [Buffer.from_numpy(np.abs(rng.normal(size=n)).astype(F32), cuda_device)
-                                              for n in sizes]
+    ps, gs, ms, vs = bufs(), bufs(), bufs(), bufs(True)
     coef = (1e-3, 0.9, 0.999, 1e-8, 0.0, 2, False)  # lr, beta1, beta2, eps, weight_decay, step, decoupled
     ref = P.adam_step_many(ps, gs, ms, vs, *coef)
-    tables = cuda_optim._last_tables
-    first = dict(tables)
     again = P.adam_step_many(ps, gs, ms, vs, *coef)  # new outputs: a new table
     for x, y in zip(ref, again):
         np.testing.assert_array_equal(x.to_numpy(), y.to_numpy())
-    assert first and all(tables[k][3] is not first[k][3] for k in first)
-    gs2 = bufs()  # in place twice with the same arrays: the second call sends no table
-    P.adam_step_many_inplace(ps, gs2, ms, vs, *coef)
-    sent = dict(tables)
-    expect = [p.to_numpy() for p in ps]
-    P.adam_step_many_inplace(ps, gs2, ms, vs, *coef)
-    assert all(tables[k][3] is sent[k][3] for k in sent)
-    assert not all(np.array_equal(p.to_numpy(), e) for p, e in zip(ps, expect))  # it did step
+    assert len(built) == 2
+    # in place, gradients alternating between two sets of arrays (a training loop's free list):
+    # a table per set, then none; every step computes what adam_step_many computes
+    ga, gb = bufs(), bufs()
+    inplace_built = []
+    for k in range(6):
+        g = (ga, gb)[k % 2]
+        want = P.adam_step_many(ps, g, ms, vs, *coef)
+        n0 = len(built)
+        P.adam_step_many_inplace(ps, g, ms, vs, *coef)
+        inplace_built.append(len(built) - n0)
+        for got, w in zip((*ps, *ms, *vs), want):
+            np.testing.assert_array_equal(got.to_numpy(), w.to_numpy())
+    assert inplace_built == [1, 1, 0, 0, 0, 0]
+    # bounded: the oldest tables go (back to the free list)
+    for _ in range(cuda_optim._TABLES_KEPT + 3):
+        P.adam_step_many_inplace(ps, bufs(), ms, vs, *coef)
+    assert all(len(kept) <= cuda_optim._TABLES_KEPT for kept in cuda_optim._tables.values())

@@ -9,9 +9,12 @@ do not depend on the grid.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import cupy
 import numpy as np
 
+from .freelist import give_back
 from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
 from .staging import upload_i64
 
@@ -82,25 +85,37 @@ def adam_step_many_inplace(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, e
     _launch_many(batch, (pp, pg, pm, pv, pp, pm, pv), sizes, coef)
 
 
-# The last launch's inputs per (device, stream) and its device table: a training loop that updates
-# in place, with gradients from the free list, sends the same table every step. Kernels only read it.
-_last_tables: dict[tuple[int, int], tuple] = {}
+# Recent launches' tables per (device, stream), keyed by their content: a training loop that updates
+# in place sends the same p, m, v pointers every step, and its gradients, drawn from the free list,
+# come back to the same addresses every few steps (period 6 to 10 in the examples), so a table is
+# built and uploaded only in the first period. Kernels only read the tables; an evicted one goes
+# back to the free list (its last reader is queued on this stream), for the next upload.
+_TABLES_KEPT = 16
+_tables: dict[tuple[int, int], OrderedDict] = {}
 
 
 def _launch_many(batch, ptrs7, sizes, coef):
     """tl_adam_step_many over the tensors batch (indices) of the 7 pointer lists p, g, m, v, p_out,
     m_out, v_out: the pointers, quad offsets and sizes go up in one small host-to-device copy per
-    launch, or none when they equal those of the last call on this stream."""
+    launch, or none when a recent call on this stream had the same ones."""
     if not batch:
         return
-    ptrs7 = tuple(ptrs7)  # of lists built per call by the callers, never changed after: kept as they are
-    key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr)
-    last = _last_tables.get(key)
-    if last is not None and last[0] == batch and last[1] == sizes and last[2] == ptrs7:
-        plans = last[3]
+    key = (tuple(batch), tuple(sizes), *map(tuple, ptrs7))
+    dev_key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr)
+    kept = _tables.get(dev_key)
+    if kept is None:
+        kept = _tables[dev_key] = OrderedDict()
+    plans = kept.get(key)
+    if plans is None:
+        plans = kept[key] = [_table(batch[lo:lo + _MANY_MAX], ptrs7, sizes) for lo in range(0, len(batch), _MANY_MAX)]
+        if len(kept) > _TABLES_KEPT:
+            old = kept.popitem(last=False)[1]
+            while old:
+                dev_table = old.pop()[0]
+                give_back(dev_table)  # unless something else still holds it (the counts refuse)
+                del dev_table
     else:
-        plans = [_table(batch[lo:lo + _MANY_MAX], ptrs7, sizes) for lo in range(0, len(batch), _MANY_MAX)]
-        _last_tables[key] = (batch, sizes, ptrs7, plans)
+        kept.move_to_end(key)
     wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode = coef
     for dev, t, total in plans:
         base = dev.data.ptr
