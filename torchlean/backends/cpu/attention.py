@@ -105,7 +105,7 @@ def _lanes_in(src, geo, r, heads, b0, out, mul):
             for c0 in range(0, d8, 8):
                 for x in range(8):
                     for y in range(8):
-                        out[i, c0 + x, l0 + y] = src[off[l0 + y] + i * s_n + c0 + x] * mul
+                        out[i, c0 + x, l0 + y] = src[np.uint64(off[l0 + y] + i * s_n + c0) + np.uint64(x)] * mul
     for l in range(nb):
         for i in range(n):
             for c in range(d8 if l < l8 else 0, d):
@@ -125,7 +125,7 @@ def _lanes_out(src3, dst, geo, r, heads, b0):
             for c0 in range(0, d8, 8):
                 for y in range(8):
                     for x in range(8):
-                        dst[off[l0 + y] + j * s_n + c0 + x] = src3[j, c0 + x, l0 + y]
+                        dst[np.uint64(off[l0 + y] + j * s_n + c0) + np.uint64(x)] = src3[j, c0 + x, l0 + y]
     for l in range(nb):
         for j in range(n):
             for c in range(d8 if l < l8 else 0, d):
