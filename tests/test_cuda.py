@@ -182,6 +182,29 @@ def test_index_uploads_are_exact_reused_and_snapshots(cuda_device):
 
 
 @cuda
+def test_float_uploads_through_pinned_slots_are_exact_and_snapshots(cuda_device):
+    """Buffer.from_numpy stages float32 data through the pinned ring (up to _F32_MAX bytes, cupy.asarray
+    above): every value arrives, including -0, NaN and inf bits, across more uploads than slots, and
+    the host array may change as soon as the call returns."""
+    from torchlean.backends.cuda import staging
+
+    rng = np.random.default_rng(6)
+    sizes = [1, 5, 1000, 100_003, staging._F32_MAX // 4, staging._F32_MAX // 4 + 1]
+    held = []
+    for k in range(3 * staging._NSTAGE):
+        n = sizes[k % len(sizes)]
+        host = rng.standard_normal(n).astype(F32)
+        host[: min(n, 3)] = np.array([-0.0, np.nan, np.inf], F32)[: min(n, 3)]
+        want = host.copy()
+        buf = Buffer.from_numpy(host, cuda_device)
+        host[:] = 7.0  # the upload already owns its values
+        held.append((buf, want))
+    for buf, want in held:
+        assert np.array_equal(buf.to_numpy().view(np.uint32), want.view(np.uint32))
+    assert Buffer.from_numpy(np.zeros(0, F32), cuda_device).size == 0
+
+
+@cuda
 def test_adam_pointer_table_is_reused_only_when_unchanged(cuda_device, monkeypatch):
     from torchlean.backends.cuda import optim as cuda_optim
 

@@ -16,13 +16,15 @@ import numpy as np
 from . import freelist
 from .elementwise import fill
 from .kernels import empty
+from .staging import upload_f32
 
 __all__ = ["from_host", "to_host", "full", "memory_info", "cached_bytes", "collect", "concat1d", "slice1d",
            "adjacent_union"]
 
 
 def from_host(a: np.ndarray):
-    return cupy.asarray(a, dtype=cupy.float32)
+    """A float32 device copy of the flat float32 host array ``a`` (staged through pinned memory)."""
+    return upload_f32(a)
 
 
 def to_host(a) -> np.ndarray:
