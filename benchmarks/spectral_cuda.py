@@ -150,7 +150,7 @@ def check(cupy, torch, S) -> bool:
     refs = {"y": yref.detach().cpu().numpy().reshape(-1), "dx": T["x"].grad.cpu().numpy().reshape(-1),
             "dwr": T["wr"].grad.cpu().numpy().reshape(-1), "dwi": T["wi"].grad.cpu().numpy().reshape(-1)}
     a64 = [v.reshape(-1).astype(np.float64) for v in (x, wr, wi, dy)]
-    dims = (b, g, w, m)
+    dims = (g, w, m, b)  # the seed's (grid, width, modes), then the batch
     bounds = {
         "y": contract.CONTRACTS["spectral_conv1d_rfft_fwd"].bound(refs["y"], *a64[:3], *dims),
         "dx": contract.CONTRACTS["spectral_conv1d_rfft_bwd_x"].bound(refs["dx"], *a64, *dims),
@@ -218,7 +218,7 @@ def timing(cupy, torch, S, reps: int) -> list[tuple]:
     t_fb = _ttime(torch, lambda: torch.autograd.grad(torch_fwd(), (tx, twr, twi), tdy), reps)
     t_bwd = max(t_fb - t_fwd, 1e-9)
     gemm_flops = 2 * 2 * b * 2 * m * g * w + 2 * b * m * (2 * w) ** 2  # two basis GEMMs + the mixing
-    dims = (b, g, w, m)
+    dims = (g, w, m, b)  # the seed's (grid, width, modes), then the batch
     for route in ("dft", "fft"):
         S.CONV_ROUTE = route
         t1 = _time(cupy, lambda: S.spectral_conv1d_rfft_fwd(cx, cwr, cwi, *dims), reps)

@@ -145,8 +145,8 @@ def _conv_inputs(rng, batch, grid, width, modes):
 
 def _run_conv(x, wr, wi, modes, device):
     batch, grid, width = x.shape
-    return P.spectral_conv1d_rfft_fwd(up(x, device), up(wr, device), up(wi, device), batch, grid, width,
-                                      modes).to_numpy().reshape(x.shape)
+    return P.spectral_conv1d_rfft_fwd(up(x, device), up(wr, device), up(wi, device), grid, width, modes,
+                                      batch).to_numpy().reshape(x.shape)
 
 
 @pytest.mark.parametrize("grid", [1, 2, 7, 8, 33])
@@ -157,7 +157,7 @@ def test_identity_weights_reproduce_x(grid, device):
     wr = np.broadcast_to(np.eye(width, dtype=F32), (modes, width, width)).copy()
     wi = np.zeros_like(wr)
     y = _run_conv(x, wr, wi, modes, device)
-    tol = _bound(CONV, x, x, wr, wi, 2, grid, width, modes)
+    tol = _bound(CONV, x, x, wr, wi, grid, width, modes, 2)
     assert_within("identity", y, x, tol, f" grid={grid}")
     assert np.abs(y - x).max() < 1e-5
 
@@ -173,7 +173,7 @@ def test_identity_weights_with_fewer_modes_are_a_low_pass(grid, modes, device):
     X[:, modes:] = 0
     lp = np.fft.irfft(X, n=grid, axis=1)
     y = _run_conv(x, wr, wi, modes, device)
-    assert_within("low pass", y, lp, _bound(CONV, lp, x, wr, wi, 3, grid, width, modes))
+    assert_within("low pass", y, lp, _bound(CONV, lp, x, wr, wi, grid, width, modes, 3))
     if modes == 1:
         np.testing.assert_allclose(y, np.broadcast_to(x.mean(axis=1, keepdims=True), x.shape), atol=1e-5)
 
@@ -207,7 +207,7 @@ def test_spectral_conv_agrees_with_torch_float64(shape, device):
     Y[:, :modes] = torch.einsum("bki,kio->bko", X[:, :modes], Wc)
     ref = torch.fft.irfft(Y, n=grid, dim=1).cpu().numpy()
     y = _run_conv(x, wr, wi, modes, device)
-    assert_within("spectral conv vs torch float64", y, ref, _bound(CONV, ref, x, wr, wi, *shape))
+    assert_within("spectral conv vs torch float64", y, ref, _bound(CONV, ref, x, wr, wi, *shape[1:], shape[0]))
     np.testing.assert_allclose(ref, np_spectral_conv(x, wr, wi, modes), atol=1e-10)
 
 
@@ -264,7 +264,7 @@ def test_backward_primitives_match_fd(shape, device):
     x, wr, wi = _conv_inputs(rng, batch, grid, width, modes)
     dy = rng.standard_normal(x.shape).astype(F32)
     fd_x, fd_wr, fd_wi = fd_grads(lambda a, b, c: np_spectral_conv(a, b, c, modes), [x, wr, wi], dy)
-    args = [up(x, device), up(wr, device), up(wi, device), up(dy, device), batch, grid, width, modes]
+    args = [up(x, device), up(wr, device), up(wi, device), up(dy, device), grid, width, modes, batch]
     got = {
         "bwd_x": (P.spectral_conv1d_rfft_bwd_x(*args).to_numpy().reshape(x.shape), fd_x),
         "bwd_wre": (P.spectral_conv1d_rfft_bwd_wre(*args).to_numpy().reshape(wr.shape), fd_wr),
@@ -356,14 +356,14 @@ def test_cpu_routes_agree_at_benchmark_like_size(monkeypatch):
         outs[route] = _run_conv(x, wr, wi, 16, "cpu")
     ref = np_spectral_conv(x, wr, wi, 16)
     for route, y in outs.items():
-        assert_within(f"route {route}", y, ref, _bound(CONV, ref, x, wr, wi, 2, 256, 8, 16))
+        assert_within(f"route {route}", y, ref, _bound(CONV, ref, x, wr, wi, 256, 8, 16, 2))
         assert np.abs(y - ref).max() < 1e-4 * np.abs(ref).max()
 
 
 def test_results_are_deterministic(device):
     x, wr, wi = _conv_inputs(rng_for("det"), 3, 40, 4, 9)
     dy = rng_for("det-dy").standard_normal(x.shape).astype(F32)
-    args = [up(x, device), up(wr, device), up(wi, device), up(dy, device), 3, 40, 4, 9]
+    args = [up(x, device), up(wr, device), up(wi, device), up(dy, device), 40, 4, 9, 3]
     a = [P.spectral_conv1d_rfft_bwd_x(*args).to_numpy(), *[b.to_numpy() for b in P.spectral_conv1d_rfft_bwd_w(*args)]]
     b = [P.spectral_conv1d_rfft_bwd_x(*args).to_numpy(), *[b.to_numpy() for b in P.spectral_conv1d_rfft_bwd_w(*args)]]
     for u, v in zip(a, b):
@@ -384,11 +384,11 @@ def _conv_conj(x, wr, wi, *dims):
     return CPU_SPECTRAL.spectral_conv1d_rfft_fwd(x, wr, -wi, *dims)
 
 
-def _conv_drop_last_mode(x, wr, wi, batch, grid, width, modes):
+def _conv_drop_last_mode(x, wr, wi, grid, width, modes, batch):
     if modes == 1:
         return np.zeros(batch * grid * width, F32)
     n = (modes - 1) * width * width
-    return CPU_SPECTRAL.spectral_conv1d_rfft_fwd(x, wr[:n], wi[:n], batch, grid, width, modes - 1)
+    return CPU_SPECTRAL.spectral_conv1d_rfft_fwd(x, wr[:n], wi[:n], grid, width, modes - 1, batch)
 
 
 def _bwd_w_swapped(x, wr, wi, dy, *dims):
@@ -410,9 +410,9 @@ _DY = _R.standard_normal(2 * 8 * 3).astype(F32)
 FAKES = [
     ("irfft1d_packed", _irfft_keeping_edge_imag, [np.array([1, 5, 2, 3, 3, 7], F32), 1, 4]),
     ("rfft1d_packed", _rfft_unscaled_wrong_sign, [_R.standard_normal(16).astype(F32), 2, 8]),
-    ("spectral_conv1d_rfft_fwd", _conv_conj, [_X, _W, _WI, 2, 8, 3, 5]),
-    ("spectral_conv1d_rfft_fwd", _conv_drop_last_mode, [_X, _W, _WI, 2, 8, 3, 5]),
-    ("spectral_conv1d_rfft_bwd_w", _bwd_w_swapped, [_X, _W, _WI, _DY, 2, 8, 3, 5]),
+    ("spectral_conv1d_rfft_fwd", _conv_conj, [_X, _W, _WI, 8, 3, 5, 2]),
+    ("spectral_conv1d_rfft_fwd", _conv_drop_last_mode, [_X, _W, _WI, 8, 3, 5, 2]),
+    ("spectral_conv1d_rfft_bwd_w", _bwd_w_swapped, [_X, _W, _WI, _DY, 8, 3, 5, 2]),
 ]
 
 
@@ -430,14 +430,13 @@ def _buf(n):
 
 
 @pytest.mark.parametrize("call, exc, words", [
-    (lambda: P.spectral_conv1d_rfft_fwd(_buf(16), _buf(4), _buf(4), 1, 8, 2, 0), ArgumentError, ["modes", "[1, 5]"]),
-    (lambda: P.spectral_conv1d_rfft_fwd(_buf(16), _buf(24), _buf(24), 1, 8, 2, 6), ArgumentError, ["modes", "got 6"]),
-    (lambda: P.spectral_conv1d_rfft_fwd(_buf(15), _buf(20), _buf(20), 1, 8, 2, 5), ShapeError, ["argument x", "16"]),
-    (lambda: P.spectral_conv1d_rfft_fwd(_buf(16), _buf(20), _buf(19), 1, 8, 2, 5), ShapeError, ["w_im", "20"]),
-    (lambda: P.spectral_conv1d_rfft_bwd_x(_buf(16), _buf(20), _buf(20), _buf(3), 1, 8, 2, 5), ShapeError, ["dy"]),
-    (lambda: P.spectral_conv1d_rfft_bwd_w(_buf(16), _buf(20), _buf(20), _buf(16), 1, 0, 2, 1), ArgumentError,
+        (lambda: P.spectral_conv1d_rfft_fwd(_buf(16), _buf(24), _buf(24), 8, 2, 6, 1), ArgumentError, ["modes", "got 6"]),
+    (lambda: P.spectral_conv1d_rfft_fwd(_buf(15), _buf(20), _buf(20), 8, 2, 5, 1), ShapeError, ["argument x", "16"]),
+    (lambda: P.spectral_conv1d_rfft_fwd(_buf(16), _buf(20), _buf(19), 8, 2, 5, 1), ShapeError, ["w_im", "20"]),
+    (lambda: P.spectral_conv1d_rfft_bwd_x(_buf(16), _buf(20), _buf(20), _buf(3), 8, 2, 5, 1), ShapeError, ["dy"]),
+    (lambda: P.spectral_conv1d_rfft_bwd_w(_buf(16), _buf(20), _buf(20), _buf(16), 0, 2, 1, 1), ArgumentError,
      ["spectral_conv1d_rfft_bwd_w", "grid", ">= 1"]),
-    (lambda: P.spectral_conv1d_rfft_bwd_wre(_buf(16), _buf(20), _buf(20), _buf(16), -1, 8, 2, 5), ShapeError,
+    (lambda: P.spectral_conv1d_rfft_bwd_wre(_buf(16), _buf(20), _buf(20), _buf(16), 8, 2, 5, -1), ShapeError,
      ["batch"]),
     (lambda: P.rfft1d_packed(_buf(0), 0, 0), ArgumentError, ["rfft1d_packed", "n", ">= 1"]),
     (lambda: P.rfft1d_packed(_buf(7), 2, 4), ShapeError, ["argument x", "8"]),
@@ -456,8 +455,8 @@ def _t(*shape):
 
 
 @pytest.mark.parametrize("call, exc, words", [
-    (lambda: ops.spectral_conv1d(_t(8, 2), _t(5, 2, 2), _t(5, 2, 2), 6), ArgumentError, ["modes", "[1, 5]"]),
-    (lambda: ops.spectral_conv1d(_t(8, 2), _t(0, 2, 2), _t(0, 2, 2), 0), ArgumentError, ["modes"]),
+    (lambda: ops.spectral_conv1d(_t(8, 2), _t(5, 2, 2), _t(5, 2, 2), 6), ArgumentError, ["modes", "[0, 5]"]),
+    (lambda: ops.spectral_conv1d(_t(8, 2), _t(0, 2, 2), _t(0, 2, 2), -1), ArgumentError, ["modes"]),
     (lambda: ops.spectral_conv1d(_t(8, 2), _t(3, 2, 3), _t(3, 2, 2), 3), ShapeError, ["w_re", "(3, 2, 2)"]),
     (lambda: ops.spectral_conv1d(_t(8), _t(3, 1, 1), _t(3, 1, 1), 3), ShapeError, ["spectral_conv1d", "x"]),
     (lambda: ops.spectral_conv1d(_t(8, 2), _t(3, 2, 2), _t(3, 2, 2), 2.5), ArgumentError, ["modes"]),
@@ -475,9 +474,56 @@ def test_front_end_errors(call, exc, words):
 def test_empty_sizes(device):
     assert P.rfft1d_packed(up([], device), 0, 6).size == 0
     assert P.irfft1d_packed(up([], device), 0, 6).size == 0
-    y = P.spectral_conv1d_rfft_fwd(up([], device), up(np.ones(12), device), up(np.ones(12), device), 0, 6, 2, 3)
+    y = P.spectral_conv1d_rfft_fwd(up([], device), up(np.ones(12), device), up(np.ones(12), device), 6, 2, 3, 0)
     assert y.size == 0
     dwr, dwi = P.spectral_conv1d_rfft_bwd_w(up([], device), up(np.ones(12), device), up(np.ones(12), device),
-                                            up([], device), 0, 6, 2, 3)
+                                            up([], device), 6, 2, 3, 0)
     np.testing.assert_array_equal(dwr.to_numpy(), np.zeros(12, F32))
     np.testing.assert_array_equal(dwi.to_numpy(), np.zeros(12, F32))
+
+
+# -- the seed's signature and modes = 0 ----------------------------------------------------------------
+def test_seed_positional_signature(device):
+    """Code written against the seed's page: (x, w_re, w_im[, dy], grid, width, modes), one sample; the
+    batch is a trailing keyword."""
+    rng = rng_for("seed-sig")
+    x, wr, wi = _conv_inputs(rng, 1, 8, 3, 4)
+    dy = rng.standard_normal(x.shape).astype(F32)
+    bx, bwr, bwi, bdy = (up(a, device) for a in (x, wr, wi, dy))
+    y = P.spectral_conv1d_rfft_fwd(bx, bwr, bwi, 8, 3, 4).to_numpy().reshape(x.shape)
+    ref = np_spectral_conv(x, wr, wi, 4)
+    assert_within("seed signature", y, ref, _bound(CONV, ref, x, wr, wi, 8, 3, 4))
+    fd_x, fd_wr, fd_wi = fd_grads(lambda a, b, c: np_spectral_conv(a, b, c, 4), [x, wr, wi], dy)
+    assert _within(P.spectral_conv1d_rfft_bwd_x(bx, bwr, bwi, bdy, 8, 3, 4).to_numpy(), fd_x.reshape(-1))
+    assert _within(P.spectral_conv1d_rfft_bwd_wre(bx, bwr, bwi, bdy, 8, 3, 4).to_numpy(), fd_wr.reshape(-1))
+    assert _within(P.spectral_conv1d_rfft_bwd_wim(bx, bwr, bwi, bdy, 8, 3, 4).to_numpy(), fd_wi.reshape(-1))
+    # a batch of 2 by keyword: each sample is the one-sample call
+    x2 = np.concatenate([x, 2 * x])
+    y2 = P.spectral_conv1d_rfft_fwd(up(x2, device), bwr, bwi, 8, 3, 4, batch=2).to_numpy().reshape(x2.shape)
+    np.testing.assert_array_equal(y2[0], y[0])
+    with pytest.raises(ShapeError, match="argument x"):  # a batch of 2 without saying so is a size error
+        P.spectral_conv1d_rfft_fwd(up(x2, device), bwr, bwi, 8, 3, 4)
+
+
+@pytest.mark.parametrize("batch, grid, width", [(1, 8, 3), (3, 7, 2)])
+def test_zero_modes_give_zeros(batch, grid, width, device):
+    rng = rng_for("modes0", batch, grid)
+    x = rng.standard_normal((batch, grid, width)).astype(F32)
+    x[0, 0, 0] = np.inf  # nothing of x is kept, not even its non-finite values
+    dy = rng.standard_normal(x.shape).astype(F32)
+    none = up(np.zeros(0, F32), device)
+    bx, bdy = up(x, device), up(dy, device)
+    y = P.spectral_conv1d_rfft_fwd(bx, none, none, grid, width, 0, batch).to_numpy()
+    dx = P.spectral_conv1d_rfft_bwd_x(bx, none, none, bdy, grid, width, 0, batch).to_numpy()
+    dwr, dwi = P.spectral_conv1d_rfft_bwd_w(bx, none, none, bdy, grid, width, 0, batch)
+    for got in (y, dx):
+        np.testing.assert_array_equal(got, np.zeros(batch * grid * width, F32))
+    assert dwr.size == dwi.size == 0
+    # the op: output and gradients zeros, the weights (0, width, width)
+    xt = tl.tensor(np.nan_to_num(x), device=device, requires_grad=True)
+    wt = tl.zeros(0, width, width, device=device, requires_grad=True)
+    out = ops.spectral_conv1d(xt, wt, wt, 0)
+    np.testing.assert_array_equal(out.numpy(), np.zeros(x.shape, F32))
+    out.sum().backward()
+    np.testing.assert_array_equal(xt.grad.numpy(), np.zeros(x.shape, F32))
+    assert tuple(wt.grad.shape) == (0, width, width)

@@ -225,7 +225,7 @@ def _w3(w, modes, width):
     return np.asarray(w, dtype=np.float64).reshape(modes, width, width)
 
 
-def _fwd_bound(ref, x, w_re, w_im, batch, grid, width, modes):
+def _fwd_bound(ref, x, w_re, w_im, grid, width, modes, batch=1):
     if batch * grid * width == 0:
         return np.zeros(batch * grid * width)
     x3 = np.asarray(x, dtype=np.float64).reshape(batch, grid, width)
@@ -234,7 +234,7 @@ def _fwd_bound(ref, x, w_re, w_im, batch, grid, width, modes):
             + TINY).reshape(-1)
 
 
-def _bwd_x_bound(ref, x, w_re, w_im, dy, batch, grid, width, modes):
+def _bwd_x_bound(ref, x, w_re, w_im, dy, grid, width, modes, batch=1):
     if batch * grid * width == 0:
         return np.zeros(batch * grid * width)
     d3 = np.asarray(dy, dtype=np.float64).reshape(batch, grid, width)
@@ -261,15 +261,15 @@ def _bwd_w_core(x, dy, batch, grid, width, modes):
     return np.broadcast_to(out, (modes, width, width)).reshape(-1)
 
 
-def _bwd_wre_bound(ref, x, w_re, w_im, dy, batch, grid, width, modes):
+def _bwd_wre_bound(ref, x, w_re, w_im, dy, grid, width, modes, batch=1):
     return _bwd_w_core(x, dy, batch, grid, width, modes) + U * _abs(ref) + TINY
 
 
-def _bwd_wim_bound(ref, x, w_re, w_im, dy, batch, grid, width, modes):
+def _bwd_wim_bound(ref, x, w_re, w_im, dy, grid, width, modes, batch=1):
     return _bwd_w_core(x, dy, batch, grid, width, modes) + U * _abs(ref) + TINY
 
 
-def _bwd_w_bound(ref, x, w_re, w_im, dy, batch, grid, width, modes):
+def _bwd_w_bound(ref, x, w_re, w_im, dy, grid, width, modes, batch=1):
     core = _bwd_w_core(x, dy, batch, grid, width, modes)
     return core + U * _abs(ref[0]) + TINY, core + U * _abs(ref[1]) + TINY
 

@@ -131,8 +131,8 @@ def spectral_conv1d(x: Tensor, w_re: Tensor, w_im: Tensor, modes: int) -> Tensor
     unbatched = x.ndim == 2
     batch = 1 if unbatched else x.shape[0]
     grid, width = x.shape[-2:]
-    if not 1 <= modes <= grid // 2 + 1:
-        raise ArgumentError(f"{op}: argument modes must be in [1, grid//2 + 1] = [1, {grid // 2 + 1}] for grid = "
+    if not 0 <= modes <= grid // 2 + 1:
+        raise ArgumentError(f"{op}: argument modes must be in [0, grid//2 + 1] = [0, {grid // 2 + 1}] for grid = "
                             f"{grid}, got {modes}")
     for name, w in (("w_re", w_re), ("w_im", w_im)):
         if tuple(w.shape) != (modes, width, width):
@@ -140,7 +140,7 @@ def spectral_conv1d(x: Tensor, w_re: Tensor, w_im: Tensor, modes: int) -> Tensor
                              f"{(modes, width, width)}, got {w.shape}")
     same_device(op, x, w_re, w_im)
     xb, wrb, wib = fbuf(op, x), fbuf(op, w_re), fbuf(op, w_im)
-    dims = (batch, grid, width, modes)
+    dims = (grid, width, modes, batch)
     out = new(P.spectral_conv1d_rfft_fwd(xb, wrb, wib, *dims), tuple(x.shape))
 
     def vjp(g: Buffer):

@@ -6,11 +6,12 @@ VJPs (checked, then dispatched like those in ``primitives``).
 * ``irfft1d_packed(spec, batch, n)``: (batch, n//2+1, 2) -> (batch, n), the normalized inverse
   x_t = (1/n) [Re X_0 + 2 sum_{0<k<n/2} Re(X_k e^{2 pi i k t/n}) + (n even) Re(X_{n/2}) (-1)^t]:
   the imaginary parts of bin 0 and (even n) bin n/2 are ignored.
-* ``spectral_conv1d_rfft_fwd(x, w_re, w_im, batch, grid, width, modes)``: x (batch, grid, width)
-  (channels last), w_re, w_im (modes, width, width) indexed [k, in, out]: y = irfft(Y) along grid
-  with Y[k, o] = sum_i X[k, i] (w_re[k, i, o] + i w_im[k, i, o]) for k < modes, 0 above, X = rfft(x)
-  along grid. 1 <= modes <= grid//2 + 1.
-* ``spectral_conv1d_rfft_bwd_x / _bwd_wre / _bwd_wim(x, w_re, w_im, dy, ...)``: the exact VJPs
+* ``spectral_conv1d_rfft_fwd(x, w_re, w_im, grid, width, modes, batch=1)`` (the seed's positional
+  arguments; the batch is a trailing extension): x (batch, grid, width) (channels last), w_re, w_im
+  (modes, width, width) indexed [k, in, out]: y = irfft(Y) along grid with
+  Y[k, o] = sum_i X[k, i] (w_re[k, i, o] + i w_im[k, i, o]) for k < modes, 0 above, X = rfft(x)
+  along grid. 0 <= modes <= grid//2 + 1; modes = 0 keeps no bin (y and every gradient are zeros).
+* ``spectral_conv1d_rfft_bwd_x / _bwd_wre / _bwd_wim(x, w_re, w_im, dy, grid, width, modes, batch=1)``: the exact VJPs
   (weight gradients summed over the batch); ``spectral_conv1d_rfft_bwd_w`` returns (dw_re, dw_im)
   from one pass (the tape uses it).
 """
@@ -57,13 +58,13 @@ def irfft1d_packed(spec: Buffer, batch: int, n: int) -> Buffer:
     return _wrap(ctx, _run(op, ctx, n_out, ctx.backend.irfft1d_packed, spec._data, b, n_))
 
 
-def _conv_dims(op: str, batch: Any, grid: Any, width: Any, modes: Any) -> tuple[int, int, int, int, int, int]:
+def _conv_dims(op: str, grid: Any, width: Any, modes: Any, batch: Any) -> tuple[int, int, int, int, int, int]:
     b, g = check_u32(op, "batch", batch), check_u32(op, "grid", grid)
     w, m = check_u32(op, "width", width), check_u32(op, "modes", modes)
     if g < 1:
         raise ArgumentError(f"{op}: argument grid (the transform length) must be >= 1, got {g}")
-    if not 1 <= m <= g // 2 + 1:
-        raise ArgumentError(f"{op}: argument modes must be in [1, grid//2 + 1] = [1, {g // 2 + 1}] for grid = {g}, "
+    if m > g // 2 + 1:
+        raise ArgumentError(f"{op}: argument modes must be in [0, grid//2 + 1] = [0, {g // 2 + 1}] for grid = {g}, "
                             f"got {m}")
     n_x = check_product(op, "batch*grid*width", b, g, w)
     n_w = check_product(op, "modes*width*width", m, w, w)
@@ -79,34 +80,34 @@ def _conv_inputs(op: str, x: Buffer, w_re: Buffer, w_im: Buffer, n_x: int, n_w: 
     return same_device(op, x=x, w_re=w_re, w_im=w_im, **more)
 
 
-def spectral_conv1d_rfft_fwd(x: Buffer, w_re: Buffer, w_im: Buffer, batch: int, grid: int, width: int,
-                             modes: int) -> Buffer:
+def spectral_conv1d_rfft_fwd(x: Buffer, w_re: Buffer, w_im: Buffer, grid: int, width: int, modes: int,
+                             batch: int = 1) -> Buffer:
     """y (batch, grid, width) = irfft(Y) along grid, Y[k, o] = sum_i rfft(x)[k, i] (w_re + i w_im)[k, i, o]
     for k < modes, 0 above (the row vector of input channels times the (in, out) complex matrix)."""
     op = "spectral_conv1d_rfft_fwd"
-    b, g, w, m, n_x, n_w = _conv_dims(op, batch, grid, width, modes)
+    b, g, w, m, n_x, n_w = _conv_dims(op, grid, width, modes, batch)
     ctx = _conv_inputs(op, x, w_re, w_im, n_x, n_w)
     return _wrap(ctx, _run(op, ctx, n_x, ctx.backend.spectral_conv1d_rfft_fwd, x._data, w_re._data, w_im._data,
-                           b, g, w, m))
+                           g, w, m, b))
 
 
-def spectral_conv1d_rfft_bwd_x(x: Buffer, w_re: Buffer, w_im: Buffer, dy: Buffer, batch: int, grid: int, width: int,
-                               modes: int) -> Buffer:
+def spectral_conv1d_rfft_bwd_x(x: Buffer, w_re: Buffer, w_im: Buffer, dy: Buffer, grid: int, width: int, modes: int,
+                               batch: int = 1) -> Buffer:
     """dx (batch, grid, width): the VJP of spectral_conv1d_rfft_fwd wrt x (= irfft(rfft(dy) W^H))."""
     op = "spectral_conv1d_rfft_bwd_x"
-    b, g, w, m, n_x, n_w = _conv_dims(op, batch, grid, width, modes)
+    b, g, w, m, n_x, n_w = _conv_dims(op, grid, width, modes, batch)
     ctx = _conv_inputs(op, x, w_re, w_im, n_x, n_w, dy=dy)
     return _wrap(ctx, _run(op, ctx, n_x, ctx.backend.spectral_conv1d_rfft_bwd_x, x._data, w_re._data, w_im._data,
-                           dy._data, b, g, w, m))
+                           dy._data, g, w, m, b))
 
 
 def _bwd_w_single(name: str, doc: str):
-    def prim(x: Buffer, w_re: Buffer, w_im: Buffer, dy: Buffer, batch: int, grid: int, width: int,
-             modes: int) -> Buffer:
-        b, g, w, m, n_x, n_w = _conv_dims(name, batch, grid, width, modes)
+    def prim(x: Buffer, w_re: Buffer, w_im: Buffer, dy: Buffer, grid: int, width: int, modes: int,
+             batch: int = 1) -> Buffer:
+        b, g, w, m, n_x, n_w = _conv_dims(name, grid, width, modes, batch)
         ctx = _conv_inputs(name, x, w_re, w_im, n_x, n_w, dy=dy)
         return _wrap(ctx, _run(name, ctx, n_w, getattr(ctx.backend, name), x._data, w_re._data, w_im._data,
-                               dy._data, b, g, w, m))
+                               dy._data, g, w, m, b))
 
     prim.__name__ = prim.__qualname__ = name
     prim.__doc__ = doc
@@ -119,12 +120,12 @@ spectral_conv1d_rfft_bwd_wim = _bwd_w_single(
     "spectral_conv1d_rfft_bwd_wim", "dw_im (modes, width, width): the VJP wrt w_im, summed over the batch.")
 
 
-def spectral_conv1d_rfft_bwd_w(x: Buffer, w_re: Buffer, w_im: Buffer, dy: Buffer, batch: int, grid: int, width: int,
-                               modes: int) -> tuple[Buffer, Buffer]:
+def spectral_conv1d_rfft_bwd_w(x: Buffer, w_re: Buffer, w_im: Buffer, dy: Buffer, grid: int, width: int, modes: int,
+                               batch: int = 1) -> tuple[Buffer, Buffer]:
     """(dw_re, dw_im) from one pass (the transforms of x and dy are shared)."""
     op = "spectral_conv1d_rfft_bwd_w"
-    b, g, w, m, n_x, n_w = _conv_dims(op, batch, grid, width, modes)
+    b, g, w, m, n_x, n_w = _conv_dims(op, grid, width, modes, batch)
     ctx = _conv_inputs(op, x, w_re, w_im, n_x, n_w, dy=dy)
     dwr, dwi = _run(op, ctx, 2 * n_w, ctx.backend.spectral_conv1d_rfft_bwd_w, x._data, w_re._data, w_im._data,
-                    dy._data, b, g, w, m)
+                    dy._data, g, w, m, b)
     return _wrap(ctx, dwr), _wrap(ctx, dwi)

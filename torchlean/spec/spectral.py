@@ -14,12 +14,13 @@ Conventions (DESIGN.md "FFT" and "spectral conv"):
 
   The imaginary parts of bin 0 and (even n) bin n/2 are IGNORED (as cuFFT C2R and numpy.fft.irfft
   do): a Hermitian spectrum has them 0, and they do not enter the formula.
-* ``spectral_conv1d_rfft_fwd(x, w_re, w_im, batch, grid, width, modes)``: x (batch, grid, width)
+* ``spectral_conv1d_rfft_fwd(x, w_re, w_im, grid, width, modes, batch=1)`` (the seed's order, batch
+  trailing): x (batch, grid, width)
   (channels LAST); w_re, w_im (modes, width, width) indexed [k, i, o] (i = input channel, o = output
   channel). X = rfft of every channel along grid; for k < modes the row vector X[k, :] times the
   complex matrix W_k = w_re[k] + i w_im[k]:  Y[k, o] = sum_i X[k, i] W_k[i, o];  Y = 0 for
   k >= modes; y = irfft(Y) along grid (so Im Y at bin 0 and, for even grid, bin grid/2 are ignored).
-  1 <= modes <= grid//2 + 1.
+  0 <= modes <= grid//2 + 1 (modes = 0 keeps no bin: y = 0).
 * the backward functions are the exact VJPs (transposes) of the forward's real-linear map; the
   weight gradients sum over the batch.
 """
@@ -126,13 +127,13 @@ def _adjoint_spectrum(dxs, batch, grid, width, modes):
     return np.einsum("ft,bfc->btc", f, inter)
 
 
-def spectral_conv1d_rfft_fwd(x, w_re, w_im, batch, grid, width, modes):
+def spectral_conv1d_rfft_fwd(x, w_re, w_im, grid, width, modes, batch=1):
     xs = _spectrum(x, batch, grid, width, modes)
     ys = np.einsum("bki,kio->bko", xs, _mixing(w_re, w_im, modes, width))
     return _synthesis(ys, batch, grid, width, modes).reshape(-1)
 
 
-def spectral_conv1d_rfft_bwd_x(x, w_re, w_im, dy, batch, grid, width, modes):
+def spectral_conv1d_rfft_bwd_x(x, w_re, w_im, dy, grid, width, modes, batch=1):
     dys = _adjoint_synthesis(dy, batch, grid, width, modes)
     dxs = np.einsum("bko,kio->bki", dys, _mixing(w_re, w_im, modes, width))
     return _adjoint_spectrum(dxs, batch, grid, width, modes).reshape(-1)
@@ -145,18 +146,18 @@ def _dmixing(x, dy, batch, grid, width, modes):
     return np.einsum("bki,bko->kio", xs, dys)
 
 
-def spectral_conv1d_rfft_bwd_wre(x, w_re, w_im, dy, batch, grid, width, modes):
+def spectral_conv1d_rfft_bwd_wre(x, w_re, w_im, dy, grid, width, modes, batch=1):
     dm = _dmixing(x, dy, batch, grid, width, modes)
     # w_re appears in the blocks (0, 0) and (1, 1)
     return (dm[:, :width, :width] + dm[:, width:, width:]).reshape(-1)
 
 
-def spectral_conv1d_rfft_bwd_wim(x, w_re, w_im, dy, batch, grid, width, modes):
+def spectral_conv1d_rfft_bwd_wim(x, w_re, w_im, dy, grid, width, modes, batch=1):
     dm = _dmixing(x, dy, batch, grid, width, modes)
     # w_im appears in block (0, 1) and, negated, in block (1, 0)
     return (dm[:, :width, width:] - dm[:, width:, :width]).reshape(-1)
 
 
-def spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, batch, grid, width, modes):
-    return (spectral_conv1d_rfft_bwd_wre(x, w_re, w_im, dy, batch, grid, width, modes),
-            spectral_conv1d_rfft_bwd_wim(x, w_re, w_im, dy, batch, grid, width, modes))
+def spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, grid, width, modes, batch=1):
+    return (spectral_conv1d_rfft_bwd_wre(x, w_re, w_im, dy, grid, width, modes, batch),
+            spectral_conv1d_rfft_bwd_wim(x, w_re, w_im, dy, grid, width, modes, batch))

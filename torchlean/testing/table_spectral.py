@@ -4,7 +4,7 @@ Every entry accumulates (all n inputs reach every output), so it draws SUM_KINDS
 only. NaN and inf are left out on purpose: which bins an FFT turns into NaN is the library's
 algorithm (pocketfft keeps Im X_0 = 0 next to a NaN input, a direct sum does not), not a contract.
 Random sizes cover even and odd lengths; the edge cases bring n = 1, 2, a Bluestein length (a prime
-above 128), tiny grids and modes at both limits (1 and grid//2 + 1, even and odd grid).
+above 128), tiny grids and modes at the limits (0, 1 and grid//2 + 1, even and odd grid).
 """
 
 from __future__ import annotations
@@ -57,14 +57,14 @@ _add(PrimitiveInfo("irfft1d_packed", _irfft, 2, kinds=SUM_KINDS, max_dim=40, edg
 
 # -- spectral convolution --------------------------------------------------------------------------------
 def _conv_geometry(rng, d):
-    """(batch, grid, width, modes): batch 0-3 (0 rare), grid 1-24, width 1-4 (0 rare), modes 1..grid//2+1
-    with both limits common."""
+    """(batch, grid, width, modes): batch 0-3 (0 rare), grid 1-24, width 1-4 (0 rare), modes 0..grid//2+1
+    with both limits common (0 rare)."""
     batch = 0 if d[0] % 13 == 12 else 1 + d[0] % 3
     grid = 1 + d[1] % 24
     width = 0 if d[2] % 17 == 16 else 1 + d[2] % 4
     top = grid // 2 + 1
-    pick = d[3] % 4
-    modes = 1 if pick == 0 else top if pick == 1 else int(rng.integers(1, top + 1))
+    pick = d[3] % 9
+    modes = 0 if pick == 8 else 1 if pick % 4 == 0 else top if pick % 4 == 1 else int(rng.integers(1, top + 1))
     return batch, grid, width, modes
 
 
@@ -74,8 +74,8 @@ def _conv_args(name: str):
         n_x, n_w = batch * grid * width, modes * width * width
         x, wr, wi = values(rng, n_x, kind), values(rng, n_w, kind), values(rng, n_w, kind)
         if name == "spectral_conv1d_rfft_fwd":
-            return [x, wr, wi, batch, grid, width, modes]
-        return [x, wr, wi, values(rng, n_x, kind), batch, grid, width, modes]
+            return [x, wr, wi, grid, width, modes, batch]
+        return [x, wr, wi, values(rng, n_x, kind), grid, width, modes, batch]
 
     return sample
 
@@ -85,7 +85,7 @@ def _case(name, batch, grid, width, modes, seed):
     args = [_mix(n_x, seed), _mix(n_w, seed + 1), _mix(n_w, seed + 2)]
     if name != "spectral_conv1d_rfft_fwd":
         args.append(_mix(n_x, seed + 3))
-    return args + [batch, grid, width, modes]
+    return args + [grid, width, modes, batch]
 
 
 _GEOMETRIES = [
@@ -98,6 +98,7 @@ _GEOMETRIES = [
     (0, 6, 2, 2),     # empty batch
     (2, 5, 0, 2),     # no channels
     (1, 131, 2, 4),   # Bluestein grid
+    (2, 8, 3, 0),     # modes = 0: no bin kept, zeros (the seed accepts it)
 ]
 for _name in ("spectral_conv1d_rfft_fwd",) + _CONV_BWD:
     _add(PrimitiveInfo(_name, _conv_args(_name), 4, kinds=SUM_KINDS, max_dim=40,

@@ -144,7 +144,7 @@ def _fft_synthesis(spec_mbw, batch, grid, width, workers):
 def _conv(v, w_re, w_im, batch, grid, width, modes, adjoint):
     """The forward map (adjoint=False) or its transpose (adjoint=True) applied to v."""
     n = batch * grid * width
-    if n == 0:
+    if n == 0 or modes == 0:  # modes = 0 keeps no bin
         return np.zeros(n, F32)
     v3 = v.reshape(batch, grid, width)
     if _route(grid, modes) == "dft":
@@ -168,17 +168,17 @@ def _conv(v, w_re, w_im, batch, grid, width, modes, adjoint):
     return np.ascontiguousarray(out, dtype=F32).reshape(-1)
 
 
-def spectral_conv1d_rfft_fwd(x, w_re, w_im, batch, grid, width, modes):
+def spectral_conv1d_rfft_fwd(x, w_re, w_im, grid, width, modes, batch=1):
     return _conv(x, w_re, w_im, batch, grid, width, modes, adjoint=False)
 
 
-def spectral_conv1d_rfft_bwd_x(x, w_re, w_im, dy, batch, grid, width, modes):
+def spectral_conv1d_rfft_bwd_x(x, w_re, w_im, dy, grid, width, modes, batch=1):
     return _conv(dy, w_re, w_im, batch, grid, width, modes, adjoint=True)
 
 
-def spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, batch, grid, width, modes):
+def spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, grid, width, modes, batch=1):
     n_w = modes * width * width
-    if batch * grid * width == 0:
+    if batch * grid * width == 0 or n_w == 0:
         return np.zeros(n_w, F32), np.zeros(n_w, F32)
     x3, d3 = x.reshape(batch, grid, width), dy.reshape(batch, grid, width)
     if _route(grid, modes) == "dft":
@@ -199,9 +199,9 @@ def spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, batch, grid, width, modes):
     return (np.ascontiguousarray(dwr, dtype=F32).reshape(-1), np.ascontiguousarray(dwi, dtype=F32).reshape(-1))
 
 
-def spectral_conv1d_rfft_bwd_wre(x, w_re, w_im, dy, batch, grid, width, modes):
-    return spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, batch, grid, width, modes)[0]
+def spectral_conv1d_rfft_bwd_wre(x, w_re, w_im, dy, grid, width, modes, batch=1):
+    return spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, grid, width, modes, batch)[0]
 
 
-def spectral_conv1d_rfft_bwd_wim(x, w_re, w_im, dy, batch, grid, width, modes):
-    return spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, batch, grid, width, modes)[1]
+def spectral_conv1d_rfft_bwd_wim(x, w_re, w_im, dy, grid, width, modes, batch=1):
+    return spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, grid, width, modes, batch)[1]

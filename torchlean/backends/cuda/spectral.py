@@ -183,6 +183,8 @@ def _conv(v, w_re, w_im, batch, grid, width, modes, adjoint):
     n = batch * grid * width
     if n == 0:
         return empty(0)
+    if modes == 0:  # no bin kept
+        return cupy.zeros(n, dtype=cupy.float32)
     if _route(grid, modes) == "fft":
         return _fft_conv(v, w_re, w_im, batch, grid, width, modes, adjoint)
     bf, bi = _bases(grid, modes)
@@ -196,15 +198,15 @@ def _conv(v, w_re, w_im, batch, grid, width, modes, adjoint):
     return _synthesis(bf, ys, batch, grid, width, modes, transposed=True)
 
 
-def spectral_conv1d_rfft_fwd(x, w_re, w_im, batch, grid, width, modes):
+def spectral_conv1d_rfft_fwd(x, w_re, w_im, grid, width, modes, batch=1):
     return _conv(x, w_re, w_im, batch, grid, width, modes, adjoint=False)
 
 
-def spectral_conv1d_rfft_bwd_x(x, w_re, w_im, dy, batch, grid, width, modes):
+def spectral_conv1d_rfft_bwd_x(x, w_re, w_im, dy, grid, width, modes, batch=1):
     return _conv(dy, w_re, w_im, batch, grid, width, modes, adjoint=True)
 
 
-def spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, batch, grid, width, modes):
+def spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, grid, width, modes, batch=1):
     n_w = modes * width * width
     if n_w == 0:
         return empty(0), empty(0)
@@ -231,9 +233,9 @@ def spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, batch, grid, width, modes):
     return dwr, dwi
 
 
-def spectral_conv1d_rfft_bwd_wre(x, w_re, w_im, dy, batch, grid, width, modes):
-    return spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, batch, grid, width, modes)[0]
+def spectral_conv1d_rfft_bwd_wre(x, w_re, w_im, dy, grid, width, modes, batch=1):
+    return spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, grid, width, modes, batch)[0]
 
 
-def spectral_conv1d_rfft_bwd_wim(x, w_re, w_im, dy, batch, grid, width, modes):
-    return spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, batch, grid, width, modes)[1]
+def spectral_conv1d_rfft_bwd_wim(x, w_re, w_im, dy, grid, width, modes, batch=1):
+    return spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, grid, width, modes, batch)[1]
