@@ -15,6 +15,8 @@ import scipy.stats
 from hypothesis import given
 from hypothesis import strategies as st
 
+import torchlean
+import torchlean.nn.functional
 from torchlean.backends.cpu import rng as cpu_rng
 from torchlean.errors import ArgumentError, ShapeError
 from torchlean.runtime import Generator, derive_key, manual_seed, splitmix64
@@ -149,12 +151,33 @@ def test_bernoulli_keep_prob_is_rounded_to_float32():
     assert np.array_equal(a, (F32(0.1 + 0.2) > u).astype(F32))
 
 
-def test_bernoulli_extreme_probabilities():
-    u = P.rand_uniform(1000, 3).to_numpy()
-    assert not P.bernoulli_mask(1000, 0.0, 3).to_numpy().any()
-    assert not P.bernoulli_mask(1000, -1.0, 3).to_numpy().any()
-    assert np.array_equal(P.bernoulli_mask(1000, 1.0, 3).to_numpy(), (u < 1).astype(F32))
-    assert P.bernoulli_mask(1000, 2.0, 3).to_numpy().all()
+# element 0 of this key draws u = 1.0f (low32 of its SplitMix64 value rounds up to 2**32)
+KEY_U_ONE = 0x25114ED53327345A
+
+
+def test_bernoulli_extreme_probabilities(device):
+    """Keep probability 1 keeps every element, also where a draw rounds to 1.0f; 0 keeps none."""
+    assert P.rand_uniform(4, KEY_U_ONE, device).to_numpy()[0] == 1.0
+    assert uniform_formula(1, KEY_U_ONE)[0] == 1.0
+    for key in (3, KEY_U_ONE):
+        assert not P.bernoulli_mask(1000, 0.0, key, device).to_numpy().any()
+        assert not P.bernoulli_mask(1000, -1.0, key, device).to_numpy().any()
+        assert P.bernoulli_mask(1000, 1.0, key, device).to_numpy().all()
+        assert P.bernoulli_mask(1000, 1 - 1e-9, key, device).to_numpy().all()  # float32(keep) = 1
+        assert P.bernoulli_mask(1000, 2.0, key, device).to_numpy().all()
+    # just below 1 the seed's formula stands: the 1.0f draw is dropped
+    below = float(np.nextafter(F32(1), F32(0)))
+    mask = P.bernoulli_mask(4, below, KEY_U_ONE, device).to_numpy()
+    assert mask[0] == 0.0 and mask[1:].all()
+
+
+def test_dropout_p0_is_the_identity_bit_for_bit(device):
+    x = np.array([1.5, -0.0, np.nan, np.inf, -np.inf, 1e-45, -3.25], F32)
+    t = torchlean.tensor(x, device=device)
+    key_before = runtime_rng.default_generator.get_state()
+    y = torchlean.nn.functional.dropout(t, p=0.0, training=True)
+    assert np.array_equal(y.numpy().view(np.uint32), x.view(np.uint32))
+    assert runtime_rng.default_generator.get_state() == key_before  # no draw was spent
 
 
 # -- generators ---------------------------------------------------------------------------------

@@ -4,7 +4,8 @@
     mix(z): z = (z ^ z >> 30) * 0xBF58476D1CE4E5B9; z = (z ^ z >> 27) * 0x94D049BB133111EB; z ^ z >> 31
     key = splitmix64(seed + counter)
     rand_uniform[i]  = float32(low32(splitmix64(key + i)) / 2**32)
-    bernoulli_mask[i] = 1 if float32(keep_prob) > rand_uniform[i] else 0
+    bernoulli_mask[i] = 1 if float32(keep_prob) > rand_uniform[i] else 0, and 1 everywhere when
+                        float32(keep_prob) >= 1 (keep probability 1 keeps every element; 0 keeps none)
     rand_normal: pair j uses w = splitmix64(key + j); u1 = (high32(w) + 1) / 2**32 in (0, 1],
                  u2 = low32(w) / 2**32; r = sqrt(-2 ln u1); out[2j] = r cos(2 pi u2),
                  out[2j + 1] = r sin(2 pi u2)  (Box-Muller; here with libm, float64)
@@ -43,7 +44,10 @@ def rand_uniform(n: int, key: int) -> np.ndarray:
 
 
 def bernoulli_mask(n: int, keep_prob: float, key: int) -> np.ndarray:
-    return (np.float32(keep_prob) > rand_uniform(n, key)).astype(np.float32)
+    p = np.float32(keep_prob)
+    if p >= 1:  # the endpoint keeps every element, although rand_uniform can return 1.0
+        return np.ones(n, np.float32)
+    return (p > rand_uniform(n, key)).astype(np.float32)
 
 
 def rand_normal(n: int, key: int) -> np.ndarray:

@@ -333,7 +333,9 @@ _add(PrimitiveInfo("log_softmax_rows_bwd", lambda rng, d, kind: _softmax_bwd(rng
 _add(PrimitiveInfo("rand_uniform", lambda rng, d, kind: [d[0], int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2))], 1,
                    edge_cases=[[0, 0], [64, 0x0123456789ABCDEF], [5, 2**64 - 1]], max_dim=500))
 _add(PrimitiveInfo("bernoulli_mask", lambda rng, d, kind: [d[0], float(F32(rng.random())), int(rng.integers(0, 2**63))], 1,
-                   edge_cases=[[64, 0.35, 0x0123456789ABCDEF], [10, 0.0, 1], [10, 1.0, 1], [10, 2.0, 1]], max_dim=500))
+                   edge_cases=[[64, 0.35, 0x0123456789ABCDEF], [10, 0.0, 1], [10, 1.0, 1], [10, 2.0, 1],
+                               [4, 1.0, 0x25114ED53327345A]],  # its first draw is 1.0f: still kept
+                   max_dim=500))
 _add(PrimitiveInfo("rand_normal", lambda rng, d, kind: [d[0], int(rng.integers(0, 2**63))], 1,
                    edge_cases=[[0, 0], [1, 5], [7, 2**64 - 1]], max_dim=500))
 

@@ -53,6 +53,8 @@ def rand_uniform(n: int, key: int) -> np.ndarray:
 
 
 def bernoulli_mask(n: int, keep_prob: float, key: int) -> np.ndarray:
+    if np.float32(keep_prob) >= 1:  # keep everything: a draw that rounds to 1.0f must not drop one
+        return np.ones(n, np.float32)
     return (np.float32(keep_prob) > rand_uniform(n, key)).astype(np.float32)
 
 

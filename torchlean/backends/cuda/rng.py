@@ -11,6 +11,7 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
+from .elementwise import fill
 from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
 
 _FILE = "rng.cu"
@@ -26,6 +27,8 @@ def rand_uniform(n: int, key: int) -> cupy.ndarray:
 
 
 def bernoulli_mask(n: int, keep_prob: float, key: int) -> cupy.ndarray:
+    if np.float32(keep_prob) >= 1:  # keep everything: a draw that rounds to 1.0f must not drop one
+        return fill(n, 1.0)
     out = empty(n)
     if n > 0:
         groups = (n + 3) // 4
