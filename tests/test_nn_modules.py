@@ -329,7 +329,9 @@ def test_seed_multi_head_attention(device, use_flash, masked):
     ref = _seed_mha_ref(x, *ws, heads, mask)
     xt = tl.tensor(x, device=device, requires_grad=True)
     wts = [tl.tensor(w, device=device, requires_grad=True) for w in ws]
-    y = mha.multi_head_attention(xt, *wts, heads, mask=None if mask is None else tl.tensor(mask), use_flash=use_flash)
+    # the name the README gives: torchlean.ops.multi_head_attention
+    y = tl.ops.multi_head_attention(xt, *wts, heads, mask=None if mask is None else tl.tensor(mask),
+                                    use_flash=use_flash)
     # Bound: the GEMM chain's error, gamma(k) times the same chain on absolute values.
     xa, wa = np.abs(x.astype(np.float64)), [np.abs(w.astype(np.float64)) for w in ws]
     scale = ((xa @ wa[0]).max() * (xa @ wa[1]).max() / math.sqrt(dm // heads) + 1) * (xa @ wa[2]).max()

@@ -517,3 +517,17 @@ def test_functional_calls_like_torch():
     np.testing.assert_allclose(TF.tanh(tl.tensor([0.0])).numpy(), [0.0])
     np.testing.assert_allclose(TF.softplus(tl.tensor([0.0])).numpy(), [math.log(2.0)], rtol=1e-6)
     assert tl.nn.functional is TF
+
+
+def test_swap_adjacent_out_of_range_depth_is_the_identity():
+    """The seed's Ops page: a depth with no axis pair behind it leaves the tensor as it is."""
+    x = tl.tensor(np.arange(24, dtype=np.float32).reshape(2, 3, 4), requires_grad=True)
+    for depth in (2, 3, 100):
+        y = ops.swap_adjacent(x, depth)
+        assert tuple(y.shape) == (2, 3, 4) and np.array_equal(y.numpy(), x.numpy())
+    ops.swap_adjacent(x, 5).sum().backward()
+    assert np.array_equal(x.grad.numpy(), np.ones((2, 3, 4), np.float32))
+    assert tuple(ops.swap_adjacent(tl.zeros(5), 0).shape) == (5,)
+    for bad in (-1, 1.0, "0", True):
+        with pytest.raises(ArgumentError, match="swap_adjacent"):
+            ops.swap_adjacent(x, bad)

@@ -258,6 +258,8 @@ CASES = [
     C("swap_last2", normal(2, 3, 4), ops.swap_last2, lambda x: np.transpose(x, (0, 2, 1))),
     C("swap_adjacent_d0", normal(2, 3, 4), lambda x: ops.swap_adjacent(x, 0), lambda x: np.swapaxes(x, 0, 1)),
     C("swap_adjacent_d2", normal(2, 3, 4, 2), lambda x: ops.swap_adjacent(x, 2), lambda x: np.swapaxes(x, 2, 3)),
+    C("swap_adjacent_past_rank", normal(2, 3, 4), lambda x: ops.swap_adjacent(x, 2) * 3, lambda x: 3 * x),  # identity
+    C("swap_adjacent_far", normal(3, 4), lambda x: ops.swap_adjacent(x, 7) * 2, lambda x: 2 * x),
     C("expand", normal(3, 1), lambda x: ops.expand(x, (2, 3, 4)), lambda x: np.broadcast_to(x, (2, 3, 4))),
     C("expand_minus1", normal(3, 1), lambda x: x.expand((-1, 5)), lambda x: np.broadcast_to(x, (3, 5))),
     C("broadcast_to", normal(4), lambda x: ops.broadcast_to(x, (3, 4)), lambda x: np.broadcast_to(x, (3, 4))),

@@ -4,6 +4,7 @@ from .elementwise import (abs, add, clamp, div, exp, log, maximum, minimum, mul,
                           safe_log, sigmoid, softplus, sqrt, sub, tanh)
 from .index import gather_rows, gather_vec, getitem, index_select, scatter_add, scatter_add_rows
 from .linalg import bmm, linear, matmul
+from .mha import multi_head_attention  # the seed's multi-head self-attention
 from .nn import dropout, log_softmax, mse_loss, softmax
 from . import attention, classify, conv, fast, norm, pool, scan, spectral  # noqa: F401
 from .attention import *  # noqa: F401,F403

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Sequence
 
 import numpy as np
 
 from .. import autograd
-from ..errors import ShapeError
+from ..errors import ArgumentError, ShapeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
 from ._base import Tensor, _axis, axis_map_for, fbuf, new, numel, same_device
@@ -119,9 +120,12 @@ def _swap(x: Tensor, depth: int) -> Tensor:
 
 
 def swap_adjacent(x: Tensor, depth: int) -> Tensor:
-    if not 0 <= depth < x.ndim - 1:
-        raise ShapeError(f"swap_adjacent: depth {depth} needs axes {depth} and {depth + 1}, tensor has rank {x.ndim}")
-    return _swap(x, depth)
+    """Swap axes depth and depth+1; a depth past the last pair is the identity (the seed's Ops page)."""
+    if isinstance(depth, bool) or not isinstance(depth, numbers.Integral) or depth < 0:
+        raise ArgumentError(f"swap_adjacent: depth must be a non-negative int, got {depth!r}")
+    if depth >= x.ndim - 1:
+        return x
+    return _swap(x, int(depth))
 
 
 def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
