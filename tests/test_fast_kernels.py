@@ -140,6 +140,12 @@ def test_fast_matmul_gpu_fp64_agrees_with_numpy_and_fp32_within_contract(cuda_de
     _check_fast_matmul(True)
     a = np.array([[1e300, 1.0]]), np.array([[1e-300], [1.0]])  # float64 range: not via float32
     assert tl.fast_matmul(*a, use_gpu=True, precision="fp64")[0, 0] == pytest.approx(2.0, rel=1e-15)
+    # the seed's default GPU matmul alias is that FP64 path
+    assert tl.gpu_matmul_fp64(*a)[0, 0] == pytest.approx(2.0, rel=1e-15)
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((33, 17)), rng.standard_normal((17, 5))
+    assert np.array_equal(tl.gpu_matmul_fp64(x, y), tl.fast_matmul(x, y, use_gpu=True, precision="fp64"))
+    assert np.abs(tl.gpu_matmul_fp64(x, y) - x @ y).max() <= 17 * 2.3e-16 * (np.abs(x) @ np.abs(y)).max()
 
 
 @pytest.mark.parametrize("use_gpu", [False, pytest.param(True, marks=pytest.mark.cuda)])
@@ -183,6 +189,10 @@ def test_fast_matmul_use_gpu_without_gpu_is_a_device_error():
         msg = str(exc.value)
         assert "fast_matmul" in msg and "use_gpu=True" in msg and "CUDA is not available" in msg
         assert "use_gpu=False" in msg  # says what to do instead
+    with pytest.raises(DeviceError, match="gpu_matmul_fp64: use_gpu=True but CUDA is not available"):
+        tl.gpu_matmul_fp64(np.ones((2, 2)), np.ones((2, 2)))  # the seed's GPU alias never falls back
+    with pytest.raises(ArgumentError, match="gpu_matmul_fp64: b must have dtype float64"):
+        tl.gpu_matmul_fp64(np.ones((2, 2)), np.ones((2, 2), F32))
 
 
 # -- the contracts catch wrong kernels -------------------------------------------------------------

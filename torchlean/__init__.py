@@ -25,7 +25,8 @@ from . import nn, ops, optim
 from .ops import (abs, bmm, cat, clamp, exp, flatten, index_select, log, maximum, mean, minimum, permute,
                   reshape, sigmoid, softmax, log_softmax, sqrt, squeeze, sum, tanh, transpose, unsqueeze)
 from . import fast_kernels  # noqa: E402
-from .fast_kernels import Options, fast_matmul, get_options, matmul, options, set_options  # noqa: E402
+from .fast_kernels import (Options, fast_matmul, get_options, gpu_matmul_fp64, matmul, options,  # noqa: E402
+                           set_options)
 
 __version__ = "0.1.0"
 float = float32  # noqa: A001  (torch.float is float32 too)

@@ -19,6 +19,7 @@ switch: ``set_options(opts)`` returns the previous value, ``get_options()`` read
 FastMatmul over Lean Floats): "fp32" rounds them to float32 buffers and runs one SGEMM (on the
 current CUDA device, or NumPy's float32 BLAS), "fp64" runs DGEMM on the float64 data itself (cuBLAS,
 or NumPy's float64 BLAS on the CPU) and agrees with NumPy float64 to ~1e-16 n relative to |a||b|.
+``gpu_matmul_fp64(a, b)`` is the seed's default GPU matmul alias: that FP64 path on the GPU.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import numpy as np
 from .errors import ArgumentError, DeviceError, ShapeError
 
 __all__ = ["GpuMatmulPrecision", "PRECISIONS", "Options", "get_options", "set_options", "options", "fast_matmul",
-           "matmul"]
+           "gpu_matmul_fp64", "matmul"]
 
 GpuMatmulPrecision = Literal["fp32", "fp64"]
 PRECISIONS = ("fp32", "fp64")
@@ -105,13 +106,13 @@ def options(opts: Options | None = None, **fields: Any) -> Iterator[Options]:
 
 
 # -- fast_matmul over float64 host arrays --------------------------------------------------------
-def _host_matrix(name: str, x: Any) -> np.ndarray:
+def _host_matrix(op: str, name: str, x: Any) -> np.ndarray:
     if not isinstance(x, np.ndarray):
-        raise ArgumentError(f"fast_matmul: {name} must be a numpy.ndarray of float64, got {type(x).__name__}")
+        raise ArgumentError(f"{op}: {name} must be a numpy.ndarray of float64, got {type(x).__name__}")
     if x.dtype != np.float64:
-        raise ArgumentError(f"fast_matmul: {name} must have dtype float64, got {x.dtype}")
+        raise ArgumentError(f"{op}: {name} must have dtype float64, got {x.dtype}")
     if x.ndim != 2:
-        raise ShapeError(f"fast_matmul: {name} must be 2-D, got shape {x.shape} (rank {x.ndim})")
+        raise ShapeError(f"{op}: {name} must be 2-D, got shape {x.shape} (rank {x.ndim})")
     return x
 
 
@@ -136,15 +137,19 @@ def fast_matmul(a: np.ndarray, b: np.ndarray, use_gpu: bool = False, precision: 
     become +-inf there. NaN and inf follow IEEE in both.
     use_gpu=True without a usable GPU raises DeviceError (no silent fallback to the CPU).
     """
-    a = _host_matrix("a", a)
-    b = _host_matrix("b", b)
-    use_gpu = _check_bool("fast_matmul", "use_gpu", use_gpu)
-    precision = check_precision("fast_matmul", precision)
+    return _fast_matmul("fast_matmul", a, b, use_gpu, precision)
+
+
+def _fast_matmul(op: str, a: Any, b: Any, use_gpu: Any, precision: Any) -> np.ndarray:
+    a = _host_matrix(op, "a", a)
+    b = _host_matrix(op, "b", b)
+    use_gpu = _check_bool(op, "use_gpu", use_gpu)
+    precision = check_precision(op, precision)
     m, n = a.shape
     n2, p = b.shape
     if n != n2:
-        raise ShapeError(f"fast_matmul: a {a.shape} and b {b.shape} cannot be multiplied ({n} != {n2})")
-    ctx = _cuda_context("fast_matmul") if use_gpu else None
+        raise ShapeError(f"{op}: a {a.shape} and b {b.shape} cannot be multiplied ({n} != {n2})")
+    ctx = _cuda_context(op) if use_gpu else None
     if precision == "fp64":
         if ctx is None:
             with np.errstate(all="ignore"):
@@ -166,6 +171,13 @@ def fast_matmul(a: np.ndarray, b: np.ndarray, use_gpu: bool = False, precision: 
     for buf in (ab, bb, out):
         buf.release()
     return result
+
+
+def gpu_matmul_fp64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The seed's default GPU matmul alias: the FP64 cuBLAS path for float64 host matrices,
+    ``fast_matmul(a, b, use_gpu=True, precision="fp64")`` (DGEMM on the current CUDA device).
+    Without a usable GPU it raises DeviceError: it never falls back to the CPU."""
+    return _fast_matmul("gpu_matmul_fp64", a, b, True, "fp64")
 
 
 # -- the front end's matmul: routed to matmul_fast when fast kernels are on -----------------------
