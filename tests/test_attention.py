@@ -102,6 +102,89 @@ def test_broadcast_mask_layout_equals_dense(device):
     np.testing.assert_array_equal(l1, l2)
 
 
+# -- a NaN or inf stays in its row: never reaches a row that blocks it, nor another batch entry -------
+# n = 8 runs the CPU's Numba lanes (the batch entries side by side as SIMD lanes), n = 40 its BLAS tiles.
+def _blocking_mask(rng, mode, b, n):
+    """A (b, n, n) mask: lane 1 blocks keys 2 and 5 from every query but 0, and query 3 all keys."""
+    allow = rng.random((b, n, n)) < 0.8
+    allow[1, :, [2, 5]] = False
+    allow[1, 0, [2, 5]] = True
+    allow[1, 1, [0, 1]] = True
+    allow[1, 3] = False
+    if mode == "hard":
+        return allow.astype(F32)
+    return np.where(allow, rand(rng, *allow.shape, scale=2.0), -np.inf).astype(F32)
+
+
+def _lanes_equal(a, b, lanes):
+    a, b = np.asarray(a), np.asarray(b)
+    return all(np.array_equal(a[i].view(np.uint32), b[i].view(np.uint32)) for i in lanes)
+
+
+@pytest.mark.parametrize("n", [8, 40])
+@pytest.mark.parametrize("mode", ["add", "hard"])
+def test_non_finite_q_k_stay_in_their_rows(device, mode, n):
+    rng = np.random.default_rng(30)
+    b, d = 3, 8
+    q, k, v = rand(rng, b, n, d), rand(rng, b, n, d), rand(rng, b, n, d)
+    mask = _blocking_mask(rng, mode, b, n)
+    bad_q, bad_k = q.copy(), k.copy()
+    bad_k[1, 2, 0], bad_k[1, 5, 3], bad_q[1, 6, 2] = np.inf, np.nan, -np.inf  # lane 1 only
+    fargs = fwd_args(bad_q.reshape(-1), bad_k.reshape(-1), v.reshape(-1), mask.reshape(-1), b, n, n, d, 1.0, False,
+                     mode, None)
+    verdict, (o, l_), _ = run_case(TABLE["flash_attention_fwd"], fargs, device)
+    assert verdict.ok, verdict.detail
+    o, l_ = o.reshape(b, n, d), l_.reshape(b, n)
+    rows = [r for r in range(n) if r not in (0, 3, 6)]  # rows of lane 1 that block every non-finite score
+    assert np.all(np.isfinite(o[1, rows])) and np.all(np.isfinite(l_[1, rows]))
+    assert np.all(o[1, 3] == 0) and l_[1, 3] == -np.inf
+    o2, l2 = fwd(device, q, k, v, mask, b, n, n, d, 1.0, False, mode)  # the same without the specials
+    assert _lanes_equal(o, o2, (0, 2)) and _lanes_equal(l_, l2, (0, 2))
+
+
+@pytest.mark.parametrize("n", [8, 40])
+@pytest.mark.parametrize("mode", ["add", "hard"])
+def test_non_finite_dout_row_reaches_only_the_keys_it_attends(device, mode, n):
+    """dS of a blocked key is exactly 0 (the spec), not 0 * (dP - D): a NaN or inf in dout of one
+    row must not reach dK of the keys that row blocks (nor dQ of other rows, nor other lanes)."""
+    rng = np.random.default_rng(31)
+    b, d = 3, 8
+    q, k, v = rand(rng, b, n, d), rand(rng, b, n, d), rand(rng, b, n, d)
+    fargs = fwd_args(q.reshape(-1), k.reshape(-1), v.reshape(-1), _blocking_mask(rng, mode, b, n).reshape(-1), b, n, n,
+                     d, 1.0, False, mode, None)
+    dout = rand(rng, b * n * d)
+    bad = dout.copy()
+    bad[(n + 1) * d + np.arange(2)] = [np.nan, np.inf]  # lane 1, query 1 (which blocks keys 2 and 5)
+    bargs, clean = bwd_args(fargs, dout=bad), bwd_args(fargs, dout=dout)
+    grads = {}
+    for name in ("flash_attention_bwd_q", "flash_attention_bwd_k"):
+        verdict, grads[name], _ = run_case(TABLE[name], bargs, device)
+        assert verdict.ok, f"{name}: {verdict.detail}"
+        ref = run_case(TABLE[name], clean, device)[1]
+        assert _lanes_equal(grads[name].reshape(b, -1), ref.reshape(b, -1), (0, 2)), name
+    dq, dk = grads["flash_attention_bwd_q"].reshape(b, n, d), grads["flash_attention_bwd_k"].reshape(b, n, d)
+    assert np.all(np.isnan(dq[1, 1])) and np.all(np.isfinite(np.delete(dq[1], 1, axis=0)))
+    assert np.all(np.isfinite(dk[1, [2, 5]]))
+
+
+@pytest.mark.parametrize("n", [8, 40])
+@pytest.mark.parametrize("mode", ["add", "hard"])
+def test_nan_row_gives_no_dv_to_the_keys_it_blocks(device, mode, n):
+    """A NaN query row has lse NaN; P = exp(S' - lse) is still exactly 0 on the keys it blocks (not
+    exp(-inf - NaN)), so dV of those keys stays finite, as in the spec."""
+    rng = np.random.default_rng(32)
+    b, d = 3, 8
+    q, k, v = rand(rng, b, n, d), rand(rng, b, n, d), rand(rng, b, n, d)
+    q[1, 1, 0] = np.nan  # lane 1, query 1 (which blocks keys 2 and 5)
+    fargs = fwd_args(q.reshape(-1), k.reshape(-1), v.reshape(-1), _blocking_mask(rng, mode, b, n).reshape(-1), b, n, n,
+                     d, 1.0, False, mode, None)
+    bargs = bwd_args(fargs, rng=rng)
+    assert np.isnan(bargs[5].reshape(b, n)[1, 1])
+    verdict, dv, _ = run_case(TABLE["flash_attention_bwd_v"], bargs, device)
+    assert verdict.ok, verdict.detail
+    assert np.all(np.isfinite(dv.reshape(b, n, d)[1, [2, 5]]))
+
+
 # -- VJPs against float64 finite differences ---------------------------------------------------
 def _ref_attention(mask, causal, mode, scale):
     def ref(q, k, v):

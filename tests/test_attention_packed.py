@@ -330,6 +330,72 @@ def test_primitive_buffer_sizes():
         P.flash_attention_packed_fwd(qkv, _buf(n * n - 1), b, h, n, d, 0.5, False, "hard", (1, 0, 0, n, 1))
 
 
+# -- a NaN or inf stays in its row (as for the unpacked primitives; tests/test_attention.py) --------------
+# (batch, heads) = (2, 2): pair 2 (batch 1, head 0) holds the specials; its mask blocks keys 2 and 5
+# from every query but 0, and query 3 blocks every key. n = 8: the CPU's Numba lanes, n = 40: BLAS tiles.
+def _packed_case(rng, mode, n, d=8):
+    pairs = 4
+    qkv = rand(rng, 2, n, 3, 2, d)
+    allow = rng.random((pairs, n, n)) < 0.8
+    allow[2, :, [2, 5]] = False
+    allow[2, 0, [2, 5]] = True
+    allow[2, 1, [0, 1]] = True
+    allow[2, 3] = False
+    mask = allow.astype(F32) if mode == "hard" else np.where(allow, rand(rng, pairs, n, n, scale=2.0), -np.inf)
+    return qkv, mask.astype(F32).reshape(-1)
+
+
+def _same_bits(a, b):
+    return np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
+
+
+@pytest.mark.parametrize("n", [8, 40])
+@pytest.mark.parametrize("mode", ["add", "hard"])
+def test_non_finite_qkv_stay_in_their_rows(device, mode, n):
+    from torchlean.testing.primitive_table import TABLE, run_case
+
+    qkv, mask = _packed_case(np.random.default_rng(40), mode, n)
+    bad = qkv.copy()
+    bad[1, 2, 1, 0, 0], bad[1, 5, 1, 0, 3], bad[1, 6, 0, 0, 2] = np.inf, np.nan, -np.inf  # k2, k5, q6 of pair 2
+    args = [bad.reshape(-1), mask, 2, 2, n, 8, 1.0, False, mode, None]
+    verdict, (o, l_), _ = run_case(TABLE["flash_attention_packed_fwd"], args, device)
+    assert verdict.ok, verdict.detail
+    o2, l2 = run_case(TABLE["flash_attention_packed_fwd"], [qkv.reshape(-1)] + args[1:], device)[1]
+    o, o2, l_, l2 = o.reshape(2, n, 2, 8), o2.reshape(2, n, 2, 8), l_.reshape(4, n), l2.reshape(4, n)
+    rows = [r for r in range(n) if r not in (0, 3, 6)]
+    assert np.all(np.isfinite(o[1, rows, 0])) and np.all(np.isfinite(l_[2, rows]))
+    assert np.all(o[1, 3, 0] == 0) and l_[2, 3] == -np.inf
+    assert _same_bits(o[0], o2[0]) and _same_bits(o[1, :, 1], o2[1, :, 1]) and _same_bits(l_[[0, 1, 3]], l2[[0, 1, 3]])
+
+
+@pytest.mark.parametrize("n", [8, 40])
+@pytest.mark.parametrize("mode", ["add", "hard"])
+def test_non_finite_dout_row_reaches_only_the_keys_it_attends(device, mode, n):
+    """dS of a blocked key is exactly 0: dout's NaN / inf in query 1 of pair 2 must not reach dk of
+    the keys that query blocks, dq of the other queries, nor the other pairs."""
+    from torchlean import contract
+    from torchlean.testing.primitive_table import TABLE, run_case, spec_args
+    from torchlean.testing.table_attention import packed_bwd_args
+
+    qkv, mask = _packed_case(np.random.default_rng(41), mode, n)
+    clean = packed_bwd_args([qkv.reshape(-1), mask, 2, 2, n, 8, 1.0, False, mode, None])
+    args = list(clean)
+    dout = clean[4].reshape(2, n, 2, 8).copy()
+    dout[1, 1, 0, :2] = [np.nan, np.inf]
+    args[4] = dout.reshape(-1)
+    info = TABLE["flash_attention_packed_bwd"]
+    _, g, ref = run_case(info, args, device)
+    tol = info.contract.bound(ref, *spec_args(args))
+    g, ref, tol = (np.asarray(x).reshape(2, n, 3, 2, 8) for x in (g, ref, tol))
+    # dq and dk against the spec (dv = P^T dout holds 0 * NaN for the blocked keys: NaN in IEEE)
+    verdict = contract.compare(*(x[:, :, :2].reshape(-1) for x in (g, ref, tol)))
+    assert verdict.ok, verdict.detail
+    assert np.all(np.isnan(g[1, 1, 0, 0])) and np.all(np.isfinite(np.delete(g[1, :, 0, 0], 1, axis=0)))
+    assert np.all(np.isfinite(g[1, [2, 5], 1, 0]))
+    g2 = run_case(info, clean, device)[1].reshape(2, n, 3, 2, 8)
+    assert _same_bits(g[0], g2[0]) and _same_bits(g[1, :, :, 1], g2[1, :, :, 1])
+
+
 # -- MultiheadAttention: the packed path equals the path it replaces --------------------------------
 def _old_fused_path(m, x, attn_mask=None, key_padding_mask=None, is_causal=False):
     """MultiheadAttention's fused self-attention as it was before flash_attention_packed: one GEMM,

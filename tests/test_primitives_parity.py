@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 from torchlean import contract, spec
 from torchlean.backends import cpu as cpu_backend
+from torchlean.check import SAMPLES as CHECK_SAMPLES
+from torchlean.check import random_cases
 from torchlean.runtime import Buffer, canonical_device
 from torchlean.runtime import primitives as P
 from torchlean.testing.primitive_table import (IN_PLACE, TABLE, broadcast_dims, run_case, run_runtime, runtime_args, spec_args,
@@ -122,6 +124,23 @@ def test_edge_case(name, i, device):
     info = table_entry(name)
     args = info.edge_cases[i]
     check_case(info, [a.copy() if isinstance(a, np.ndarray) else a for a in args], device)
+
+
+# -- (b') check's own draws: the random cases `torchlean check --seed S` runs, for the seeds CI runs it
+# with (.ci/run), every kind the table gives (wide values, NaN / inf, -inf additive masks, ...), so
+# a case that check fails at one of these seeds fails the suite too, on every backend.
+CHECK_SEEDS = (0, 1, 2)
+
+
+@pytest.mark.parametrize("seed", CHECK_SEEDS)
+@pytest.mark.parametrize("name", NAMES)
+def test_check_random_cases_within_contract(name, seed, device):
+    info = table_entry(name)
+    for i, (kind, args) in enumerate(random_cases(name, CHECK_SAMPLES, seed)):
+        try:
+            check_case(info, args, device)
+        except AssertionError as exc:
+            raise AssertionError(f"torchlean check --seed {seed}, random case {i} ({kind}): {exc}") from None
 
 
 # -- (c) integer inputs: sums are exact in any order, so the result must equal the spec --------
@@ -368,6 +387,27 @@ FAKE_KERNELS = [
     pytest.param("reduce_max_axis0", lambda b, rows, cols: np.max(b.reshape(rows, cols), axis=0),
                  [f32(np.nan, 1, 2, 3), 2, 2], id="reduce_max-nan-propagates"),
 ]
+
+
+def test_check_reports_wrong_and_raising_kernels_and_exits_nonzero(monkeypatch, capsys):
+    """`torchlean check` (what CI runs) fails the row of a kernel outside its contract and of one
+    that raises, goes on with the other rows, and exits 1."""
+    from torchlean import check, cli
+
+    monkeypatch.setattr(check, "TABLE", {n: TABLE[n] for n in ("add", "relu", "mul")})
+    assert cli.main(["check", "--device", "cpu", "--samples", "8"]) == 0
+
+    def boom(x):
+        raise ValueError("kernel exploded")
+
+    monkeypatch.setattr(cpu_backend, "add", lambda a, b: _ulps_up(np.add(a, b), 4))
+    monkeypatch.setattr(cpu_backend, "relu", boom)
+    capsys.readouterr()
+    assert cli.main(["check", "--device", "cpu", "--samples", "8"]) == 1
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert "FAIL" in rows["add"] and "outside the bound" in rows["add"]
+    assert "FAIL edge case 0 raised ValueError: kernel exploded" in rows["relu"]
+    assert rows["mul"].endswith("PASS")
 
 
 @pytest.mark.parametrize("name, fake, args", FAKE_KERNELS)

@@ -8,6 +8,8 @@ import numpy as np
 
 from .testing.primitive_table import TABLE, run_case
 
+SAMPLES = 200  # random cases per primitive (``torchlean check --samples``'s default)
+
 
 @dataclass
 class CheckRow:
@@ -19,26 +21,40 @@ class CheckRow:
     detail: str
 
 
-def check_primitive(name: str, device: str, samples: int, seed: int) -> CheckRow:
+def random_cases(name: str, samples: int, seed: int) -> list[tuple[str, list]]:
+    """The (kind, args) of the random cases ``check`` draws for a primitive at a seed (the kinds
+    in turn: normal, wide, int, special...), so that tests can run exactly the same cases."""
     info = TABLE[name]
     rng = np.random.default_rng([seed, sum(map(ord, name))])
-    worst, cases, detail = 0.0, 0, ""
-    argsets = list(info.edge_cases)
+    cases = []
     for i in range(samples):
         kind = info.kinds[i % len(info.kinds)]
         dims = tuple(int(v) for v in rng.integers(0, info.max_dim + 1, info.ndims))
-        argsets.append(info.sample(rng, dims, kind))
+        cases.append((kind, info.sample(rng, dims, kind)))
+    return cases
+
+
+def check_primitive(name: str, device: str, samples: int, seed: int) -> CheckRow:
+    """The edge cases then the random ones; the first case outside the contract (or raising) fails
+    the row, and its detail says which case it was."""
+    info = TABLE[name]
+    worst, cases = 0.0, 0
+    argsets = [(f"edge case {i}", a) for i, a in enumerate(info.edge_cases)]
+    argsets += [(f"random case {i} ({kind})", a) for i, (kind, a) in enumerate(random_cases(name, samples, seed))]
     with np.errstate(all="ignore"):
-        for args in argsets:
-            verdict, _, _ = run_case(info, args, device)
+        for label, args in argsets:
             cases += 1
+            try:
+                verdict, _, _ = run_case(info, args, device)
+            except Exception as exc:  # noqa: BLE001 - a raising kernel fails its row; the other rows still run
+                return CheckRow(name, device, cases, worst, False, f"{label} raised {type(exc).__name__}: {exc}")
             worst = max(worst, verdict.ratio)
             if not verdict.ok:
-                return CheckRow(name, device, cases, worst, False, verdict.detail)
-    return CheckRow(name, device, cases, worst, True, detail)
+                return CheckRow(name, device, cases, worst, False, f"{label}: {verdict.detail}")
+    return CheckRow(name, device, cases, worst, True, "")
 
 
-def run_check(devices: list[str], samples: int = 200, seed: int = 0) -> list[CheckRow]:
+def run_check(devices: list[str], samples: int = SAMPLES, seed: int = 0) -> list[CheckRow]:
     return [check_primitive(name, dev, samples, seed) for dev in devices for name in TABLE]
 
 

@@ -40,7 +40,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .check import format_rows, run_check
+    from .check import SAMPLES, format_rows, run_check
     from .runtime.device import canonical_device, cuda_unavailable_reason
 
     if args.device == "all":
@@ -51,7 +51,7 @@ def _check(args: argparse.Namespace) -> int:
         print(f"torchlean check: CUDA unavailable: {cuda_unavailable_reason()}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    rows = run_check(devices, args.samples, args.seed)
+    rows = run_check(devices, SAMPLES if args.samples is None else args.samples, args.seed)
     print(format_rows(rows))
     print(f"({time.perf_counter() - t0:.1f} s on {', '.join(devices)}; seed {args.seed})")
     return 0 if all(r.ok for r in rows) else 1
@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     p_info.set_defaults(fn=_info)
     p_check = sub.add_parser("check", help="run every primitive against its float64 spec and contract")
     p_check.add_argument("--device", default="all", help="cpu, cuda, cuda:N or all (default: every available)")
-    p_check.add_argument("--samples", type=int, default=200, help="random cases per primitive (plus edge cases)")
+    p_check.add_argument("--samples", type=int, default=None,
+                         help="random cases per primitive (plus edge cases; default 200)")
     p_check.add_argument("--seed", type=int, default=0)
     p_check.set_defaults(fn=_check)
     p_demo = sub.add_parser("demo", help="train a small MLP regression through the tape")

@@ -13,6 +13,10 @@ Semantics (shared with the primitives, ``torchlean.runtime.primitives_attention`
   (1.0) allows, and a blocked score is replaced by -1000.0 (so a fully blocked row averages v
   uniformly). "hard": an entry 0.0 blocks, any other allows; a blocked key gets weight exactly 0.
   "add": the mask is added to the scores (-inf blocks: weight exactly 0).
+* A blocked (or causally excluded) key has weight exactly 0 and dS exactly 0 whatever its score
+  (a NaN or infinite q . k included: -inf + inf does not unblock it) and whatever dP - D, so the
+  forward rows and dS never see a NaN or infinity of a key they block. (The products P v, P^T dout
+  and dS^T q remain IEEE sums: 0 times a NaN or infinite entry is NaN there.)
 * A row without any allowed key (hard/add mask, causal with n_k = 0, or n_k = 0) gives out 0 and
   lse -inf, and zero gradients (PyTorch's math path gives NaN there; we give the hard-mask zeros).
 * mask_layout = (heads, s_n, s_h, s_q, s_k): for batch index b = n * heads + h, the mask entry of

@@ -30,7 +30,10 @@ same sums as separate dq and (dk, dv) passes). Each lane's operations are the sa
 block, the vector width or the thread (no fastmath: nothing is reassociated or contracted), so the
 bits depend neither on LANES nor on the path (serial below PAR_WORK multiply-adds, prange over
 blocks above) nor on the thread count. NaN and infinity follow the spec: a row with a NaN or +inf
-allowed score gives NaN, a row without a finite allowed score 0 and -inf.
+allowed score gives NaN, a row without a finite allowed score 0 and -inf; a key without weight
+(blocked by a hard or add mask, causally excluded) gets P and dS exactly 0 whatever its score (an
+add mask's -inf blocks a NaN or +inf score too) and whatever dP - D, as in the spec (both paths;
+the BLAS path mends a tile only when a reduction over it shows a NaN or infinity).
 """
 
 from __future__ import annotations
@@ -160,10 +163,11 @@ def _scores(qt, kt, i, kend, nb, mask, mode, moff, s_q, s_k, srow, state):
                     if mv == 0.0:
                         st = 0
                         srow[j, l] = -_INF32
+                elif mv == -_INF32:  # blocks whatever the score: inf + -inf or NaN + -inf is no weight
+                    st = 0
+                    srow[j, l] = -_INF32
                 else:
                     srow[j, l] += mv
-                    if mv == -_INF32:
-                        st = 0
                 state[j, l] = st
 
 
@@ -314,7 +318,8 @@ def _bwd_block(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal,
                 p = _exp32(sj[l] - le[l])  # 0 on blocked keys (-inf); NaN stays NaN
                 sj[l] = _Z32 if (stj[l] == 0) | (le[l] == -_INF32) else p
             for l in range(nb):
-                dj[l] = _Z32 if stj[l] == 2 else sj[l] * (dj[l] - dd[l])
+                # blocked or filled: exactly 0 as in the spec, not 0 * (dP - D), NaN when that is not finite
+                dj[l] = sj[l] * (dj[l] - dd[l]) if stj[l] == 1 else _Z32
         if want_q:
             acc = aq[i]
             acc[:] = _Z32
@@ -476,22 +481,37 @@ class _Problem:
                          + np.arange(j1 - j0)[None, None, :] * s_k]
 
     def scores(self, b0, b1, qs, i0, i1, j0, j1):
-        """(S', allowed-or-None, filled-or-None) of the tile: S' the masked scores, float32."""
+        """(S', filled-or-None) of the tile: S' the masked scores, float32, exactly -inf on every key
+        without weight (blocked by a hard or add mask, or causally excluded) whatever its score."""
         st = np.matmul(qs, self.k3[b0:b1, j0:j1].transpose(0, 2, 1))
-        allowed = filled = None
+        filled = None
         if self.mode != "none":
             mt = self.mask_tile(b0, b1, i0, i1, j0, j1)
             if self.mode == "fill":
                 filled = mt == 0
                 st = np.where(filled, FILL, st)
             elif self.mode == "hard":
-                allowed = mt != 0
+                np.copyto(st, F32(-np.inf), where=mt == 0)
             else:
                 st += mt
+                # a NaN or +inf score plus -inf is NaN, and -inf must still block: mend only such tiles
+                # (one reduction tells; NaN and +inf are rare, and the mask's blocks common)
+                if not st.max() < np.inf:
+                    np.copyto(st, F32(-np.inf), where=mt == -np.inf)
         if self.causal and j1 - 1 > i0:  # the tile reaches above the diagonal
-            c = np.arange(j0, j1)[None, :] <= np.arange(i0, i1)[:, None]
-            allowed = c if allowed is None else allowed & c
-        return st, allowed, filled
+            np.copyto(st, F32(-np.inf), where=np.arange(j0, j1)[None, :] > np.arange(i0, i1)[:, None])
+        return st, filled
+
+    def blocked(self, b0, b1, i0, i1, j0, j1):
+        """The tile's keys without weight (hard or add mask, causal) as a boolean array, or None."""
+        out = None
+        if self.mode in ("hard", "add"):
+            mt = self.mask_tile(b0, b1, i0, i1, j0, j1)
+            out = mt == 0 if self.mode == "hard" else mt == -np.inf
+        if self.causal and j1 - 1 > i0:
+            c = np.arange(j0, j1)[None, :] > np.arange(i0, i1)[:, None]
+            out = c if out is None else out | c
+        return out
 
 
 def _items(n_outer: int, n: int, tile: int, chunk: int):
@@ -527,9 +547,7 @@ def flash_attention_fwd(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_m
         with np.errstate(invalid="ignore", over="ignore"):
             for j0 in range(0, kend, TK):
                 j1 = min(kend, j0 + TK)
-                st, allowed, _ = pr.scores(b0, b1, qs, i0, i1, j0, j1)
-                if allowed is not None:
-                    np.copyto(st, F32(-np.inf), where=~allowed)
+                st, _ = pr.scores(b0, b1, qs, i0, i1, j0, j1)
                 m_new = np.maximum(m, st.max(axis=2))
                 m_use = np.where(m_new == -np.inf, F32(0), m_new)
                 p = np.subtract(st, m_use[..., None], out=st if st.flags.writeable and st.base is None else None)
@@ -557,18 +575,36 @@ def flash_attention_fwd(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_m
 
 
 def _probs(pr, b0, b1, qs, lse_t, i0, i1, j0, j1):
-    """(P, live-or-None) of a tile: exp(S' - lse) on allowed keys, 0 elsewhere; live = not filled."""
-    st, allowed, filled = pr.scores(b0, b1, qs, i0, i1, j0, j1)
+    """(P, filled-or-None) of a tile: exp(S' - lse) on allowed keys, exactly 0 on the others and on
+    rows without any (lse -inf)."""
+    st, filled = pr.scores(b0, b1, qs, i0, i1, j0, j1)
     with np.errstate(invalid="ignore", over="ignore"):
         p = np.subtract(st, lse_t[..., None], out=st)
         np.exp(p, out=p)
-    if allowed is not None:
-        np.copyto(p, F32(0), where=~allowed)
-    # a row without any allowed key has lse -inf: its P is 0 (exp(-inf - -inf) = NaN otherwise)
     if not np.all(np.isfinite(lse_t)):
+        # lse -inf: no allowed key (exp(-inf - -inf) = NaN otherwise); NaN: a NaN row, whose keys
+        # without weight still get exactly 0 (exp(-inf - NaN) = NaN otherwise)
         p = np.where((lse_t == -np.inf)[..., None], F32(0), p)
-    live = None if filled is None else ~filled
-    return p, live
+        _zero(p, pr.blocked(b0, b1, i0, i1, j0, j1))
+    return p, filled
+
+
+def _ds_tile(pr, p, filled, dp, dd_t, b0, b1, i0, i1, j0, j1):
+    """dS = P (dP - D) in place of dp: exactly 0 where filled and on keys without weight (P is 0
+    there, but 0 times a NaN or infinite dP - D, from dout, v or out, would be NaN)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        dp -= dd_t[..., None]
+        dp *= p
+    _zero(dp, filled)
+    # rare: a NaN or inf somewhere in the tile (or an overflowing sum); the sum skipped without blocks
+    if (pr.causal or pr.mode in ("hard", "add")) and not np.isfinite(dp.sum()):
+        _zero(dp, pr.blocked(b0, b1, i0, i1, j0, j1))
+    return dp
+
+
+def _zero(a, where):
+    if where is not None:
+        np.copyto(a, F32(0), where=where)
 
 
 def _rowdot(dout, out, batch, n_q, d):
@@ -594,13 +630,10 @@ def flash_attention_bwd_q(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, sca
         kend = pr.key_end(i1)
         for j0 in range(0, kend, TK):
             j1 = min(kend, j0 + TK)
-            p, live = _probs(pr, b0, b1, qs, l2[b0:b1, i0:i1], i0, i1, j0, j1)
+            p, filled = _probs(pr, b0, b1, qs, l2[b0:b1, i0:i1], i0, i1, j0, j1)
             with np.errstate(invalid="ignore", over="ignore"):
                 ds = np.matmul(g, _t(pr.v3[b0:b1, j0:j1]))
-                ds -= dd[b0:b1, i0:i1, None]
-                ds *= p
-            if live is not None:
-                np.copyto(ds, F32(0), where=~live)
+            ds = _ds_tile(pr, p, filled, ds, dd[b0:b1, i0:i1], b0, b1, i0, i1, j0, j1)
             t = np.matmul(ds, pr.k3[b0:b1, j0:j1])
             acc = t if acc is None else acc + t
         if acc is not None:
@@ -631,14 +664,11 @@ def flash_attention_bwd_kv(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, sc
             i1 = min(n_q, i0 + tq)
             qs = pr.q3[b0:b1, i0:i1] * pr.scale
             g = g3[b0:b1, i0:i1]
-            p, live = _probs(pr, b0, b1, qs, l2[b0:b1, i0:i1], i0, i1, j0, j1)
+            p, filled = _probs(pr, b0, b1, qs, l2[b0:b1, i0:i1], i0, i1, j0, j1)
             tv = np.matmul(_t(p), g)
             with np.errstate(invalid="ignore", over="ignore"):
                 ds = np.matmul(g, _t(kv_v))
-                ds -= dd[b0:b1, i0:i1, None]
-                ds *= p
-            if live is not None:
-                np.copyto(ds, F32(0), where=~live)
+            ds = _ds_tile(pr, p, filled, ds, dd[b0:b1, i0:i1], b0, b1, i0, i1, j0, j1)
             tk = np.matmul(_t(ds), qs)
             ak = tk if ak is None else ak + tk
             av = tv if av is None else av + tv
