@@ -118,8 +118,8 @@ def test_release_semantics(device, counting):
     assert b.release() is False
     after = allocator_stats(device)
     assert delta(before, after) == {"live": -40, "allocs": 0, "frees": 1}  # freed once, not twice
-    assert b.size == 10 and b.nbytes == 40  # metadata survives; data does not
-    with pytest.raises(BufferReleasedError):
+    assert b.size == 0 and b.nbytes == 0 and len(b) == 0  # the seed's ABI: a released buffer holds nothing
+    with pytest.raises(BufferReleasedError, match="40-byte"):  # the error still says what it was
         b.to_numpy()
     with pytest.raises(BufferReleasedError):
         b.data
@@ -215,8 +215,74 @@ def test_collect_allocator_returns_int():
     for force in (False, True):
         n = collect_allocator(force)
         assert isinstance(n, int) and not isinstance(n, bool) and n >= 0
-    if cuda_unavailable_reason() is not None:  # only the CPU, which caches nothing
+    if cuda_unavailable_reason() is not None:  # only the CPU, whose caches the first call emptied
+        assert allocator_stats("cpu").cached_bytes == 0
         assert collect_allocator(True) == 0
+
+
+# -- caches the runtime keeps: bounded, counted as cached, emptied by collect_allocator(True) ------
+def test_byte_lru_is_bounded_by_bytes_and_entries():
+    from torchlean.backends import caches
+
+    c = caches.ByteLRU("test-backend", max_bytes=100, max_entries=3)
+    try:
+        for i in range(3):
+            c.put(i, f"v{i}", 30)
+        assert len(c) == 3 and c.nbytes() == 90 and caches.held_bytes("test-backend") == 90
+        assert c.get(0) == "v0"  # now the most recently used
+        c.put(3, "v3", 30)  # over 3 entries: 1, the least recently used, goes
+        assert c.get(1) is None and c.get(0) == "v0" and c.nbytes() == 90
+        c.put(4, "v4", 70)  # over 100 bytes: evicts until it fits
+        assert c.nbytes() <= 100 and c.get(4) == "v4"
+        assert c.put(5, "huge", 101) == "huge" and c.get(5) is None  # never kept
+        held = c.nbytes()
+        assert caches.clear("test-backend") == held
+        assert c.nbytes() == 0 and len(c) == 0 and caches.held_bytes("test-backend") == 0
+    finally:
+        caches._registry.pop("test-backend", None)
+
+
+def _spectral_forward(device: str, grid: int, modes: int) -> None:
+    import torchlean as tl
+    from torchlean import nn
+
+    layer = nn.SpectralConv1d(4, 4, modes, device=device)
+    with tl.no_grad():
+        layer(tl.ones(2, grid, 4, device=device))
+
+
+def test_spectral_basis_cache_is_counted_and_collected(device, monkeypatch):
+    from torchlean.backends.cpu import spectral as cpu_spectral
+
+    monkeypatch.setattr(cpu_spectral, "CONV_ROUTE", "dft")
+    if device == "cuda":
+        from torchlean.backends.cuda import spectral as cuda_spectral
+
+        monkeypatch.setattr(cuda_spectral, "CONV_ROUTE", "dft")
+    grid, modes = 512, 24
+    basis = 2 * (2 * modes * grid * 4)  # Bf and Bi, float32
+    collect_allocator(True)
+    before = allocator_stats(device).cached_bytes
+    assert before < basis and (device != "cpu" or before == 0)
+    _spectral_forward(device, grid, modes)
+    held = allocator_stats(device).cached_bytes
+    assert held >= basis  # the kept basis is visible (it used to be reported as 0 bytes)
+    assert collect_allocator(True) >= basis
+    after = allocator_stats(device).cached_bytes
+    assert after < basis and (device != "cpu" or after == 0)
+
+
+def test_spectral_basis_cache_is_bounded_by_bytes(monkeypatch):
+    from torchlean.backends.cpu import spectral
+
+    collect_allocator(True)
+    monkeypatch.setattr(spectral._basis_cache, "max_bytes", 1 << 20)
+    for grid in (1024, 2048, 4096):  # 256 KiB, 512 KiB and 1 MiB of bases (Bf and Bi) at 16 modes
+        spectral._bases(grid, 16)
+        assert spectral._basis_cache.nbytes() <= 1 << 20
+    assert spectral._basis_cache.get((4096, 16)) is not None  # the newest stays
+    assert spectral._basis_cache.get((1024, 16)) is None  # the oldest made room
+    collect_allocator(True)
 
 
 def test_peak_and_reset_peak_bytes(device, counting):
@@ -239,12 +305,18 @@ def test_peak_and_reset_peak_bytes(device, counting):
 def test_allocator_stats_fields(device):
     s = allocator_stats(device)
     assert isinstance(s, AllocatorStats) and s.device == canonical_device(device)
-    for field in ("live_bytes", "peak_bytes", "alloc_count", "free_count", "device_free_bytes", "device_total_bytes"):
+    for field in ("live_bytes", "peak_bytes", "alloc_count", "free_count", "device_free_bytes", "device_total_bytes",
+                  "host_free_bytes", "host_total_bytes"):
         assert isinstance(getattr(s, field), int) and getattr(s, field) >= 0, field
     assert s.alloc_count >= s.free_count
     assert s.device_free_bytes <= s.device_total_bytes
-    if device == "cpu":
-        assert s.device_total_bytes > 0  # host memory is known on Linux
+    assert 0 < s.host_free_bytes <= s.host_total_bytes  # host memory is known on Linux
+    line = format_allocator_stats(s)
+    if device == "cpu":  # the seed's CPU stub: no device memory; host memory under its own name
+        assert s.device_free_bytes == s.device_total_bytes == 0
+        assert "device free" not in line and "host free" in line
+    else:
+        assert s.device_total_bytes > 0 and "device free" in line
 
 
 def test_format_allocator_stats_is_one_line():
@@ -258,3 +330,24 @@ def test_format_allocator_stats_is_one_line():
     between = other[other.index("live"):other.index("peak")]
     assert "3" in between and "5" not in between and "5" in other[other.index("peak"):]
     assert other != format_allocator_stats(AllocatorStats("cuda:0", 0, 0, 0, 0, 0, 0))
+
+
+@pytest.mark.cuda
+def test_cuda_caches_are_counted_and_emptied_by_a_forced_collect(cuda_device):
+    from torchlean.backends import caches
+    from torchlean.backends.cuda import staging
+
+    k = 3 << 20  # 12 MiB of uint32 indices: more than a pinned staging slot may grow to
+    vec = Buffer.from_numpy(np.arange(16, dtype=F32), cuda_device)
+    idx = np.arange(k, dtype=np.int64) % 16
+    got = P.gather_vec(vec, 16, idx, k).to_numpy()
+    assert np.array_equal(got, (idx % 16).astype(F32))
+    P.gather_vec(vec, 16, idx[:1000], 1000)  # a small upload: kept, and staged through a slot
+    _spectral_forward(cuda_device, 256, 8)
+    slots = [s for ring in staging._stages.values() for s in ring[1:] if s is not None]
+    assert slots and max(s[1] for s in slots) <= staging._F32_MAX  # big uploads no longer grow a slot
+    held = caches.held_bytes("cuda")
+    assert held > 0 and allocator_stats(cuda_device).cached_bytes >= caches.held_bytes("cuda", 0)
+    assert collect_allocator(True) >= held
+    assert caches.held_bytes("cuda") == 0
+    assert not staging._stages and not staging._recent

@@ -253,3 +253,97 @@ def test_state_dict_device(device):
     assert lsd["w"].device == tl.tensor(0.0, device=device).device
     back = state_dict_to_torch(lsd)
     assert back["w"].device.type == "cpu" and back["n"].item() == 4
+
+
+# -- optimizer steps over shared memory: torchlean never writes into memory it does not own alone ----
+_OPTIMIZERS = {
+    "sgd": lambda ps: tl.optim.SGD(ps, lr=0.1),
+    "sgd_momentum": lambda ps: tl.optim.SGD(ps, lr=0.1, momentum=0.9),
+    "adam": lambda ps: tl.optim.Adam(ps, lr=0.1),
+    "adamw": lambda ps: tl.optim.AdamW(ps, lr=0.1),
+}
+
+
+def _numpy_source(writable: bool):
+    a = np.linspace(-1.0, 1.0, 24, dtype=np.float32).reshape(4, 6)
+    a.flags.writeable = writable
+    return a
+
+
+_SOURCES = {
+    "numpy": lambda: _numpy_source(True),
+    "numpy_readonly": lambda: _numpy_source(False),
+    "torch": lambda: torch.linspace(-1.0, 1.0, 24, dtype=torch.float32).reshape(4, 6),
+}
+
+
+def _host(src) -> np.ndarray:
+    return np.array(src.numpy() if hasattr(src, "detach") else src, copy=True)
+
+
+def _train(p: tl.Tensor, make_opt, steps: int = 3) -> np.ndarray:
+    opt = make_opt([p])
+    for _ in range(steps):
+        opt.zero_grad()
+        (p * p * p).sum().backward()
+        opt.step()
+    return p.detach().numpy()
+
+
+@pytest.mark.parametrize("source", sorted(_SOURCES))
+@pytest.mark.parametrize("name", sorted(_OPTIMIZERS))
+def test_optimizer_step_leaves_a_dlpack_source_untouched(name, source):
+    src = _SOURCES[source]()
+    before = _host(src)
+    p = from_dlpack(src).requires_grad_(True)
+    assert np.shares_memory(_cpu_array(p), np.asarray(src.numpy() if hasattr(src, "detach") else src))
+    got = _train(p, _OPTIMIZERS[name])  # read-only sources used to fail inside Numba (TypingError)
+    assert np.array_equal(_host(src).view(np.uint32), before.view(np.uint32))  # the source kept its values
+    want = _train(tl.tensor(before, requires_grad=True), _OPTIMIZERS[name])  # the same run on a copy
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert not np.shares_memory(_cpu_array(p), before)
+
+
+@pytest.mark.parametrize("name", sorted(_OPTIMIZERS))
+def test_optimizer_step_over_an_imported_torchlean_tensor_keeps_the_other(name):
+    q = tl.tensor(np.arange(1.0, 7.0, dtype=np.float32))
+    p = from_dlpack(q).requires_grad_(True)  # the same buffer, no copy
+    _train(p, _OPTIMIZERS[name], steps=1)
+    assert q.numpy().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+
+
+@pytest.mark.parametrize("name", sorted(_OPTIMIZERS))
+def test_optimizer_step_on_a_view_buffer_leaves_its_source_alone(name):
+    from torchlean.runtime import primitives as P
+
+    whole = tl.Tensor._wrap(rt_buffer(np.arange(16, dtype=np.float32)), (16,))
+    view = P.slice1d(whole._buf, 16, 4, 8)  # a view (start a multiple of 4): no copy
+    assert view._data.base is not None and np.shares_memory(view._data, whole._buf._data)
+    p = tl.Tensor._wrap(view, (8,)).requires_grad_(True)
+    _train(p, _OPTIMIZERS[name])
+    assert whole.numpy().tolist() == list(range(16))
+    # and the other way round: stepping the source leaves the view's values alone
+    src = tl.Tensor._wrap(rt_buffer(np.arange(16, dtype=np.float32)), (16,))
+    kept = tl.Tensor._wrap(P.slice1d(src._buf, 16, 8, 8), (8,))
+    _train(src.requires_grad_(True), _OPTIMIZERS[name])
+    assert kept.numpy().tolist() == list(range(8, 16))
+
+
+def rt_buffer(a: np.ndarray):
+    from torchlean.runtime import Buffer
+
+    return Buffer.from_numpy(a)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", sorted(_OPTIMIZERS))
+def test_optimizer_step_leaves_a_cupy_source_untouched(cuda_device, name):
+    cupy = pytest.importorskip("cupy")
+    src = cupy.linspace(-1.0, 1.0, 24, dtype=cupy.float32).reshape(4, 6)
+    before = cupy.asnumpy(src)
+    p = from_dlpack(src).requires_grad_(True)
+    assert p.device.startswith("cuda") and p._buf.data.data.ptr == src.data.ptr  # zero-copy
+    got = _train(p, _OPTIMIZERS[name])
+    assert np.array_equal(cupy.asnumpy(src).view(np.uint32), before.view(np.uint32))
+    want = _train(tl.tensor(before, device=cuda_device, requires_grad=True), _OPTIMIZERS[name])
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

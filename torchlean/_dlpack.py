@@ -15,9 +15,16 @@ inputs; ``add_`` and the optimizers rebind a tensor to a new buffer). Sharing me
 DLPack breaks that assumption in one direction only: writing into an exported array (or into the
 source of an imported one) changes the torchlean tensor's values too, including tensors that
 were saved for a backward pass, which then computes with the new values. Do not mutate shared
-memory while torchlean may still use the tensor; pass ``copy=True`` when in doubt. Conversely,
-an in-place torchlean update (``t.add_(1)``, an optimizer step) rebinds ``t`` to a new buffer,
-so the other side keeps seeing the old values.
+memory while torchlean may still use the tensor; pass ``copy=True`` when in doubt.
+
+The other direction has one rule, for every optimizer and every in-place method: torchlean never
+writes into memory it does not own alone. An imported buffer is marked shared (``Buffer._shared``,
+on the CPU and on CUDA), so an in-place update (``t.add_(1)``, ``SGD``, ``Adam`` or ``AdamW``
+``step()``) rebinds ``t`` to a fresh buffer the first time, and the source keeps its values;
+later steps update that fresh buffer (in place where the optimizer can). A read-only source
+(``arr.flags.writeable = False``) works the same way. This differs from PyTorch, whose
+optimizers write through into memory shared with ``torch.from_dlpack``: to see the new values on
+the other side, export the parameter again after the step (``np.from_dlpack(p.detach())``).
 """
 
 from __future__ import annotations
@@ -99,8 +106,13 @@ def from_dlpack(obj: Any, *, copy: bool | None = None) -> Tensor:
     int64 and bool sources bool tensors (host index/mask tensors, as ``torchlean.tensor`` makes).
     ``copy=True`` always copies; ``copy=False`` raises ArgumentError where a copy would be needed.
     Complex sources raise DTypeError. A PyTorch tensor that requires grad must be detached first
-    (PyTorch refuses to export it). Sharing memory means writes on either side are seen by the
-    other; see the module docstring about torchlean's immutable buffers.
+    (PyTorch refuses to export it).
+
+    Shared memory: writes into the source are seen by the tensor (and by any backward pass that
+    saved it), but torchlean never writes into the source: the imported buffer is marked shared,
+    so an in-place update or an optimizer step (SGD, Adam, AdamW) rebinds the tensor to a fresh
+    buffer and leaves the source's values as they were (read-only sources included). PyTorch's
+    optimizers write through instead; see the module docstring of ``torchlean._dlpack``.
     """
     if copy is not None and not isinstance(copy, bool):
         raise ArgumentError(f"from_dlpack: copy must be None, True or False, got {copy!r}")
@@ -108,8 +120,10 @@ def from_dlpack(obj: Any, *, copy: bool | None = None) -> Tensor:
         if obj._buf is None:
             arr = obj._host.copy() if copy else obj._host
             return Tensor._wrap_host(arr, obj.device)
-        buf = Buffer.from_numpy(obj._buf.to_numpy(), obj.device) if copy else obj._buf
-        return Tensor._wrap(buf, obj.shape)
+        if copy:
+            return Tensor._wrap(Buffer.from_numpy(obj._buf.to_numpy(), obj.device), obj.shape)
+        obj._buf._shared = True  # two tensors over one buffer: neither may be updated in place
+        return Tensor._wrap(obj._buf, obj.shape)
     dev_type, dev_id = _device_of(obj)
     if dev_type == _KDL_CPU:
         ctx = get_context("cpu", "from_dlpack")
@@ -147,10 +161,12 @@ def from_dlpack(obj: Any, *, copy: bool | None = None) -> Tensor:
                             f"contiguous float32 buffer, but copy=False")
     if zero_copy and not copy:
         flat = arr.reshape(-1)  # a view of a C-contiguous array
-    else:
-        flat = xp.ascontiguousarray(arr, dtype=xp.float32).reshape(-1)
-        if flat.size and _shares(xp, flat, arr):
-            flat = flat.copy()
+        buf = Buffer(flat, ctx)
+        buf._shared = True  # the exporter's memory: never written in place (module docstring)
+        return Tensor._wrap(buf, shape)
+    flat = xp.ascontiguousarray(arr, dtype=xp.float32).reshape(-1)
+    if flat.size and _shares(xp, flat, arr):
+        flat = flat.copy()
     return Tensor._wrap(Buffer(flat, ctx), shape)
 
 

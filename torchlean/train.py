@@ -51,15 +51,18 @@ class MemoryWatch:
             return
         stats = tl.allocator_stats(self.device)
         self.say(f"step {step}: {tl.format_allocator_stats(stats)}")
-        free = stats.device_free_bytes if stats.device_total_bytes else None
-        if free is None:
+        if stats.device_total_bytes:
+            free, where = stats.device_free_bytes, "device"
+        elif stats.host_total_bytes:  # the CPU has no device memory: watch the host's
+            free, where = stats.host_free_bytes, "host"
+        else:
             return
         self.readings.append((step, free))
         last = self.readings[-4:]
         if len(last) == 4 and all(b[1] < a[1] for a, b in zip(last, last[1:])):
             rate = (last[0][1] - last[-1][1]) / max(last[-1][0] - last[0][0], 1)  # bytes per step
             runs_out = last[-1][0] + int(last[-1][1] / rate) if rate > 0 else None
-            self.say(f"warning: free device memory fell at every one of the last {len(last)} readings "
+            self.say(f"warning: free {where} memory fell at every one of the last {len(last)} readings "
                      f"({rate / 2**20:.2f} MiB/step); at this rate it runs out near step {runs_out}")
 
 

@@ -2,8 +2,10 @@
 
 The counters are fed by ``Buffer`` itself (creation, ``release()`` and garbage collection), so
 they count torchlean buffers only; ``device_free_bytes``/``device_total_bytes`` come from the
-device (host memory for ``"cpu"``, the driver for CUDA) so that a long run can tell a torchlean
-lifetime leak (live bytes grow) from outside memory pressure (device free bytes fall alone).
+device's driver (CUDA), and are 0 on ``"cpu"`` as in the seed's CPU stub, which has no device
+memory; ``host_free_bytes``/``host_total_bytes`` are the host's available and total memory on
+every device. So a long run can tell a torchlean lifetime leak (live bytes grow) from outside
+memory pressure (free bytes fall alone).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import gc
 import os
 from dataclasses import dataclass
+from typing import Callable
 
 
 class AllocatorCounters:
@@ -47,6 +50,8 @@ class AllocatorStats:
     device_free_bytes: int
     device_total_bytes: int
     cached_bytes: int = 0
+    host_free_bytes: int = 0
+    host_total_bytes: int = 0
 
 
 def host_memory_bytes() -> tuple[int, int]:
@@ -77,9 +82,33 @@ def format_allocator_stats(stats: AllocatorStats) -> str:
         line += f" cached {_mib(stats.cached_bytes)}"
     if stats.device_total_bytes:
         line += f" | device free {_mib(stats.device_free_bytes)} of {_mib(stats.device_total_bytes)}"
+    elif stats.host_total_bytes:  # the CPU: no device memory, say what the host has
+        line += f" | host free {_mib(stats.host_free_bytes)} of {_mib(stats.host_total_bytes)}"
     return line
 
 
 def collect_garbage() -> None:
     """Finalize unreachable buffers caught in reference cycles so their bytes leave ``live``."""
     gc.collect()
+
+
+# Caches above the backends (the optimizer's step values, ...) register here, so that
+# ``allocator_stats`` reports their bytes as cached and ``collect_allocator(True)`` empties them.
+# The backends' own caches are reported by each backend's ``cached_bytes``/``collect``.
+_caches: list[tuple[str, Callable[[], int], Callable[[], int]]] = []
+
+
+def register_cache(device: str, nbytes: Callable[[], int], clear: Callable[[], int]) -> None:
+    """Make a cache visible: ``nbytes()`` is what it holds on ``device`` (bytes that no Buffer's
+    live count includes), ``clear()`` empties it and returns the bytes it let go of."""
+    _caches.append((device, nbytes, clear))
+
+
+def registered_cached_bytes(device: str) -> int:
+    """The bytes the registered caches hold on ``device``."""
+    return sum(nbytes() for dev, nbytes, _ in _caches if dev == device)
+
+
+def clear_registered_caches() -> int:
+    """Empty every registered cache; the bytes let go of."""
+    return sum(clear() for _, _, clear in _caches)

@@ -75,11 +75,12 @@ class Buffer:
 
     @property
     def size(self) -> int:
-        return self._nbytes // 4
+        """Elements held; 0 after ``release()`` (the seed's ABI)."""
+        return 0 if self._data is None else self._nbytes // 4
 
     @property
     def nbytes(self) -> int:
-        return self._nbytes
+        return 0 if self._data is None else self._nbytes
 
     @property
     def device(self) -> str:

@@ -90,7 +90,7 @@ def check_buffer(op: str, name: str, buf: Any, size: int | None = None) -> Buffe
         raise DTypeError(f"{op}: argument {name} must be a Buffer, got {type(buf).__name__}")
     if buf._data is None:
         raise BufferReleasedError(
-            f"{op}: argument {name} was used after release() (a {buf.nbytes}-byte buffer on {buf.device})")
+            f"{op}: argument {name} was used after release() (a {buf._nbytes}-byte buffer on {buf.device})")
     if size is not None and buf.size != size:
         raise ShapeError(f"{op}: argument {name} must hold {size} elements for the given dims, got {buf.size}")
     return buf

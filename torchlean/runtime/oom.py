@@ -17,14 +17,20 @@ from .allocator import format_allocator_stats
 from .device import DeviceContext
 
 
+def _free_text(stats) -> str:
+    if stats.device_total_bytes:
+        return f"device free {stats.device_free_bytes} of {stats.device_total_bytes} bytes"
+    return f"host free {stats.host_free_bytes} of {stats.host_total_bytes} bytes"
+
+
 def out_of_memory(op: str, ctx: DeviceContext, requested: int) -> OutOfMemoryError:
     from .telemetry import allocator_stats
 
     stats = allocator_stats(ctx.name)
     return OutOfMemoryError(
         f"{op}: out of memory on {ctx.name}: requested {requested} bytes with {stats.live_bytes} live, "
-        f"peak {stats.peak_bytes}, device free {stats.device_free_bytes} of {stats.device_total_bytes} "
-        f"bytes (after returning cached blocks and retrying once); " + format_allocator_stats(stats)
+        f"peak {stats.peak_bytes}, {_free_text(stats)} (after returning cached blocks and retrying once); "
+        + format_allocator_stats(stats)
     )
 
 

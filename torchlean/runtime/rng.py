@@ -3,10 +3,16 @@
 A generator is (seed, counter). Each draw takes ``key = splitmix64(seed + counter)`` and then
 advances the counter by one, so a program's n-th draw has the same key on every device and the
 state can be saved and restored exactly as two integers.
+
+Threads: a generator, the default one included, is shared by every thread of the process. Taking
+a counter value and advancing it is one step under a lock, so threads drawing at once always get
+distinct keys; which thread gets which key depends on the scheduling, so a thread that needs
+reproducible draws passes its own ``Generator`` (``generator=``).
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from ..errors import ArgumentError
@@ -25,26 +31,34 @@ def _u64(op: str, name: str, v: Any) -> int:
     return v
 
 
+_MASK64 = 2**64 - 1
+
+
 class Generator:
-    """Counter-based random state: a 64-bit seed and a 64-bit draw counter."""
+    """Counter-based random state: a 64-bit seed and a 64-bit draw counter. Safe to share between
+    threads (see the module docstring)."""
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = _u64("Generator", "seed", seed)
         self.counter = 0
+        self._lock = threading.Lock()
 
     def manual_seed(self, seed: int) -> "Generator":
-        self.seed = _u64("manual_seed", "seed", seed)
-        self.counter = 0
+        seed = _u64("manual_seed", "seed", seed)
+        with self._lock:
+            self.seed, self.counter = seed, 0
         return self
 
     def next_key(self) -> int:
-        """The key for the next draw; advances the counter."""
-        key = derive_key(self.seed, self.counter)
-        self.counter = (self.counter + 1) % 2**64
-        return key
+        """The key for the next draw; advances the counter (atomically: each key goes to one draw)."""
+        with self._lock:
+            seed, counter = self.seed, self.counter
+            self.counter = (counter + 1) & _MASK64
+        return derive_key(seed, counter)
 
     def get_state(self) -> tuple[int, int]:
-        return self.seed, self.counter
+        with self._lock:
+            return self.seed, self.counter
 
     def set_state(self, state: tuple[int, int]) -> None:
         try:
@@ -53,7 +67,15 @@ class Generator:
             raise ArgumentError(f"set_state: expected a (seed, counter) pair, got {state!r}") from None
         # check both before assigning: a bad state must leave the generator as it was
         seed, counter = _u64("set_state", "seed", seed), _u64("set_state", "counter", counter)
-        self.seed, self.counter = seed, counter
+        with self._lock:
+            self.seed, self.counter = seed, counter
+
+    def __getstate__(self) -> tuple[int, int]:  # (a lock cannot be pickled or deep-copied)
+        return self.get_state()
+
+    def __setstate__(self, state: tuple[int, int]) -> None:
+        self._lock = threading.Lock()
+        self.seed, self.counter = state
 
     def __repr__(self) -> str:
         return f"Generator(seed={self.seed}, counter={self.counter})"

@@ -6,40 +6,22 @@ order (NumPy's pairwise summation, BLAS, sequential ``np.add.at``), so every res
 bitwise repeatable with or without deterministic mode.
 """
 
-import os
-
 import numpy as np
 
 # Numba's threading layer: its default choice (TBB, else OpenMP, else its own workqueue). A parallel
 # region of the OpenMP layer starts in ~1.5 us (5 us after a few ms idle) on the 2-core machine, the
 # workqueue's in 50-100 us; the GEMMs (gemm.py) split only under the first two. (An earlier version
 # forced the workqueue: OpenMP's spinning workers then fought OpenBLAS's, which now stay at one
-# thread.) A user's NUMBA_THREADING_LAYER still wins.
+# thread.) A user's NUMBA_THREADING_LAYER still wins; "workqueue" is not safe with threads: it aborts
+# the process when two Python threads run parallel kernels at once (docs/design.md).
 
 
-def _reuse_freed_memory() -> bool:
-    """glibc malloc: serve arrays up to 32 MiB from the heap and keep up to 256 MiB of freed heap
-    for reuse. By default glibc maps each array above its (adaptive) threshold afresh and trims
-    freed heap back to the OS, so every new multi-MB array pays ~1 page fault per 4 KiB on first
-    touch (and its free a munmap): half of a mamba training step on 2 cores (73 -> 37 ms), with
-    the same peak memory. A user's MALLOC_*/GLIBC_TUNABLES settings win. True when applied."""
-    if any(k.startswith("MALLOC_") for k in os.environ) or "GLIBC_TUNABLES" in os.environ:
-        return False
-    import ctypes
-    import platform
+# glibc malloc's thresholds: set once, here, for the whole process (process.py says which, why, and
+# how to restore them: torchlean.backends.cpu.restore_process_settings()).
+from .process import apply_malloc_settings as _apply_malloc_settings
+from .process import process_settings, restore_process_settings  # noqa: F401
 
-    if platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 256 << 20))
-
-
-_reuse_freed_memory()
+_apply_malloc_settings()
 
 from .attention import *  # noqa: F401,F403
 from .classify import *  # noqa: F401,F403
@@ -55,6 +37,8 @@ from .reduce import *  # noqa: F401,F403
 from .rng import bernoulli_mask, rand_normal, rand_uniform  # noqa: F401
 from .scan import *  # noqa: F401,F403
 from .spectral import *  # noqa: F401,F403
+
+from .. import caches as _caches
 
 NAME = "cpu"
 
@@ -73,12 +57,19 @@ def full(n: int, value: float) -> np.ndarray:
 
 
 def memory_info() -> tuple[int, int]:
-    from ...runtime.allocator import host_memory_bytes
+    """(device free, device total): 0 and 0, as the seed's CPU stub reports (host memory is not
+    device memory; the telemetry reports it under its own name)."""
+    return 0, 0
 
-    return host_memory_bytes()
+
+def cached_bytes() -> int:
+    """Bytes of the arrays this backend keeps between calls (the spectral convolution's DFT bases,
+    see backends/caches.py). Buffers themselves are never cached: NumPy frees an array as soon as
+    it dies."""
+    return _caches.held_bytes("cpu")
 
 
 def collect(force: bool) -> int:
-    """Nothing is cached by torchlean: NumPy frees an array as soon as it dies (malloc may keep
-    freed heap for reuse, see _reuse_freed_memory)."""
-    return 0
+    """With ``force``, drop every cached array; the bytes let go of. (malloc may keep freed heap
+    for reuse: see ``process.py``.)"""
+    return _caches.clear("cpu") if force else 0

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import math
 import os
-from functools import lru_cache
 
 import numpy as np
 import scipy.fft as sfft
+
+from ..caches import ByteLRU
 
 __all__ = ["rfft1d_packed", "irfft1d_packed", "spectral_conv1d_rfft_fwd", "spectral_conv1d_rfft_bwd_x",
            "spectral_conv1d_rfft_bwd_wre", "spectral_conv1d_rfft_bwd_wim", "spectral_conv1d_rfft_bwd_w"]
@@ -40,6 +41,10 @@ __all__ = ["rfft1d_packed", "irfft1d_packed", "spectral_conv1d_rfft_fwd", "spect
 F32, C64 = np.float32, np.complex64
 CONV_ROUTE = "auto"
 _BASIS_MAX_BYTES = 64 << 20
+# The bases kept between calls: a model uses one or two (grid, modes) pairs, each a few MiB at
+# most; reported as cached and dropped by collect_allocator(True) (backends/caches.py).
+_BASIS_CACHE_BYTES = 128 << 20
+_basis_cache = ByteLRU("cpu", _BASIS_CACHE_BYTES, max_entries=32)
 _PARALLEL_MIN = 1 << 16  # elements below which one pocketfft thread is faster than several
 
 
@@ -75,8 +80,17 @@ def irfft1d_packed(spec, batch, n):
 
 
 # -- spectral convolution --------------------------------------------------------------------------------
-@lru_cache(maxsize=32)
 def _bases(grid: int, modes: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_make_bases(grid, modes)``, kept in the basis cache (read-only arrays)."""
+    key = (grid, modes)
+    hit = _basis_cache.get(key)
+    if hit is None:
+        hit = _make_bases(grid, modes)
+        _basis_cache.put(key, hit, hit[0].nbytes + hit[1].nbytes)
+    return hit
+
+
+def _make_bases(grid: int, modes: int) -> tuple[np.ndarray, np.ndarray]:
     """(Bf (2 modes, grid), Bi (grid, 2 modes)) float32, from float64 angles reduced exactly."""
     k = np.arange(modes, dtype=np.int64)[:, None]
     t = np.arange(grid, dtype=np.int64)[None, :]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
+from .. import caches
 from . import freelist
 from .elementwise import fill
 from .kernels import empty
@@ -41,20 +42,24 @@ def memory_info() -> tuple[int, int]:
 
 
 def cached_bytes() -> int:
-    """Bytes cached for reuse: free blocks in CuPy's pool plus arrays on our free list (which the
-    pool counts as used)."""
+    """Bytes cached for reuse: free blocks in CuPy's pool, arrays on our free list and the arrays
+    the backend's caches keep (DFT bases, cuFFT work areas, workspaces, kept index uploads and the
+    pinned staging slots: backends/caches.py), which the pool counts as used."""
     pool = cupy.get_default_memory_pool()
-    return int(pool.total_bytes() - pool.used_bytes()) + freelist.held_bytes(cupy.cuda.runtime.getDevice())
+    dev = cupy.cuda.runtime.getDevice()
+    return int(pool.total_bytes() - pool.used_bytes()) + freelist.held_bytes(dev) + caches.held_bytes("cuda", dev)
 
 
 def collect(force: bool) -> int:
-    """With ``force``, return every cached (unused) block to the driver, our free list's arrays
-    first; the bytes handed back."""
+    """With ``force``, empty the backend's caches and our free list, then return every unused
+    block to the driver; the bytes handed back."""
     if not force:
         return 0
     freed = cached_bytes()
+    caches.clear("cuda")
     freelist.flush(cupy.cuda.runtime.getDevice())
     cupy.get_default_memory_pool().free_all_blocks()
+    cupy.get_default_pinned_memory_pool().free_all_blocks()
     return freed
 
 

@@ -14,6 +14,7 @@ from collections import OrderedDict
 import cupy
 import numpy as np
 
+from ..caches import register
 from .freelist import give_back
 from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
 from .staging import upload_i64
@@ -92,6 +93,20 @@ def adam_step_many_inplace(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, e
 # back to the free list (its last reader is queued on this stream), for the next upload.
 _TABLES_KEPT = 16
 _tables: dict[tuple[int, int], OrderedDict] = {}
+
+
+def _table_bytes(device=None) -> int:
+    return sum(dev.nbytes for key, kept in list(_tables.items()) if device is None or key[0] == device
+               for plans in list(kept.values()) for dev, _, _ in plans)
+
+
+def _clear_tables() -> int:
+    freed = _table_bytes()
+    _tables.clear()  # kernels only read them, in stream order: dropping is safe
+    return freed
+
+
+register("cuda", _table_bytes, _clear_tables)  # counted as cached, dropped by collect(True)
 
 
 def _launch_many(batch, ptrs7, sizes, coef):

@@ -21,6 +21,7 @@ from functools import lru_cache
 import cupy
 import numpy as np
 
+from ..caches import register
 from .kernels import BLOCK, F32, I64, empty, empty_as, give_back, grid_for, kernel
 
 __all__ = ["max_pool", "max_pool_bwd", "avg_pool", "avg_pool_bwd", "smooth_max_pool", "smooth_max_pool_bwd"]
@@ -57,6 +58,21 @@ def _setup_key(device: int, spatial: tuple, kernel: tuple, stride: tuple, paddin
     r = len(key[0])
     return (_geometry_dev(device, *key), f"r{r}" if r <= 3 else "rn", math.prod(key[0]), math.prod(_out(*key)),
             math.prod(key[1]))
+
+
+def _geometry_bytes(device=None) -> int:
+    """The device geometry arrays kept above (a few hundred bytes each, at most 512)."""
+    return _geometry_dev.cache_info().currsize * (1 + 7 * _MAXR) * 8
+
+
+def _clear_geometry() -> int:
+    freed = _geometry_bytes()
+    _setup_key.cache_clear()
+    _geometry_dev.cache_clear()
+    return freed
+
+
+register("cuda", _geometry_bytes, _clear_geometry)  # counted as cached, dropped by collect(True)
 
 
 def _setup(spatial, kernel, stride, padding):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
+from ..caches import ByteLRU, register
 from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
 
 __all__ = ["rfft1d_packed", "irfft1d_packed", "spectral_conv1d_rfft_fwd", "spectral_conv1d_rfft_bwd_x",
@@ -44,7 +45,35 @@ _R2C, _C2R = 0x2A, 0x2C  # cufftType CUFFT_R2C, CUFFT_C2R
 _FORWARD, _INVERSE = -1, 1
 
 _plans: dict = {}
-_bases_dev: dict = {}
+# float32 DFT bases per (grid, modes, device), bounded by bytes, reported as cached and dropped by
+# collect_allocator(True) (backends/caches.py), as the plans' work areas are
+_bases_dev = ByteLRU("cuda", 128 << 20, max_entries=32)
+
+
+def _plan_bytes(device=None) -> int:
+    """The device bytes the cached plans' work areas hold (CuPy allocates them from its pool)."""
+    total = 0
+    for key, plan in list(_plans.items()):
+        if device is None or key[3] == device:
+            mem = getattr(getattr(plan, "work_area", None), "mem", None)
+            total += int(getattr(mem, "size", 0) or 0)
+    return total
+
+
+def _clear_plans() -> int:
+    """Drop the current device's plans (after the work queued on it: a plan may still be running)."""
+    dev = cupy.cuda.runtime.getDevice()
+    mine = [key for key in list(_plans) if key[3] == dev]
+    if not mine:
+        return 0
+    freed = _plan_bytes(dev)
+    cupy.cuda.runtime.deviceSynchronize()
+    for key in mine:
+        _plans.pop(key, None)
+    return freed
+
+
+register("cuda", _plan_bytes, _clear_plans)
 
 
 def gemm(*args, **kwargs):
@@ -109,15 +138,15 @@ def _route(grid: int, modes: int) -> str:
 
 
 def _bases(grid: int, modes: int):
-    key = (grid, modes, cupy.cuda.runtime.getDevice())
+    dev = cupy.cuda.runtime.getDevice()
+    key = (grid, modes, dev)
     b = _bases_dev.get(key)
     if b is None:
-        from ..cpu.spectral import _bases as host_bases  # float64 angles, exactly reduced, rounded once
+        from ..cpu.spectral import _make_bases  # float64 angles, exactly reduced, rounded once
 
-        bf, bi = host_bases(grid, modes)
-        if len(_bases_dev) >= 32:
-            _bases_dev.pop(next(iter(_bases_dev)))
-        b = _bases_dev[key] = (cupy.asarray(bf).reshape(-1), cupy.asarray(bi).reshape(-1))
+        bf, bi = _make_bases(grid, modes)  # (not the CPU's cache: no host copy is kept)
+        b = (cupy.asarray(bf).reshape(-1), cupy.asarray(bi).reshape(-1))
+        _bases_dev.put(key, b, b[0].nbytes + b[1].nbytes, device=dev)
     return b
 
 

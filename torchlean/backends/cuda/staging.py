@@ -24,6 +24,7 @@ import threading
 import cupy
 import numpy as np
 
+from ..caches import register
 from .freelist import empty, empty_as, give_back
 
 __all__ = ["upload_u32", "upload_i64", "upload_f32"]
@@ -31,7 +32,7 @@ __all__ = ["upload_u32", "upload_i64", "upload_f32"]
 _NSTAGE = 8
 _RECENT = 4
 _MAX_RECENT = 1 << 16  # elements: larger arrays are not kept (the comparison would cost too much)
-_F32_MAX = 4 << 20    # bytes: larger float32 uploads take cupy.asarray (pinned slots stay <= 8 x 4 MiB)
+_F32_MAX = 4 << 20    # bytes: larger uploads of any type take cupy.asarray (pinned slots stay <= 8 x 4 MiB)
 _lock = threading.Lock()
 _stages: dict[int, list] = {}
 _recent: dict[int, list] = {}
@@ -83,7 +84,7 @@ def upload_u32(values) -> cupy.ndarray:
                 # comparison costs ~3 us per entry
                 if kept.shape == host.shape and kept[0] == first and kept[-1] == last and np.array_equal(kept, host):
                     return entry[1]
-        out = _stage(host, n, np.uint32)
+        out = _stage(host, n, np.uint32) if 4 * n <= _F32_MAX else cupy.asarray(host.astype(np.uint32))
         if n <= _MAX_RECENT:
             recent.insert(0, (host.copy(), out))
             if len(recent) > _RECENT:
@@ -98,6 +99,8 @@ def upload_i64(values: np.ndarray) -> cupy.ndarray:
     host = np.asarray(values, dtype=np.int64).reshape(-1)
     if host.size == 0:
         return cupy.empty(0, dtype=cupy.int64)
+    if 8 * host.size > _F32_MAX:
+        return cupy.asarray(host)
     with _lock:
         return _stage(host, int(host.size), np.int64)
 
@@ -111,3 +114,30 @@ def upload_f32(values: np.ndarray) -> cupy.ndarray:
         return cupy.asarray(values, dtype=cupy.float32)
     with _lock:
         return _stage(values, n, np.float32)
+
+
+def _held_bytes(device=None) -> int:
+    """The kept uploads (device memory) and the pinned slots (host memory) of ``device``: what a
+    forced collect hands back."""
+    with _lock:
+        kept = sum(entry[1].nbytes for dev, recent in _recent.items() if device is None or dev == device
+                   for entry in recent)
+        pinned = sum(slot[1] for dev, ring in _stages.items() if device is None or dev == device
+                     for slot in ring[1:] if slot is not None)
+    return kept + pinned
+
+
+def _clear() -> int:
+    """Forget the kept uploads and free the pinned slots once the copies from them have finished."""
+    freed = _held_bytes()
+    with _lock:
+        _recent.clear()
+        for ring in _stages.values():
+            for slot in ring[1:]:
+                if slot is not None:
+                    slot[2].synchronize()
+        _stages.clear()
+    return freed
+
+
+register("cuda", _held_bytes, _clear)  # counted as cached, dropped by collect(True)

@@ -1,0 +1,87 @@
+"""Caches of arrays that a backend keeps between calls (DFT bases, cuFFT plans, workspaces ...).
+
+Every such cache is bounded, reports its bytes to the allocator telemetry (``cached_bytes`` of
+``allocator_stats``: its arrays are no Buffer's, so live bytes never see them) and is emptied by
+``collect_allocator(True)``. A cache registers once, under its backend's name ("cpu" or "cuda");
+the backend's ``cached_bytes()`` and ``collect(True)`` go through ``held_bytes`` and ``clear``.
+Small caches of Python shape tuples stay plain ``lru_cache``s.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Hashable
+
+__all__ = ["ByteLRU", "register", "held_bytes", "clear"]
+
+_registry: dict[str, list[tuple[Callable[[Any], int], Callable[[], int]]]] = {}
+
+
+def register(backend: str, nbytes: Callable[[Any], int], clear_fn: Callable[[], int]) -> None:
+    """Count ``nbytes(device)`` into ``backend``'s cached bytes (``device``: a CUDA device index,
+    or None for all); ``clear_fn()`` empties the cache and returns the bytes it let go of."""
+    _registry.setdefault(backend, []).append((nbytes, clear_fn))
+
+
+def held_bytes(backend: str, device: Any = None) -> int:
+    """What the caches registered under ``backend`` hold (on ``device``, where they tell)."""
+    return sum(nbytes(device) for nbytes, _ in _registry.get(backend, ()))
+
+
+def clear(backend: str) -> int:
+    """Empty every cache registered under ``backend``; the bytes let go of."""
+    return sum(clear_fn() for _, clear_fn in _registry.get(backend, ()))
+
+
+class ByteLRU:
+    """A least-recently-used map bounded by the bytes of its values (and by a number of entries),
+    registered under ``backend``. ``get`` and ``put`` take a lock: threads share the cache. A
+    value may be put with the device its memory is on (``device=``), for per-device telemetry."""
+
+    def __init__(self, backend: str, max_bytes: int, max_entries: int = 64) -> None:
+        self.max_bytes, self.max_entries = max_bytes, max_entries
+        self._items: OrderedDict[Hashable, tuple[Any, int, Any]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        register(backend, self.nbytes, self.clear)
+
+    def get(self, key: Hashable) -> Any:
+        """The value kept under ``key`` (now the most recently used), or None."""
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is None:
+                return None
+            self._items.move_to_end(key)
+            return hit[0]
+
+    def put(self, key: Hashable, value: Any, nbytes: int, device: Any = None) -> Any:
+        """Keep ``value`` (``nbytes`` bytes) under ``key``, evicting the least recently used entries
+        over the bounds; a value larger than the whole budget is not kept. Returns ``value``."""
+        if nbytes > self.max_bytes:
+            return value
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            while self._items and (self._bytes + nbytes > self.max_bytes or len(self._items) >= self.max_entries):
+                self._bytes -= self._items.popitem(last=False)[1][1]
+            self._items[key] = (value, nbytes, device)
+            self._bytes += nbytes
+        return value
+
+    def nbytes(self, device: Any = None) -> int:
+        """The bytes held (on ``device`` only, when given)."""
+        if device is None:
+            return self._bytes
+        with self._lock:
+            return sum(n for _, n, d in self._items.values() if d == device)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> int:
+        with self._lock:
+            freed, self._bytes = self._bytes, 0
+            self._items.clear()
+        return freed
