@@ -229,9 +229,10 @@ def test_killed_save_keeps_previous(tmp_path):
     np.testing.assert_array_equal(m[0].weight.numpy(), ref[0].weight.numpy())  # the pre-kill weights
     with pytest.raises(CheckpointFormatError, match="truncated or corrupt"):
         load_checkpoint(tmp_path / leftovers[0], m, opt)
-    # the next save works and replaces the checkpoint
+    # the next save works, replaces the checkpoint and removes the killed save's temporary file
     save_checkpoint(path, m, opt, step=3)
     assert load_checkpoint(path, m, opt)["step"] == 3
+    assert os.listdir(tmp_path) == ["ck.safetensors"]
 
 
 # -- errors --------------------------------------------------------------------------------------------
@@ -258,7 +259,7 @@ def test_optimizer_state_shape_mismatch(tmp_path):
     m2 = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3), nn.BatchNorm1d(3))
     other = nn.Sequential(nn.Linear(6, 5), nn.Linear(5, 2), nn.Linear(2, 3))
     opt2 = optim.Adam(other.parameters())  # six parameters of other shapes
-    with pytest.raises(CheckpointMismatchError, match=r"optimizer entry 'state\.0\.exp_avg'"):
+    with pytest.raises(CheckpointMismatchError, match=r"state\[0\]\['exp_avg'\] has shape \(16, 6\)"):
         load_checkpoint(tmp_path / "c.safetensors", m2, opt2)
 
 
@@ -295,7 +296,7 @@ def test_format_errors(tmp_path):
     header["__metadata__"]["torchlean.format_version"] = "99"
     tensors = {k: v for k, v in __import__("safetensors.numpy", fromlist=["load"]).load(data).items()}
     save_file(tensors, str(tmp_path / "v99.safetensors"), metadata=header["__metadata__"])
-    with pytest.raises(CheckpointFormatError, match="version 99.*reads version 1"):
+    with pytest.raises(CheckpointFormatError, match="version 99.*reads versions 1 and 2"):
         load_checkpoint(tmp_path / "v99.safetensors", m)
     # a plain safetensors file, garbage, a truncated file, a missing file
     save_file({"w": np.zeros(3, np.float32)}, str(tmp_path / "plain.safetensors"))
@@ -320,3 +321,380 @@ def test_save_argument_errors(tmp_path):
     with pytest.raises(ArgumentError, match="model must be a Module or a state dict"):
         save_checkpoint(tmp_path / "c", 3)
     assert os.listdir(tmp_path) == []
+
+
+# -- all or nothing: a failed load changes nothing ------------------------------------------------------
+def _small(seed: int = 0):
+    """A small trained model, Adam with state and a stepped StepLR, and the RNG moved on."""
+    tl.manual_seed(seed)
+    m = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+    opt = optim.Adam(m.parameters(), lr=0.01 * (seed + 1))
+    sch = optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    x = tl.randn(4, 3)
+    for _ in range(seed % 3 + 2):
+        opt.zero_grad()
+        m(x).sum().backward()
+        opt.step()
+        sch.step()
+    return m, opt, sch
+
+
+def _snapshot(m, opt, sch) -> dict:
+    """Everything a load may change, as comparable values (tensors as dtype, shape and bytes)."""
+    def t(v):
+        a = v.numpy()
+        return (a.dtype.str, a.shape, a.tobytes())
+
+    index = {id(p): i for i, p in enumerate(p for g in opt.param_groups for p in g["params"])}
+    groups = [{k: [index[id(p)] for p in v] if k == "params" else v for k, v in g.items()} for g in opt.param_groups]
+    state = {index[id(p)]: {k: t(v) if isinstance(v, tl.Tensor) else v for k, v in st.items()}
+             for p, st in opt.state.items()}
+    sched = {k: list(v) if isinstance(v, list) else v for k, v in sch.__dict__.items() if k != "optimizer"}
+    return {"model": {k: t(v) for k, v in m.state_dict().items()}, "groups": groups, "state": state,
+            "sched": sched, "rng": tl.get_rng_state()}
+
+
+def _rewrite(path, edit) -> None:
+    """Rewrite a checkpoint's JSON metadata with ``edit(meta)`` and, where the format has one,
+    recompute its digest: a file that is well formed but says something wrong."""
+    import json
+
+    import torchlean.checkpoint as ck
+    from safetensors.numpy import load, save
+
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    md = json.loads(data[8:8 + n])["__metadata__"]
+    meta = json.loads(md["torchlean.checkpoint"])
+    edit(meta)
+    md["torchlean.checkpoint"] = json.dumps(meta)
+    tensors = load(data)
+    if "torchlean.sha256" in md:
+        md["torchlean.sha256"] = ck._digest(md["torchlean.format_version"], md["torchlean.checkpoint"], tensors)
+    path.write_bytes(save(tensors, metadata=md))
+
+
+def _bad_rng(path, monkeypatch):
+    import torchlean.checkpoint as ck
+
+    m, opt, sch = _small(1)
+    monkeypatch.setattr(ck, "get_rng_state", lambda: (2**64 + 5, 3))
+    save_checkpoint(path, m, opt, sch, step=2)
+
+
+def _bad_group_value(key, value):
+    def make(path, monkeypatch):
+        m, opt, sch = _small(1)
+        opt.param_groups[0][key] = value  # state_dict() does not check: the load must
+        save_checkpoint(path, m, opt, sch, step=2)
+    return make
+
+
+def _bad_state_step(path, monkeypatch):
+    m, opt, sch = _small(1)
+    next(iter(opt.state.values()))["step"] = tl.tensor(-3.0)
+    save_checkpoint(path, m, opt, sch, step=2)
+
+
+def _wrong_state_shape(path, monkeypatch):
+    m, opt, sch = _small(1)
+    next(iter(opt.state.values()))["exp_avg"] = tl.zeros(5)
+    save_checkpoint(path, m, opt, sch, step=2)
+
+
+def _sched_entries(**entries):
+    def make(path, monkeypatch):
+        m, opt, sch = _small(1)
+        sd = dict(sch.state_dict(), **entries)
+        monkeypatch.setattr(sch, "state_dict", lambda: sd)
+        save_checkpoint(path, m, opt, sch, step=2)
+    return make
+
+
+def _meta_entry(key, value):
+    def make(path, monkeypatch):
+        m, opt, sch = _small(1)
+        save_checkpoint(path, m, opt, sch, step=2)
+
+        def edit(meta):
+            meta[key] = value
+        _rewrite(path, edit)
+    return make
+
+
+def _truncated(cut):
+    def make(path, monkeypatch):
+        m, opt, sch = _small(1)
+        save_checkpoint(path, m, opt, sch, step=2)
+        data = path.read_bytes()
+        path.write_bytes(data[:cut] if cut >= 0 else data[:len(data) + cut])
+    return make
+
+
+def _wrong_model_shape(path, monkeypatch):
+    tl.manual_seed(1)
+    m = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+    sd = {k: v.numpy() for k, v in m.state_dict().items()}
+    sd["0.weight"] = np.zeros((2, 4), np.float32)
+    save_checkpoint(path, sd, step=2)
+
+
+FAILED_LOADS = {
+    "RNG state out of range": (_bad_rng, "RNG state"),
+    "negative lr": (_bad_group_value("lr", -0.5), "Invalid learning rate"),
+    "lr of the wrong type": (_bad_group_value("lr", "0.1"), r"\['lr'\] must be a finite real number"),
+    "unknown optimizer hyperparameter": (_bad_group_value("momentum_typo", 0.9), "no hyperparameter 'momentum_typo'"),
+    "negative optimizer step count": (_bad_state_step, "step count"),
+    "optimizer state of the wrong shape": (_wrong_state_shape, r"state\[\d\]\['exp_avg'\] has shape \(5,\)"),
+    "model tensor of the wrong shape": (_wrong_model_shape, r"'0\.weight' has shape \(2, 4\)"),
+    "unknown scheduler key (a method's name)": (_sched_entries(get_lr=5), r"unknown \['get_lr'\]"),
+    "scheduler value of the wrong type": (_sched_entries(step_size="2"), "'step_size' must be a positive integer"),
+    "scheduler lr list of the wrong length": (_sched_entries(base_lrs=[0.1, 0.2]), "'base_lrs' must be a list of 1"),
+    "negative step": (_meta_entry("step", -1), "step -1"),
+    "step of the wrong type": (_meta_entry("step", "5"), "step '5'"),
+    "RNG counter of the wrong type": (_meta_entry("rng_state", ["1", 2]), "RNG state"),
+    "truncated in the header": (_truncated(500), "truncated or corrupt"),
+    "truncated in the tensors": (_truncated(-7), "truncated or corrupt"),
+    "truncated to the length field": (_truncated(8), "truncated or corrupt"),
+}
+
+
+@pytest.mark.parametrize("case", list(FAILED_LOADS))
+def test_failed_load_changes_nothing(case, tmp_path, monkeypatch):
+    """Every kind of bad file raises a TorchLeanError naming the problem, and model, optimizer,
+    scheduler and RNG state are bit for bit as before the call."""
+    make, message = FAILED_LOADS[case]
+    path = tmp_path / "bad.safetensors"
+    make(path, monkeypatch)
+    monkeypatch.undo()
+    m, opt, sch = _small(2)  # different weights, state, lrs and RNG state from the file's
+    tl.manual_seed(9)
+    _ = tl.rand(3)
+    before = _snapshot(m, opt, sch)
+    with pytest.raises(TorchLeanError, match=message):
+        load_checkpoint(path, m, opt, sch)
+    assert _snapshot(m, opt, sch) == before
+    assert "get_lr" not in sch.__dict__ and "step_size" in sch.__dict__
+
+
+def test_apply_failure_rolls_back(tmp_path, monkeypatch):
+    """If applying is interrupted after all checks passed, everything already applied is put back."""
+    m, opt, sch = _small(1)
+    save_checkpoint(tmp_path / "c.safetensors", m, opt, sch, step=2)
+    m, opt, sch = _small(2)
+    before = _snapshot(m, opt, sch)
+
+    import torchlean.checkpoint as ck
+
+    calls = []
+    real = ck.set_rng_state
+
+    def fail_once(state):  # the last step of applying: model, optimizer and scheduler are in
+        calls.append(state)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        real(state)
+    monkeypatch.setattr(ck, "set_rng_state", fail_once)
+    with pytest.raises(KeyboardInterrupt):
+        load_checkpoint(tmp_path / "c.safetensors", m, opt, sch)
+    assert len(calls) == 2 and _snapshot(m, opt, sch) == before
+
+
+def test_scheduler_state_dict_cannot_replace_methods():
+    m, opt, sch = _small(0)
+    good = sch.state_dict()
+    before = _snapshot(m, opt, sch)
+    for bad in ({**good, "get_lr": lambda: [99.0]}, {**good, "step": "x"}, {**good, "gamma": len},
+                {**good, "last_epoch": 2.5}, {**good, "_is_initial": 1},
+                {k: v for k, v in good.items() if k != "gamma"},
+                {**good, "_last_lr": [float("nan")]}, [("last_epoch", 3)]):
+        with pytest.raises(ArgumentError, match="StepLR.load_state_dict"):
+            sch.load_state_dict(bad)
+        assert _snapshot(m, opt, sch) == before
+    assert sch.get_lr.__func__ is optim.lr_scheduler.StepLR.get_lr and "step" not in sch.__dict__
+    sch.load_state_dict(good)
+    assert _snapshot(m, opt, sch) == before
+
+
+def test_optimizer_load_state_dict_schema():
+    m, opt, sch = _small(0)
+    good = opt.state_dict()
+    before = _snapshot(m, opt, sch)
+    g0 = good["param_groups"][0]
+    st0 = good["state"][0]
+    bad_cases = [
+        dict(good, extra_key=1),
+        dict(good, param_groups=[dict(g0, lr=float("nan"))]),
+        dict(good, param_groups=[dict(g0, lr=True)]),
+        dict(good, param_groups=[dict(g0, betas=(0.9,))]),
+        dict(good, param_groups=[dict(g0, amsgrad="no")]),
+        dict(good, param_groups=[dict(g0, amsgrad=True)]),
+        dict(good, param_groups=[dict(g0, sneaky=print)]),
+        dict(good, param_groups=[dict(g0, params=[0, 0, 1, 2])]),
+        dict(good, state={**good["state"], 7: st0}),
+        dict(good, state={0: {k: v for k, v in st0.items() if k != "exp_avg_sq"}}),
+        dict(good, state={0: dict(st0, extra=tl.zeros(2, 3))}),
+        dict(good, state={0: dict(st0, step=2.5)}),
+        dict(good, state={0: dict(st0, exp_avg=np.zeros((3, 2), np.float32))}),
+        dict(good, state={0: dict(st0, exp_avg=np.zeros((2, 3), np.int64))}),
+        dict(good, state={0: dict(st0, exp_avg="zeros")}),
+    ]
+    for bad in bad_cases:
+        with pytest.raises(TorchLeanError, match="Adam.load_state_dict"):
+            opt.load_state_dict(bad)
+        assert _snapshot(m, opt, sch) == before
+    opt.load_state_dict(good)
+    assert _snapshot(m, opt, sch) == before
+
+
+# -- corruption ------------------------------------------------------------------------------------------
+def test_every_sampled_bit_flip_is_caught_or_harmless(tmp_path):
+    """A single flipped bit anywhere (length field, JSON header, metadata, tensor bytes) either
+    raises a TorchLeanError, changing nothing, or loads exactly the original values."""
+    m, opt, sch = _small(1)
+    path = tmp_path / "c.safetensors"
+    save_checkpoint(path, m, opt, sch, step=2, extra={"note": "x", "arr": np.arange(3.0, dtype=np.float32)})
+    data = path.read_bytes()
+    ref_objs = _small(2)
+    ref_out = load_checkpoint(path, *ref_objs)
+    ref = _snapshot(*ref_objs)
+    positions = sorted(set(range(8)) | set(range(8, len(data), 9)) | {len(data) - 1})
+    silent, caught = [], 0
+    for i, pos in enumerate(positions):
+        flipped = bytearray(data)
+        flipped[pos] ^= 1 << (i % 8)
+        bad = tmp_path / "flipped.safetensors"
+        bad.write_bytes(bytes(flipped))
+        objs = _small(2)
+        tl.manual_seed(5)
+        before = _snapshot(*objs)
+        try:
+            out = load_checkpoint(bad, *objs)
+        except TorchLeanError:
+            caught += 1
+            assert _snapshot(*objs) == before, f"a failed load changed state (byte {pos})"
+            continue
+        same_extra = out["extra"]["note"] == "x" and _bits_equal(out["extra"]["arr"], ref_out["extra"]["arr"])
+        if _snapshot(*objs) != ref or out["step"] != ref_out["step"] or not same_extra:
+            silent.append(pos)
+    assert not silent, f"{len(silent)} of {len(positions)} single bit flips loaded different values silently " \
+                       f"(bytes {silent[:10]}...)"
+    assert caught > len(positions) * 0.9  # nearly every flip is caught, not just harmless
+
+
+def test_digest_detects_an_edited_tensor(tmp_path):
+    import json
+
+    from safetensors.numpy import load, save
+
+    m, opt, sch = _small(1)
+    path = tmp_path / "c.safetensors"
+    save_checkpoint(path, m, opt, sch, step=2)
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    md = json.loads(data[8:8 + n])["__metadata__"]
+    tensors = load(data)
+    tensors["0.weight"] = tensors["0.weight"] + np.float32(1.0)  # a well-formed file with other values
+    path.write_bytes(save(tensors, metadata=md))
+    m2, opt2, sch2 = _small(2)
+    before = _snapshot(m2, opt2, sch2)
+    with pytest.raises(CheckpointFormatError, match="does not match its SHA-256 digest"):
+        load_checkpoint(path, m2, opt2, sch2)
+    assert _snapshot(m2, opt2, sch2) == before
+
+
+def test_format_1_files_still_load(tmp_path):
+    """Format 1 (before the digest) loads with every other check; a format 2 file without its
+    digest, or relabelled as format 1 with its digest kept, is refused."""
+    import json
+
+    from safetensors.numpy import load, save
+
+    m, opt, sch = _small(1)
+    path = tmp_path / "c.safetensors"
+    save_checkpoint(path, m, opt, sch, step=2)
+    ref_objs = _small(2)
+    load_checkpoint(path, *ref_objs)
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    md = json.loads(data[8:8 + n])["__metadata__"]
+    tensors = load(data)
+
+    def variant(name, version, keep_digest):
+        meta = json.loads(md["torchlean.checkpoint"])
+        meta["format_version"] = int(version)
+        new = {"torchlean.format_version": version, "torchlean.checkpoint": json.dumps(meta)}
+        if keep_digest:
+            new["torchlean.sha256"] = md["torchlean.sha256"]
+        (tmp_path / name).write_bytes(save(tensors, metadata=new))
+        return tmp_path / name
+
+    objs = _small(2)
+    out = load_checkpoint(variant("v1.safetensors", "1", False), *objs)
+    assert out["format_version"] == 1 and out["step"] == 2
+    assert _snapshot(*objs) == _snapshot(*ref_objs)
+    objs = _small(2)
+    before = _snapshot(*objs)
+    with pytest.raises(CheckpointFormatError, match="no 'torchlean.sha256' entry"):
+        load_checkpoint(variant("nodigest.safetensors", "2", False), *objs)
+    with pytest.raises(CheckpointFormatError, match="digest"):
+        load_checkpoint(variant("relabelled.safetensors", "1", True), *objs)
+    assert _snapshot(*objs) == before
+
+
+# -- saving: the target and temporary files -------------------------------------------------------------------
+def test_save_to_a_directory_writes_nothing(tmp_path):
+    m = _model("cpu")
+    target = tmp_path / "runs"
+    target.mkdir()
+    (target / "keep.txt").write_text("x")
+    for p in (target, str(target) + os.sep, str(tmp_path / "not_yet") + os.sep):
+        with pytest.raises(CheckpointError, match="is a directory; give the checkpoint's file path"):
+            save_checkpoint(p, m)
+    assert sorted(os.listdir(tmp_path)) == ["runs"] and os.listdir(target) == ["keep.txt"]
+
+
+def test_next_save_removes_stale_temporary_files(tmp_path):
+    m = _model("cpu")
+    stale = [tmp_path / ".ck.safetensors.0123456789ab.tmp", tmp_path / ".ck.safetensors.fedcba987654.tmp"]
+    for f in stale:
+        f.write_bytes(b"\0" * 1000)  # what a killed save leaves
+    others = [tmp_path / ".other.safetensors.0123456789ab.tmp", tmp_path / ".ck.safetensors.notes.tmp",
+              tmp_path / "ck.safetensors.0123456789ab.tmp"]
+    for f in others:
+        f.write_bytes(b"mine")
+    save_checkpoint(tmp_path / "ck.safetensors", m)
+    assert sorted(os.listdir(tmp_path)) == sorted(["ck.safetensors"] + [f.name for f in others])
+
+
+def test_live_temporary_files_are_kept(tmp_path, monkeypatch):
+    """A save never removes the temporary file of a save still in progress: one in this process
+    (a save started while another is writing), or one another process holds locked."""
+    import torchlean.checkpoint as ck
+
+    path = tmp_path / "ck.safetensors"
+    m = _model("cpu")
+    real = ck._write_all
+    nested = []
+
+    def write_and_save_again(f, data):
+        real(f, data[: len(data) // 2])
+        if not nested:
+            nested.append(1)
+            save_checkpoint(path, m, step=7)  # sweeps the directory while the outer temp is live
+        real(f, data[len(data) // 2:])
+
+    monkeypatch.setattr(ck, "_write_all", write_and_save_again)
+    save_checkpoint(path, m, step=3)  # the outer save still renames its (complete) file
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == ["ck.safetensors"] and load_checkpoint(path, m)["step"] == 3
+
+    fcntl = pytest.importorskip("fcntl")
+    held = tmp_path / ".ck.safetensors.00000000abcd.tmp"
+    held.write_bytes(b"being written")
+    with open(held, "rb") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # as a live save in another process holds it
+        save_checkpoint(path, m, step=4)
+        assert held.exists()
+    save_checkpoint(path, m, step=5)  # the lock is gone: now it is stale
+    assert os.listdir(tmp_path) == ["ck.safetensors"]

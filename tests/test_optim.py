@@ -355,7 +355,7 @@ def test_scheduler_matches_torch(cls, kw):
         assert [g["lr"] for g in opt.param_groups] == [g["lr"] for g in topt.param_groups]
         if k == 20:
             sd = s.state_dict()
-    s2 = getattr(lr_scheduler, cls)(optim.SGD(ours, lr=0.1), **kw)
+    s2 = getattr(lr_scheduler, cls)(optim.SGD([{"params": ours[:2]}, {"params": ours[2:]}], lr=0.1), **kw)
     s2.load_state_dict(sd)
     assert s2.last_epoch == 21 and s2.base_lrs == [0.1, 0.5]
     # closed form through step(epoch)
@@ -659,3 +659,33 @@ def test_a_sliced_parameter_is_never_stepped_in_place():
     view = P.slice1d(w._buf, 16, 8, 8)
     assert not exclusively_held(w)
     del view
+
+
+# -- the step-count cache: bounded, and emptied by collect_allocator(True) ----------------------------
+@pytest.mark.parametrize("name", ["adam", "adamw", "sgd_momentum"])
+def test_optimizer_leaves_no_buffers_behind(name):
+    import gc
+
+    from torchlean.optim import optimizer as base
+    from torchlean.runtime import allocator_stats, collect_allocator
+
+    make = {"adam": lambda ps: optim.Adam(ps, lr=1e-2), "adamw": lambda ps: optim.AdamW(ps, lr=1e-2),
+            "sgd_momentum": lambda ps: optim.SGD(ps, lr=1e-2, momentum=0.9)}[name]
+    collect_allocator(True)
+    before = allocator_stats("cpu")
+    w = tl.randn(8, 4, requires_grad=True)
+    b = tl.zeros(4, requires_grad=True)
+    opt = make([w, b])
+    for _ in range(40):
+        opt.zero_grad()
+        y = tl.ones(3, 8) @ w + b
+        (y * y).sum().backward()
+        opt.step()
+        assert len(base._step_buffers) <= base._STEP_CACHE_MAX
+    del opt, w, b, y
+    gc.collect()
+    collect_allocator(True)
+    after = allocator_stats("cpu")
+    # every buffer made for the run is gone (the step cache kept one per step: 41 left behind)
+    assert after.alloc_count - before.alloc_count == after.free_count - before.free_count
+    assert after.live_bytes == before.live_bytes

@@ -1,4 +1,4 @@
-"""Training checkpoints in one safetensors file, written atomically.
+"""Training checkpoints in one safetensors file: written atomically, checked whole before loading.
 
 ``save_checkpoint(path, model, optimizer=None, scheduler=None, step=0, extra=None)`` writes
 
@@ -12,33 +12,44 @@
   JSON in the safetensors metadata, where each tensor is a ``{"__tensor__": name}`` reference;
 * the scheduler's ``state_dict()`` the same way (JSON, tensors by reference);
 * the default generator's (seed, counter) (``torchlean.get_rng_state``), ``step``, ``extra``
-  (JSON values, tuples, NumPy arrays and torchlean tensors) and the format version.
+  (JSON values, tuples, NumPy arrays and torchlean tensors) and the format version;
+* (format 2) a SHA-256 digest of all of the above: every tensor's name, dtype, shape and bytes,
+  the JSON metadata and the version, in the metadata entry ``torchlean.sha256``.
 
 All tensors are saved from host copies, so a CUDA model saves the same file as a CPU one;
 loading puts each tensor on the device of the parameter it belongs to.
 
-Atomicity: the bytes go to a temporary file in the target's directory, which is flushed and
-``fsync``-ed, then ``os.replace``-d onto the target (and the directory is fsync-ed where the OS
-allows), so a crash at any moment leaves either the previous checkpoint or the new one, never a
-mixture. On an ordinary error the temporary file is removed; a process killed mid-save may leave
-a ``.<name>.<random>.tmp`` file behind (never read by ``load_checkpoint``; delete at will).
+Atomicity: the bytes go to a temporary file ``.<name>.<12 hex digits>.tmp`` next to the target,
+which is flushed and ``fsync``-ed, then ``os.replace``-d onto the target (and the directory is
+fsync-ed where the OS allows), so a crash at any moment leaves either the previous checkpoint or
+the new one, never a mixture. A save holds an exclusive ``flock`` on its temporary file until the
+rename; each save first removes the temporary files of its target that nobody holds (left by a
+killed save), never one that a live save, in this process or another, is writing. A target that is
+a directory is refused before anything is written.
 
-``load_checkpoint`` reads and checks everything (format version, keys, shapes, optimizer and
-scheduler kinds, parameter counts) before changing any object, so a bad checkpoint changes
-nothing; problems raise ``CheckpointError`` subclasses that name the offending key.
+Loading is all or nothing: ``load_checkpoint`` reads the file, verifies the digest (any bit flip,
+truncation or edit is a ``CheckpointFormatError``), parses it, checks everything against the live
+objects (model keys, shapes and dtypes; the optimizer's and scheduler's state through their
+schemas: kinds, keys, types, ranges, group counts and sizes; the RNG state's range; the step), and
+only then applies it; should applying still fail (out of device memory), model, optimizer,
+scheduler and RNG state are put back as they were. Format 1 files (no digest, torchlean before the
+digest was added) still load, with every check but the digest.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 import numbers
 import os
-import secrets
+import re
 from typing import Any
 
 import numpy as np
 
+from ._atomic_file import atomic_write
 from .errors import ArgumentError, ShapeError, TorchLeanError
 from .runtime.rng import get_rng_state, set_rng_state
 from .tensor import Tensor
@@ -46,9 +57,12 @@ from .tensor import Tensor
 __all__ = ["save_checkpoint", "load_checkpoint", "CheckpointError", "CheckpointFormatError",
            "CheckpointMismatchError", "FORMAT_VERSION"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_READABLE = ("1", "2")  # format 1: the same layout without the digest
 _META_KEY = "torchlean.checkpoint"
 _VERSION_KEY = "torchlean.format_version"
+_DIGEST_KEY = "torchlean.sha256"
+_META_FIELDS = {"format_version", "step", "rng_state", "model_keys", "optimizer", "scheduler", "extra"}
 _CHUNK = 16 << 20
 
 
@@ -57,7 +71,8 @@ class CheckpointError(TorchLeanError, ValueError):
 
 
 class CheckpointFormatError(CheckpointError):
-    """Not a torchlean checkpoint, a truncated/corrupt file, or an unsupported format version."""
+    """Not a torchlean checkpoint, a truncated/corrupt/altered file (its digest does not match), an
+    unsupported format version, or content that fails validation (a negative lr, an unknown key)."""
 
 
 class CheckpointMismatchError(CheckpointError, ShapeError):
@@ -141,7 +156,7 @@ def _decode(v: Any, tensors: dict[str, np.ndarray], torchlean_tensors: bool) -> 
     return {k: dec(x) for k, x in v.items()}
 
 
-# -- atomic file writing ---------------------------------------------------------------------
+# -- writing -------------------------------------------------------------------------------------
 def _write_all(f: Any, data: bytes) -> None:
     """Write ``data`` to the open file in chunks (a separate function so tests can interrupt it)."""
     view = memoryview(data)
@@ -149,36 +164,33 @@ def _write_all(f: Any, data: bytes) -> None:
         f.write(view[i:i + _CHUNK])
 
 
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # e.g. Windows cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+def _check_target(op: str, path: str) -> None:
+    if not path:
+        raise ArgumentError(f"{op}: the checkpoint path is empty")
+    if os.path.isdir(path) or path.endswith(os.sep) or (os.altsep and path.endswith(os.altsep)):
+        raise CheckpointError(f"{op}: {path!r} is a directory; give the checkpoint's file path, e.g. "
+                              f"{os.path.join(path, 'checkpoint.safetensors')!r} (nothing was written)")
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            _write_all(f, data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(directory)
+# -- the digest ------------------------------------------------------------------------------------
+def _digest(version: str, meta_json: str, tensors: dict[str, np.ndarray]) -> str:
+    """SHA-256 over the format version, the JSON metadata and every tensor's name, dtype, shape and
+    bytes (in name order, each part length-prefixed): computed from the arrays, so it does not
+    depend on how safetensors lays the file out. Not a signature: it detects corruption and edits
+    made without recomputing it, not a forger who rewrites the file with torchlean."""
+    h = hashlib.sha256(b"torchlean checkpoint\0")
+
+    def part(b: Any) -> None:
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+
+    part(version.encode())
+    part(meta_json.encode())
+    for name in sorted(tensors):
+        arr = tensors[name]
+        part(json.dumps([name, arr.dtype.str, list(arr.shape)]).encode())
+        part(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+    return h.hexdigest()
 
 
 # -- save -------------------------------------------------------------------------------------
@@ -195,12 +207,14 @@ def save_checkpoint(path: Any, model: Any, optimizer: Any = None, scheduler: Any
     ``model`` is a Module (its ``state_dict()`` is saved) or a state dict itself. ``extra`` is any
     JSON-like value (dicts, lists, tuples, numbers, strings, None) that may also hold NumPy arrays
     and torchlean tensors; it comes back from ``load_checkpoint`` as it went in (tensors as CPU
-    tensors). The write is atomic (see the module docstring).
+    tensors). The write is atomic and removes temporary files left by killed saves to the same
+    path; a directory as ``path`` is a ``CheckpointError`` (see the module docstring).
     """
     from safetensors.numpy import save as st_save
 
     op = "save_checkpoint"
     path = os.fspath(path)
+    _check_target(op, path)
     step = _check_step(op, step)
     sd = model.state_dict() if hasattr(model, "state_dict") else model
     if not hasattr(sd, "items"):
@@ -232,42 +246,86 @@ def save_checkpoint(path: Any, model: Any, optimizer: Any = None, scheduler: Any
         meta_json = json.dumps(meta, allow_nan=False)
     except (TypeError, ValueError) as exc:  # the encoder should have caught everything
         raise ArgumentError(f"{op}: state that cannot be stored as JSON: {exc}") from None
-    data = st_save(tensors, metadata={_VERSION_KEY: str(FORMAT_VERSION), _META_KEY: meta_json})
-    _atomic_write(path, data)
+    version = str(FORMAT_VERSION)
+    data = st_save(tensors, metadata={_VERSION_KEY: version, _META_KEY: meta_json,
+                                      _DIGEST_KEY: _digest(version, meta_json, tensors)})
+    atomic_write(path, data, _write_all)  # (_write_all looked up now: tests replace it)
 
 
-# -- load -------------------------------------------------------------------------------------
-def _read(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+# -- load: read and verify ----------------------------------------------------------------------
+def _read(op: str, path: str) -> tuple[str, dict[str, Any], dict[str, np.ndarray]]:
     # The whole file is read at once (it was written from one bytes object too). safetensors'
     # ``load`` keeps 0-d tensors 0-d (``safe_open(...).get_tensor`` returns them as shape (1,)).
     from safetensors.numpy import load as st_load
 
-    op = "load_checkpoint"
     with open(path, "rb") as f:
         data = f.read()
     try:
         tensors = st_load(data)
         n = int.from_bytes(data[:8], "little")
         metadata = json.loads(data[8:8 + n]).get("__metadata__") or {}
+        if not isinstance(metadata, dict):
+            raise ValueError("'__metadata__' is not a JSON object")
     except Exception as exc:  # noqa: BLE001  (safetensors raises its own error types)
         raise CheckpointFormatError(f"{op}: {path!r} is not a readable safetensors file (truncated or corrupt?): "
                                     f"{type(exc).__name__}: {exc}") from None
-    version = metadata.get(_VERSION_KEY)
-    if version is None or _META_KEY not in metadata:
+    version, meta_json = metadata.get(_VERSION_KEY), metadata.get(_META_KEY)
+    if version is None or meta_json is None:
         raise CheckpointFormatError(f"{op}: {path!r} is a safetensors file but not a torchlean checkpoint "
                                     f"(no {_VERSION_KEY!r} metadata)")
-    if version != str(FORMAT_VERSION):
-        raise CheckpointFormatError(f"{op}: {path!r} has checkpoint format version {version}, this torchlean "
-                                    f"reads version {FORMAT_VERSION}")
+    if version not in _READABLE or not isinstance(meta_json, str):
+        raise CheckpointFormatError(f"{op}: {path!r} has checkpoint format version {version}; this torchlean "
+                                    f"reads versions {' and '.join(_READABLE)}")
+    digest = metadata.get(_DIGEST_KEY)
+    if digest is None and version != "1":
+        raise CheckpointFormatError(f"{op}: {path!r} has no {_DIGEST_KEY!r} entry, which format version {version} "
+                                    f"always writes: the file was altered")
+    if digest is not None and not (isinstance(digest, str) and hmac.compare_digest(
+            digest.encode(), _digest(version, meta_json, tensors).encode())):
+        raise CheckpointFormatError(f"{op}: {path!r} does not match its SHA-256 digest: the file is corrupt "
+                                    f"or was altered after it was written")
     try:
-        meta = json.loads(metadata[_META_KEY])
+        meta = json.loads(meta_json)
     except ValueError as exc:
         raise CheckpointFormatError(f"{op}: {path!r} has unreadable checkpoint metadata: {exc}") from None
-    return meta, tensors
+    if not isinstance(meta, dict) or set(meta) != _META_FIELDS:
+        got = sorted(meta) if isinstance(meta, dict) else type(meta).__name__
+        raise CheckpointFormatError(f"{op}: {path!r} has checkpoint metadata with fields {got}, expected "
+                                    f"{sorted(_META_FIELDS)}")
+    return version, meta, tensors
 
 
-def _check_model(op: str, model: Any, meta: dict, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    saved = {k: tensors[k] for k in meta["model_keys"]}
+# -- load: check everything against the live objects ----------------------------------------------
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_scalars(op: str, path: str, version: str, meta: dict[str, Any]) -> tuple[int, tuple[int, int]]:
+    """The step and the RNG (seed, counter), checked: a non-negative integer, two u64 values."""
+    if meta["format_version"] != int(version) or not _is_int(meta["format_version"]):
+        raise CheckpointFormatError(f"{op}: {path!r} says format version {meta['format_version']!r} in its "
+                                    f"metadata and {version} in its header")
+    step = meta["step"]
+    if not _is_int(step) or step < 0:
+        raise CheckpointFormatError(f"{op}: {path!r} has step {step!r}; expected a non-negative integer")
+    rng = meta["rng_state"]
+    if not (isinstance(rng, list) and len(rng) == 2
+            and all(isinstance(x, str) and re.fullmatch(r"[0-9]{1,20}", x) and int(x) < 2**64 for x in rng)):
+        raise CheckpointFormatError(f"{op}: {path!r} has RNG state {rng!r}; expected [seed, counter], two "
+                                    f"integers in [0, 2**64) written in decimal")
+    return step, (int(rng[0]), int(rng[1]))
+
+
+def _check_model(op: str, path: str, model: Any, meta: dict, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    from .nn.modules.module import Module
+
+    if not isinstance(model, Module):
+        raise ArgumentError(f"{op}: model must be a torchlean nn.Module, got {type(model).__name__}")
+    keys = meta["model_keys"]
+    if not (isinstance(keys, list) and all(isinstance(k, str) and k in tensors for k in keys)
+            and len(set(keys)) == len(keys)):
+        raise CheckpointFormatError(f"{op}: {path!r} has a malformed list of model entries")
+    saved = {k: tensors[k] for k in keys}
     own = model.state_dict()
     missing = [k for k in own if k not in saved]
     unexpected = [k for k in saved if k not in own]
@@ -278,82 +336,121 @@ def _check_model(op: str, model: Any, meta: dict, tensors: dict[str, np.ndarray]
         if tuple(saved[k].shape) != tuple(t.shape):
             raise CheckpointMismatchError(f"{op}: model entry {k!r} has shape {tuple(saved[k].shape)} in the "
                                           f"checkpoint, the model expects {tuple(t.shape)}")
-        want_float = isinstance(t, Tensor) and t._buf is not None
-        if want_float != (saved[k].dtype.kind == "f"):
+        want = np.dtype(np.float32) if t._buf is not None else t._host.dtype
+        if saved[k].dtype != want:
             raise CheckpointMismatchError(f"{op}: model entry {k!r} has dtype {saved[k].dtype} in the checkpoint, "
-                                          f"the model holds {t.dtype}")
+                                          f"the model holds {want}")
     return saved
 
 
-def _check_optimizer(op: str, optimizer: Any, meta: dict, tensors: dict[str, np.ndarray]) -> dict:
-    saved = meta.get("optimizer")
+def _saved_kind(op: str, path: str, what: str, obj: Any, saved: Any) -> Any:
+    """The state_dict entry of the optimizer or scheduler record, after the kind checks."""
     if saved is None:
-        raise CheckpointMismatchError(f"{op}: an optimizer was given but the checkpoint has no optimizer state")
-    if saved["type"] != type(optimizer).__name__:
-        raise CheckpointMismatchError(f"{op}: the checkpoint holds {saved['type']} state, the optimizer is a "
-                                      f"{type(optimizer).__name__}")
-    osd = _decode(saved["state_dict"], tensors, torchlean_tensors=False)
-    groups, state = osd["param_groups"], osd["state"]
-    if len(groups) != len(optimizer.param_groups):
-        raise CheckpointMismatchError(f"{op}: the checkpoint's optimizer has {len(groups)} parameter groups, the "
-                                      f"optimizer has {len(optimizer.param_groups)}")
-    params = {}
-    for i, (g, s) in enumerate(zip(optimizer.param_groups, groups)):
-        if len(g["params"]) != len(s["params"]):
-            raise CheckpointMismatchError(f"{op}: optimizer parameter group {i} has {len(g['params'])} parameters, "
-                                          f"the checkpoint's has {len(s['params'])}")
-        params.update(zip(s["params"], g["params"]))
-    for idx, st in state.items():
-        p = params.get(idx)
-        if p is None:
-            raise CheckpointMismatchError(f"{op}: optimizer state for parameter index {idx} has no parameter")
-        for key, v in st.items():
-            if isinstance(v, np.ndarray) and key != "step" and tuple(v.shape) != tuple(p.shape):
-                raise CheckpointMismatchError(f"{op}: optimizer entry 'state.{idx}.{key}' has shape {tuple(v.shape)} "
-                                              f"in the checkpoint, its parameter has shape {tuple(p.shape)}")
-    return osd
+        raise CheckpointMismatchError(f"{op}: a {what} was given but the checkpoint has no {what} state")
+    if not (isinstance(saved, dict) and set(saved) == {"type", "state_dict"} and isinstance(saved["type"], str)):
+        raise CheckpointFormatError(f"{op}: {path!r} has a malformed {what} record")
+    if saved["type"] != type(obj).__name__:
+        raise CheckpointMismatchError(f"{op}: the checkpoint holds {saved['type']} state, the {what} is a "
+                                      f"{type(obj).__name__}")
+    return saved["state_dict"]
+
+
+def _check_optimizer(op: str, path: str, optimizer: Any, meta: dict, tensors: dict[str, np.ndarray]) -> Any:
+    """The optimizer's staged (param_groups, state), built by its own schema without changing it."""
+    from .optim.optimizer import Optimizer
+
+    if not isinstance(optimizer, Optimizer):
+        raise ArgumentError(f"{op}: optimizer must be a torchlean.optim.Optimizer, got {type(optimizer).__name__}")
+    osd = _decode(_saved_kind(op, path, "optimizer", optimizer, meta["optimizer"]), tensors, torchlean_tensors=False)
+    groups = osd.get("param_groups") if isinstance(osd, dict) else None
+    if isinstance(groups, list):  # counts first, for messages in the checkpoint's terms
+        if len(groups) != len(optimizer.param_groups):
+            raise CheckpointMismatchError(f"{op}: the checkpoint's optimizer has {len(groups)} parameter groups, "
+                                          f"the optimizer has {len(optimizer.param_groups)}")
+        for i, (g, s) in enumerate(zip(optimizer.param_groups, groups)):
+            n = len(s["params"]) if isinstance(s, dict) and isinstance(s.get("params"), list) else None
+            if n is not None and n != len(g["params"]):
+                raise CheckpointMismatchError(f"{op}: optimizer parameter group {i} has {len(g['params'])} "
+                                              f"parameters, the checkpoint's has {n}")
+    try:
+        return optimizer._stage_state_dict(osd)
+    except ShapeError as exc:
+        raise CheckpointMismatchError(f"{op}: optimizer state in {path!r} does not fit: {exc}") from None
+    except TorchLeanError as exc:
+        raise CheckpointFormatError(f"{op}: {path!r} holds optimizer state that {type(optimizer).__name__} "
+                                    f"refuses: {exc}") from None
+
+
+def _check_scheduler(op: str, path: str, scheduler: Any, meta: dict, tensors: dict[str, np.ndarray]) -> Any:
+    """The scheduler's staged attribute values, checked by its schema without changing it."""
+    from .optim.lr_scheduler import LRScheduler
+
+    if not isinstance(scheduler, LRScheduler):
+        raise ArgumentError(f"{op}: scheduler must be a torchlean LRScheduler, got {type(scheduler).__name__}")
+    ssd = _decode(_saved_kind(op, path, "scheduler", scheduler, meta["scheduler"]), tensors, torchlean_tensors=True)
+    try:
+        return scheduler._stage_state_dict(ssd)
+    except TorchLeanError as exc:
+        raise CheckpointFormatError(f"{op}: {path!r} holds scheduler state that {type(scheduler).__name__} "
+                                    f"refuses: {exc}") from None
+
+
+# -- load: apply ------------------------------------------------------------------------------------
+def _apply(model: Any, model_sd: dict, optimizer: Any, opt_staged: Any, scheduler: Any, sch_staged: Any,
+           rng: tuple[int, int] | None) -> None:
+    """Install everything, or (should anything fail: out of device memory, an interrupt) put the
+    model's tensors, the optimizer, the scheduler and the RNG back as they were. Buffers are values,
+    so the model's snapshot is references, not copies."""
+    model_snap = [(t, t._buf, t._host) for t in model.state_dict(keep_vars=True).values()]
+    opt_snap = (optimizer.param_groups, optimizer.state) if optimizer is not None else None
+    sch_snap = dict(scheduler.__dict__) if scheduler is not None else None
+    rng_snap = get_rng_state()
+    try:
+        model.load_state_dict(model_sd)
+        if optimizer is not None:
+            optimizer._commit_state_dict(opt_staged)
+        if scheduler is not None:
+            scheduler._commit_state_dict(sch_staged)
+        if rng is not None:
+            set_rng_state(rng)
+    except BaseException:
+        for t, buf, host in model_snap:
+            t._buf, t._host = buf, host
+        if opt_snap is not None:
+            optimizer.param_groups, optimizer.state = opt_snap
+        if sch_snap is not None:
+            scheduler.__dict__.update(sch_snap)
+        set_rng_state(rng_snap)
+        raise
 
 
 def load_checkpoint(path: Any, model: Any, optimizer: Any = None, scheduler: Any = None,
                     restore_rng: bool = True) -> dict[str, Any]:
-    """Load a ``save_checkpoint`` file into ``model`` (and ``optimizer``, ``scheduler``).
+    """Load a ``save_checkpoint`` file into ``model`` (and ``optimizer``, ``scheduler``), all or nothing.
 
-    Everything is read and checked first (format version, model keys/shapes/dtypes, optimizer and
-    scheduler kinds, parameter counts, optimizer state shapes): any mismatch raises a
-    ``CheckpointError`` subclass naming the key and changes nothing. Tensors go to the device of
-    the model's parameters. With ``restore_rng`` (the default) the default generator gets the
-    saved (seed, counter), so random draws continue where the saved run was.
+    The file's SHA-256 digest is verified, then everything is checked against the live objects
+    (model keys/shapes/dtypes; optimizer and scheduler kinds, schemas, hyperparameter types and
+    ranges, group counts and sizes, state shapes; the RNG state's range; the step) before anything
+    changes: a failed load raises a ``CheckpointError`` subclass naming the entry and leaves model,
+    optimizer, scheduler and RNG state bit for bit as they were. Tensors go to the device of the
+    model's parameters. With ``restore_rng`` (the default) the default generator gets the saved
+    (seed, counter), so random draws continue where the saved run was.
 
     Returns ``{"step": int, "extra": ..., "rng_state": (seed, counter), "format_version": int}``.
     """
     op = "load_checkpoint"
     path = os.fspath(path)
-    meta, tensors = _read(path)
+    version, meta, tensors = _read(op, path)
     try:
-        model_sd = _check_model(op, model, meta, tensors)
-        osd = _check_optimizer(op, optimizer, meta, tensors) if optimizer is not None else None
-        ssd = None
-        if scheduler is not None:
-            saved = meta.get("scheduler")
-            if saved is None:
-                raise CheckpointMismatchError(f"{op}: a scheduler was given but the checkpoint has no scheduler state")
-            if saved["type"] != type(scheduler).__name__:
-                raise CheckpointMismatchError(f"{op}: the checkpoint holds {saved['type']} state, the scheduler is a "
-                                              f"{type(scheduler).__name__}")
-            ssd = _decode(saved["state_dict"], tensors, torchlean_tensors=True)
-        seed, counter = (int(x) for x in meta["rng_state"])
+        step, rng = _check_scalars(op, path, version, meta)
+        model_sd = _check_model(op, path, model, meta, tensors)
+        opt_staged = _check_optimizer(op, path, optimizer, meta, tensors) if optimizer is not None else None
+        sch_staged = _check_scheduler(op, path, scheduler, meta, tensors) if scheduler is not None else None
         extra = _decode(meta["extra"], tensors, torchlean_tensors=True)
-        step = int(meta["step"])
-    except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, CheckpointError):
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        if isinstance(exc, TorchLeanError):
             raise
         raise CheckpointFormatError(f"{op}: {path!r} has malformed checkpoint metadata ({type(exc).__name__}: "
                                     f"{exc})") from None
-    model.load_state_dict(model_sd)
-    if osd is not None:
-        optimizer.load_state_dict(osd)
-    if ssd is not None:
-        scheduler.load_state_dict(ssd)
-    if restore_rng:
-        set_rng_state((seed, counter))
-    return {"step": step, "extra": extra, "rng_state": (seed, counter), "format_version": int(meta["format_version"])}
+    _apply(model, model_sd, optimizer, opt_staged, scheduler, sch_staged, rng if restore_rng else None)
+    return {"step": step, "extra": extra, "rng_state": rng, "format_version": int(version)}

@@ -25,6 +25,8 @@ class Adam(Optimizer):
     supported (ArgumentError); foreach/fused accept None or False and change nothing. State per
     parameter: ``step`` (a 0-d CPU tensor), ``exp_avg``, ``exp_avg_sq``."""
 
+    _state_schema = {"step": "step", "exp_avg": "tensor", "exp_avg_sq": "tensor"}  # (load_state_dict checks it)
+
     def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0, amsgrad: bool = False, *, maximize: bool = False,
                  foreach: bool | None = None, capturable: bool = False, differentiable: bool = False,

@@ -10,7 +10,8 @@ Differences from ``torch.optim.Optimizer`` (documented where they show):
   buffer in place, allocating nothing, only when nothing but its own Parameter or state Tensor
   refers to it: see ``exclusively_held``. Nobody can observe the difference.)
 * ``load_state_dict`` also takes a PyTorch optimizer's state dict (torch tensors are copied to
-  the parameter's device).
+  the parameter's device). It is all or nothing: every key, type, range and shape is checked
+  against this optimizer (an explicit schema: unknown keys are refused) before anything changes.
 * Options that change the algorithm and are not implemented (amsgrad, maximize, capturable,
   differentiable, foreach=True, fused=True) raise ArgumentError; ``foreach=None``/``False`` and
   ``fused=None``/``False`` are accepted and change nothing (every step is one fused kernel per
@@ -29,7 +30,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import autograd
-from ..errors import ArgumentError, DTypeError
+from ..errors import ArgumentError, DTypeError, ShapeError, TorchLeanError
+from ..runtime.allocator import register_cache
 from ..runtime.buffer import Buffer
 from ..tensor import Tensor
 from ..interop import as_host_array
@@ -44,10 +46,23 @@ class _RequiredParameter:
 
 required = _RequiredParameter()
 
+# The last few step counts' one-element buffers, oldest first (steps only grow, so a short memory
+# serves every optimizer of a training loop). They are live Buffers, counted as such; the cache
+# holds at most _STEP_CACHE_MAX and collect_allocator(True) empties it.
+_STEP_CACHE_MAX = 8
 _step_buffers: dict[float, Buffer] = {}
 # the values of the buffers above (keyed by the Buffer itself, which hashes by identity): the
 # step count is read back every step, and reading a one-element array costs more than a lookup
 _buffer_steps: dict[Buffer, float] = {}
+
+
+def _clear_step_cache() -> int:
+    _step_buffers.clear()
+    _buffer_steps.clear()
+    return 0  # its buffers are live Buffers: they leave the live count as their last holder goes
+
+
+register_cache("cpu", lambda: 0, _clear_step_cache)
 
 
 class _Slot:
@@ -72,7 +87,12 @@ def exclusively_held(*tensors: Tensor) -> bool:
     graph), DLPack export, array view or view Buffer (``Buffer._shared``: a NumPy view of a view
     need not hold a reference to the array it came from) can see them, so writing over them in
     place is unobservable. (Several tensors in one call: Adam asks about p, exp_avg and exp_avg_sq
-    of every parameter on every step.)"""
+    of every parameter on every step.)
+
+    This is the one rule of every optimizer: memory is written in place only when this says so,
+    and otherwise the step rebinds the tensor to a fresh buffer. Memory imported through DLPack
+    (NumPy, CuPy, torch: ``from_dlpack`` marks it ``_shared``) is never the optimizer's alone, so
+    its source keeps its values, and a read-only source is never written."""
     for t in tensors:
         b = t._buf  # the one local reference that _ONE_HOLDER_LOCAL counts
         if (b is None or b._shared or sys.getrefcount(b) > _ONE_HOLDER_LOCAL
@@ -86,11 +106,14 @@ def _step_buffer(step: float) -> Buffer:
     parameters at that step share it."""
     buf = _step_buffers.get(step)
     if buf is None:
-        if len(_step_buffers) > 4096:
-            _step_buffers.clear()
-            _buffer_steps.clear()
-        buf = _step_buffers[step] = Buffer.from_numpy(np.array([step], np.float32), "cpu")
+        while len(_step_buffers) >= _STEP_CACHE_MAX:
+            try:
+                _buffer_steps.pop(_step_buffers.pop(next(iter(_step_buffers))), None)
+            except (KeyError, StopIteration, RuntimeError):  # another thread evicted it first
+                break
+        buf = Buffer.from_numpy(np.array([step], np.float32), "cpu")
         _buffer_steps[buf] = float(buf._data[0])
+        _step_buffers[step] = buf
     return buf
 
 
@@ -252,50 +275,172 @@ class Optimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load a state dict from ``state_dict()`` or from a PyTorch optimizer of the same kind."""
+        """Load a state dict from ``state_dict()`` or from a PyTorch optimizer of the same kind.
+
+        All or nothing: the whole dict is checked against this optimizer first (see
+        ``_stage_state_dict``), and only then are ``param_groups`` and ``state`` replaced."""
+        self._commit_state_dict(self._stage_state_dict(state_dict))
+
+    # The per-parameter state a subclass keeps: key -> "step" (a step count), "tensor" (a float
+    # tensor of the parameter's shape) or "tensor_or_none". A parameter's state is either empty
+    # (not stepped yet) or holds exactly these keys. None (a subclass that declares nothing): any
+    # string key, with tensors, step counts and plain scalars as values.
+    _state_schema: dict[str, str] | None = None
+
+    def _stage_state_dict(self, state_dict: Any) -> tuple[list[dict[str, Any]], defaultdict]:
+        """The (param_groups, state) that loading ``state_dict`` gives, built without changing
+        anything: the top level must be {"state", "param_groups"}; the groups must match this
+        optimizer's in number and size, with distinct integer parameter indices; a group's keys
+        must be hyperparameters of this optimizer (or "initial_lr"), each of its default's type and
+        accepted by the constructor's checks (missing ones take the default); state entries must
+        belong to a listed index and follow ``_state_schema``, tensors shaped as their parameter.
+        Raises ArgumentError (ShapeError, DTypeError) naming the entry."""
         op = f"{type(self).__name__}.load_state_dict"
-        try:
-            saved_groups, saved_state = state_dict["param_groups"], state_dict["state"]
-        except (KeyError, TypeError):
-            raise ArgumentError(f"{op}: expected a dict with 'state' and 'param_groups'") from None
+        if not isinstance(state_dict, dict) or set(state_dict) != {"state", "param_groups"}:
+            got = sorted(map(str, state_dict)) if isinstance(state_dict, dict) else type(state_dict).__name__
+            raise ArgumentError(f"{op}: expected a dict with exactly 'state' and 'param_groups', got {got}")
+        saved_groups, saved_state = state_dict["param_groups"], state_dict["state"]
+        if not isinstance(saved_groups, (list, tuple)) or not isinstance(saved_state, dict):
+            raise ArgumentError(f"{op}: 'param_groups' must be a list and 'state' a dict, got "
+                                f"{type(saved_groups).__name__} and {type(saved_state).__name__}")
         if len(saved_groups) != len(self.param_groups):
             raise ArgumentError(f"{op}: loaded state dict has {len(saved_groups)} parameter groups, "
                                 f"the optimizer has {len(self.param_groups)}")
+        id_map: dict[int, Tensor] = {}
+        new_groups = []
         for i, (g, s) in enumerate(zip(self.param_groups, saved_groups)):
-            if len(g["params"]) != len(s["params"]):
+            if not isinstance(s, dict):
+                raise ArgumentError(f"{op}: param_groups[{i}] must be a dict, got {type(s).__name__}")
+            indices = s.get("params")
+            if not isinstance(indices, (list, tuple)) or not all(_is_int(k) for k in indices):
+                raise ArgumentError(f"{op}: param_groups[{i}]['params'] must be a list of integer indices, "
+                                    f"got {indices!r}")
+            if len(g["params"]) != len(indices):
                 raise ArgumentError(f"{op}: parameter group {i} has {len(g['params'])} parameters, the loaded "
-                                    f"state dict's has {len(s['params'])}")
-        id_map = {}
-        for g, s in zip(self.param_groups, saved_groups):
-            for p, k in zip(g["params"], s["params"]):
+                                    f"state dict's has {len(indices)}")
+            for p, k in zip(g["params"], indices):
+                if k in id_map:
+                    raise ArgumentError(f"{op}: parameter index {k} appears more than once in param_groups")
                 id_map[k] = p
+            ng = {key: self._group_value(op, i, key, v) for key, v in s.items() if key != "params"}
+            for key, default in self.defaults.items():
+                if key not in ng:
+                    if default is required:
+                        raise ArgumentError(f"{op}: param_groups[{i}] has no {key!r}, which {type(self).__name__} "
+                                            f"requires")
+                    ng[key] = default
+            ng["params"] = g["params"]
+            try:
+                self._check_group(ng)
+            except TorchLeanError as exc:
+                raise ArgumentError(f"{op}: param_groups[{i}]: {exc}") from None
+            new_groups.append(ng)
         new_state: defaultdict = defaultdict(dict)
         for k, st in saved_state.items():
-            if k not in id_map:
-                continue
-            p = id_map[k]
-            new_state[p] = {key: self._cast_state(op, p, key, value) for key, value in st.items()}
-        new_groups = []
-        for g, s in zip(self.param_groups, saved_groups):
-            ng = {k: v for k, v in s.items() if k != "params"}
-            if isinstance(ng.get("betas"), list):
-                ng["betas"] = tuple(ng["betas"])
-            ng["params"] = g["params"]
-            self._check_group(ng)
-            new_groups.append(ng)
-        self.param_groups = new_groups
-        self.state = new_state
+            if not _is_int(k) or k not in id_map:
+                raise ArgumentError(f"{op}: 'state' has an entry for parameter index {k!r}, which no parameter "
+                                    f"group lists")
+            if not isinstance(st, dict):
+                raise ArgumentError(f"{op}: state[{k}] must be a dict, got {type(st).__name__}")
+            if st:
+                new_state[id_map[k]] = self._stage_param_state(op, k, id_map[k], st)
+        return new_groups, new_state
 
-    @staticmethod
-    def _cast_state(op: str, p: Tensor, key: str, value: Any) -> Any:
-        if key == "step":
-            return _step_tensor(_step_value(value))
-        if isinstance(value, Tensor) or (hasattr(value, "detach") and hasattr(value, "cpu")) or \
-                isinstance(value, np.ndarray):
-            arr = as_host_array(f"load_state_dict: state entry {key!r}", value).astype(np.float32)
-            if arr.size != p.numel():
-                raise ArgumentError(f"{op}: state entry {key!r} has {arr.size} elements, its parameter "
-                                    f"{p.numel()}")
-            return Tensor._wrap(Buffer.from_numpy(arr.reshape(-1), p.device), p.shape)
-        return value
+    def _commit_state_dict(self, staged: tuple[list[dict[str, Any]], defaultdict]) -> None:
+        """Install what ``_stage_state_dict`` built (two assignments: nothing here can fail)."""
+        self.param_groups, self.state = staged
 
+    def _group_value(self, op: str, i: int, key: str, value: Any) -> Any:
+        """A loaded hyperparameter, checked against the type of this optimizer's default."""
+        where = f"{op}: param_groups[{i}][{key!r}]"
+        if key == "initial_lr":  # set by a learning-rate scheduler
+            default: Any = 0.0
+        elif key in self.defaults:
+            default = self.defaults[key]
+        else:
+            raise ArgumentError(f"{where}: {type(self).__name__} has no hyperparameter {key!r} (it has "
+                                f"{', '.join(sorted(self.defaults))})")
+        if isinstance(default, bool):
+            if not isinstance(value, (bool, np.bool_)):
+                raise ArgumentError(f"{where} must be a bool, got {value!r} ({type(value).__name__})")
+            return bool(value)
+        if default is None:  # foreach / fused: None or a bool
+            if value is not None and not isinstance(value, (bool, np.bool_)):
+                raise ArgumentError(f"{where} must be None or a bool, got {value!r} ({type(value).__name__})")
+            return value if value is None else bool(value)
+        if isinstance(default, tuple):
+            if not isinstance(value, (tuple, list)) or len(value) != len(default):
+                raise ArgumentError(f"{where} must be a pair of numbers, got {value!r}")
+            return tuple(_finite_real(where, v) for v in value)
+        return _finite_real(where, value)
+
+    def _stage_param_state(self, op: str, k: int, p: Tensor, st: dict[str, Any]) -> dict[str, Any]:
+        schema = self._state_schema
+        if schema is not None and set(st) != set(schema):
+            raise ArgumentError(f"{op}: state[{k}] has keys {sorted(map(str, st))}, {type(self).__name__} keeps "
+                                f"{sorted(schema)}")
+        out = {}
+        for key, value in st.items():
+            where = f"{op}: state[{k}][{key!r}]"
+            kind = schema[key] if schema is not None else _guess_kind(where, key, value)
+            if kind == "step":
+                out[key] = _step_tensor(_check_step_count(where, value))
+            elif kind == "tensor_or_none" and value is None:
+                out[key] = None
+            elif kind in ("tensor", "tensor_or_none"):
+                out[key] = _state_tensor(where, p, value)
+            else:  # "scalar" (no schema)
+                out[key] = value
+        return out
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def _finite_real(where: str, value: Any) -> float | int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ArgumentError(f"{where} must be a finite real number, got {value!r} ({type(value).__name__})")
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
+def _is_array_like(value: Any) -> bool:
+    return isinstance(value, (Tensor, np.ndarray)) or (hasattr(value, "detach") and hasattr(value, "cpu"))
+
+
+def _guess_kind(where: str, key: str, value: Any) -> str:
+    if key == "step":
+        return "step"
+    if _is_array_like(value):
+        return "tensor"
+    if value is None or isinstance(value, (bool, numbers.Real, str)):
+        return "scalar"
+    raise ArgumentError(f"{where} is a {type(value).__name__}; optimizer state holds tensors and numbers")
+
+
+def _check_step_count(where: str, value: Any) -> float:
+    """A step count (our 0-d tensor, a torch tensor, an array or a number): a whole number in
+    [0, 2**24], where float32 (the step tensor's type) still counts exactly."""
+    if _is_array_like(value):
+        arr = as_host_array(where, value)
+        if arr.size != 1:
+            raise ArgumentError(f"{where}: a step count has one element, got shape {tuple(arr.shape)}")
+        value = arr.reshape(-1)[0].item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ArgumentError(f"{where}: a step count must be a number, got {value!r} ({type(value).__name__})")
+    v = float(value)
+    if not (math.isfinite(v) and v == int(v) and 0 <= v <= 2**24):
+        raise ArgumentError(f"{where}: a step count must be a whole number in [0, 2**24], got {value!r}")
+    return v
+
+
+def _state_tensor(where: str, p: Tensor, value: Any) -> Tensor:
+    """A float state tensor (exp_avg, momentum_buffer ...) copied to its parameter's device."""
+    if not _is_array_like(value):
+        raise ArgumentError(f"{where} must be a tensor, got {value!r} ({type(value).__name__})")
+    arr = as_host_array(where, value)
+    if arr.dtype.kind != "f":
+        raise DTypeError(f"{where} has dtype {arr.dtype}, expected a floating tensor")
+    if tuple(arr.shape) != p.shape:
+        raise ShapeError(f"{where} has shape {tuple(arr.shape)}, its parameter has shape {p.shape}")
+    return Tensor._wrap(Buffer.from_numpy(arr.astype(np.float32).reshape(-1), p.device), p.shape)

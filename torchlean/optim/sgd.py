@@ -18,6 +18,8 @@ class SGD(Optimizer):
     PyTorch's update rule (one fused ``sgd_step`` per parameter). ``maximize=True`` is not supported
     (ArgumentError); foreach/fused accept None or False and change nothing."""
 
+    _state_schema = {"momentum_buffer": "tensor_or_none"}  # (load_state_dict checks it)
+
     def __init__(self, params: Any, lr: float = 1e-3, momentum: float = 0, dampening: float = 0,
                  weight_decay: float = 0, nesterov: bool = False, *, maximize: bool = False,
                  foreach: bool | None = None, differentiable: bool = False, fused: bool | None = None) -> None:
@@ -42,7 +44,12 @@ class SGD(Optimizer):
                              "differentiable": (False,)})
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """One SGD step over every parameter that has a gradient; returns the closure's loss."""
+        """One SGD step over every parameter that has a gradient; returns the closure's loss.
+
+        Every step rebinds the parameter (and its momentum buffer) to the fused step's new buffers:
+        SGD never writes in place, so memory shared with another holder (a DLPack source, a view, a
+        ``state_dict()`` snapshot) keeps its values, the rule every optimizer follows
+        (``optimizer.exclusively_held``)."""
         loss = self._closure_loss(closure)
         sgd_step = P.sgd_step
         with autograd.no_grad():

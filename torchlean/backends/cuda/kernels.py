@@ -4,15 +4,14 @@ Each ``.cu`` file in this folder is compiled with ``common.cuh`` prepended (so N
 include path). We call NVRTC through CuPy's ``compile_using_nvrtc`` and load the cubin ourselves
 rather than use ``RawModule``, because RawModule always appends ``-ftz=true``: it would flush
 float32 subnormals to zero, which breaks parity with the CPU (and every contract) near 1e-38.
-Compiled cubins are cached on disk, keyed by the full source, options, architecture and NVRTC
-version, under ``$TORCHLEAN_KERNEL_CACHE`` (default ``~/.cache/torchlean/kernels``).
+Compiled cubins are cached on disk under ``$TORCHLEAN_KERNEL_CACHE`` (default
+``~/.cache/torchlean/kernels``), bound to the full source, options, architecture and compiler
+versions and verified by their SHA-256 before loading, in an owner-only directory (the rules and
+the threat model: ``kernel_cache.py``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import numpy as np
 from cupy.cuda import compiler, function, nvrtc
 from cupy.cuda.function import CPointer
 
+from . import kernel_cache
 from .freelist import empty, empty_as, give_back  # noqa: F401  (re-exported: every module allocates through kernels.empty)
 
 HERE = Path(__file__).resolve().parent
@@ -39,27 +39,19 @@ def source(file: str) -> str:
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("TORCHLEAN_KERNEL_CACHE") or Path.home() / ".cache" / "torchlean" / "kernels")
+    return kernel_cache.cache_dir()
 
 
 def _compile(file: str, arch: str) -> bytes:
+    """The cubin of ``file`` for ``arch``: a verified cache entry, or NVRTC (then cached)."""
     src = source(file)
-    key = hashlib.sha256("\0".join([src, " ".join(OPTIONS), arch, str(nvrtc.getVersion()),
-                                     cupy.__version__]).encode()).hexdigest()[:32]
-    path = _cache_dir() / f"{Path(file).stem}-sm{arch}-{key}.cubin"
-    try:
-        return path.read_bytes()
-    except OSError:
-        pass
-    binary, _ = compiler.compile_using_nvrtc(src, OPTIONS, arch=arch, filename=file)
-    try:  # write-then-rename: concurrent processes never read a half-written file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
-            tmp.write(binary)
-        os.replace(tmp.name, path)
-    except OSError:
-        pass  # an unwritable cache only costs a recompile next time
-    return binary
+
+    def nvrtc_compile() -> bytes:
+        binary, _ = compiler.compile_using_nvrtc(src, OPTIONS, arch=arch, filename=file)
+        return binary
+
+    return kernel_cache.compile_cached(Path(file).stem, src, OPTIONS, arch,
+                                       f"nvrtc {nvrtc.getVersion()} cupy {cupy.__version__}", nvrtc_compile)
 
 
 @lru_cache(maxsize=None)
