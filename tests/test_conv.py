@@ -883,8 +883,8 @@ _x4 = lambda: _x(1, 2, 5, 5)  # noqa: E731
      "conv2d: dilation=True is not supported yet (only dilation=1)"),
     (lambda: TF.conv2d(_x4(), _x(3, 2, 3, 3), None, 1, 1, 1, True), ArgumentError,
      "conv2d: groups=True is not supported yet (only groups=1)"),
-    (lambda: tl.nn.Conv2d(2, 3, 3, stride=True)(_x4()), ArgumentError,  # the module keeps (True, True)
-     "conv2d: stride must be an int or a sequence of 2 ints, got (True, True)"),
+    (lambda: tl.nn.Conv2d(2, 3, 3, stride=True)(_x4()), ArgumentError,  # refused when the module is built
+     "Conv2d: stride must be an int or 2 ints, got True"),
     (lambda: TF.conv_transpose2d(_x4(), _x(2, 3, 3, 3), None, 2, 0, True), ArgumentError,
      "conv_transpose2d: output_padding must be an int or a sequence of 2 ints, got True"),
     (lambda: P.conv(_buf(50), _buf(54), None, True, 2, 3, (5, 5), (3, 3), (1, 1), (1, 1)), ShapeError,
@@ -922,3 +922,156 @@ def test_cached_conv_checks_never_cache_errors():
         with pytest.raises(ShapeError, match="conv: argument x must hold 50 elements"):
             P.conv(_buf(49), _buf(54), None, 1, 2, 3, (5, 5), (3, 3), (1, 1), (0, 0))
         assert P.conv(_buf(50), _buf(54), None, 1, 2, 3, (5, 5), (3, 3), (1, 1), (0, 0)).size == 27
+
+
+# -- cost set by the tensors, never by stride or padding values (issue 20) --------------------------
+def _loop_conv(x, w, b, st, pd, transposed, out):
+    """float64 y, and (dx, dw) for the cotangent g, by loops over (input position, tap) pairs: the
+    conv pairs output j with input j*st - pd + k; the transposed conv pairs input i with output
+    i*st - pd + k. Only pairs inside both tensors are terms. Sizes are tiny, so this is cheap
+    whatever the stride and padding."""
+    import itertools
+
+    r = x.ndim - 2
+    kern = w.shape[2:]
+    small = x.shape[2:]  # the side whose positions are enumerated (conv: output side below)
+    y = np.zeros((x.shape[0], w.shape[1] if transposed else w.shape[0]) + tuple(out))
+    y += b[None, :, *([None] * r)]
+
+    def pairs():
+        src = small if transposed else out
+        for i in itertools.product(*(range(n) for n in src)):
+            for k in itertools.product(*(range(n) for n in kern)):
+                q = tuple(a * s - p + kk for a, s, p, kk in zip(i, st, pd, k))
+                lim = out if transposed else small
+                if all(0 <= v < n for v, n in zip(q, lim)):
+                    yield i, k, q
+
+    if transposed:  # w (C_in, C_out, *k): y[:, o, q] += x[:, c, i] w[c, o, k]
+        for i, k, q in pairs():
+            y[(slice(None), slice(None)) + q] += x[(slice(None), slice(None)) + i] @ w[(slice(None), slice(None)) + k]
+    else:  # w (C_out, C_in, *k): y[:, o, j] += w[o, c, k] x[:, c, j*st - pd + k]
+        for j, k, q in pairs():
+            y[(slice(None), slice(None)) + j] += x[(slice(None), slice(None)) + q] @ w[(slice(None), slice(None)) + k].T
+
+    def grads(g):
+        dx, dw = np.zeros_like(x), np.zeros_like(w)
+        for a, k, q in pairs():
+            if transposed:
+                xi, gi = (slice(None), slice(None)) + a, (slice(None), slice(None)) + q
+            else:
+                xi, gi = (slice(None), slice(None)) + q, (slice(None), slice(None)) + a
+            wi = (slice(None), slice(None)) + k
+            if transposed:
+                dx[xi] += g[gi] @ w[wi].T
+                dw[wi] += x[xi].T @ g[gi]
+            else:
+                dx[xi] += g[gi] @ w[wi]
+                dw[wi] += g[gi].T @ x[xi]
+        return dx, dw
+
+    return y, grads
+
+
+HUGE_GEOMETRIES = [
+    # (transposed, spatial, kernel, stride, padding): outputs of a few positions
+    (False, (10,), (3,), (2**31,), (0,)),                  # conv: one window, stride 2**31
+    (False, (2,), (3,), (2**31,), (2**28,)),               # ... and a padding of 2**28
+    (False, (3, 4), (2, 3), (2**31 - 1, 5), (2**30 - 1, 1)),
+    (True, (2,), (6,), (2**31,), (2**30,)),                # the issue's transposed conv: 6 outputs
+    (True, (2,), (3,), (10**8,), (49999999,)),
+    (True, (2, 3), (3, 2), (10**9, 3), (499999999, 1)),
+    (True, (3,), (2,), (2**32 - 1,), (2**32 - 2,)),        # stride at the uint32 limit
+]
+
+
+def _huge_case(transposed, spatial, kernel, stride, padding, device="cpu", seed=0):
+    rng = np.random.default_rng(seed)
+    ci, co = 2, 3
+    x = rng.integers(-3, 4, (2, ci) + spatial).astype(F32)  # integer values: every sum is exact
+    w = rng.integers(-3, 4, ((ci, co) if transposed else (co, ci)) + kernel).astype(F32)
+    b = rng.integers(-3, 4, co).astype(F32)
+    xt, wt, bt = (tl.tensor(a, requires_grad=True, device=device) for a in (x, w, b))
+    fn = ops.conv_transpose_nd if transposed else ops.conv_nd
+    y = fn(xt, wt, bt, stride, padding)
+    g = rng.integers(-3, 4, y.shape).astype(F32)
+    (y * tl.tensor(g, device=device)).sum().backward()
+    ref, grads = _loop_conv(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), stride, padding,
+                            transposed, y.shape[2:])
+    return y, xt, wt, bt, g, ref, grads
+
+
+@pytest.mark.parametrize("geometry", HUGE_GEOMETRIES, ids=str)
+def test_conv_with_huge_stride_or_padding_is_exact_and_costs_what_the_tensors_cost(geometry, device):
+    """Issue 20: conv, conv_transpose and their backward passes take time and memory set by the
+    tensors, never by the stride or padding values (the transposed conv with stride 2**31 and a
+    6-element output ran for minutes; a padding of 2**28 made a 2**29-long padded row). Exact
+    answers (integer data) and a peak of host memory far below one padded row (on CUDA the host
+    side is measured; the launchers size their workspaces by columns, never by the padding)."""
+    import tracemalloc
+
+    _huge_case(*geometry, device)  # once untraced: imports and JIT compilation are no part of the cost
+    tracemalloc.start()
+    try:
+        y, xt, wt, bt, g, ref, grads = _huge_case(*geometry, device)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"peak host memory {peak} bytes"
+    assert y.shape[2:] == ref.shape[2:] and math.prod(y.shape) <= 2 * 3 * 36
+    np.testing.assert_array_equal(y.numpy(), ref)
+    dx, dw = grads(g.astype(np.float64))
+    np.testing.assert_array_equal(xt.grad.numpy(), dx)
+    np.testing.assert_array_equal(wt.grad.numpy(), dw)
+    np.testing.assert_array_equal(bt.grad.numpy(), g.sum(axis=tuple(i for i in range(g.ndim) if i != 1)))
+
+
+def test_conv_bwd_input_visits_only_the_phases_that_hold_taps(monkeypatch):
+    """The phase split visited every phase modulo the stride (a Python loop of 2**31 turns for one
+    output); phases at or beyond the kernel hold no taps, so only min(stride, kernel) are visited."""
+    calls = []
+    real = CPU_CONV._phase
+    monkeypatch.setattr(CPU_CONV, "_phase", lambda *a: calls.append(a) or real(*a))
+    rng = np.random.default_rng(3)
+    # stride 2**16 + 1 > kernel 3, padding < kernel (so the geometry is not gathered first)
+    dy = rng.standard_normal(1 * 2 * 1).astype(F32)
+    w = rng.standard_normal(2 * 2 * 3).astype(F32)
+    dx = cpu_backend.conv_bwd_input(dy, w, 1, 2, 2, (5,), (3,), (2**16 + 1,), (1,))
+    assert len(calls) <= 3
+    ref = np.zeros((2, 5))
+    for c in range(2):
+        for k in range(3):
+            if 0 <= k - 1 < 5:
+                ref[c, k - 1] += sum(w.reshape(2, 2, 3)[o, c, k] * dy[o] for o in range(2))
+    np.testing.assert_allclose(dx.reshape(2, 5), ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("special", [np.inf, np.nan])
+def test_gathered_geometry_keeps_the_padding_rules(special):
+    """Axes gathered first (stride > kernel, padding >= kernel) keep the conventions: the forward
+    reads the padding as the value 0 (0 * inf = NaN), the input gradient drops taps in the padding."""
+    x = tl.tensor(np.arange(1, 6, dtype=F32).reshape(1, 1, 5), requires_grad=True)
+    w = tl.tensor(np.array([[[1.0, special]]], F32), requires_grad=True)
+    y = ops.conv_nd(x, w, None, 4, 3)  # windows [-3, -2], [1, 2], [5, 6]
+    y.sum().backward()
+    assert np.isnan(y.numpy()[0, 0, [0, 2]]).all()  # all-padding windows: 0 * special
+    assert y.numpy()[0, 0, 1] == 2.0 + 3.0 * special or np.isnan(special)
+    dx = x.grad.numpy()[0, 0]
+    assert dx[0] == 0 and dx[3] == 0 and dx[4] == 0 and dx[1] == 1.0
+    assert dx[2] == special or (np.isnan(special) and np.isnan(dx[2]))
+    np.testing.assert_array_equal(w.grad.numpy(), [[[2.0, 3.0]]])
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: TF.conv1d(tl.ones(1, 1, 3), tl.ones(1, 1, 2), stride=2**32), r"^conv1d: stride"),
+    (lambda: TF.conv2d(tl.ones(1, 1, 3, 3), tl.ones(1, 1, 2, 2), padding=(0, 2**32)), r"^conv2d: padding"),
+    (lambda: TF.conv_transpose1d(tl.ones(1, 1, 3), tl.ones(1, 1, 2), stride=2**32), r"^conv_transpose1d: stride"),
+    (lambda: TF.conv_transpose1d(tl.ones(1, 1, 3), tl.ones(1, 1, 2), stride=2**32 - 1, output_padding=2**32),
+     r"^conv_transpose1d: output_padding"),
+    (lambda: ops.conv_nd(tl.ones(1, 1, 3), tl.ones(1, 1, 2), None, 1, 2**40), r"^conv_nd: padding"),
+])
+def test_stride_and_padding_beyond_uint32_name_the_users_call(call, match):
+    """Values that do not fit the seed's uint32 dims are refused by the front end, naming the call
+    (they reached the primitive, whose error named 'conv:')."""
+    with pytest.raises(ArgumentError, match=match):
+        call()

@@ -252,3 +252,48 @@ def test_release_returns_true_then_false():
     assert b.release() is False
     with pytest.raises(BufferReleasedError):
         b.to_numpy()
+
+
+# -- integer indices are read exactly: what fits is kept, what does not is refused (issue 20) ------
+def test_int64_limits_are_kept_exactly_and_uint64_that_fits_is_accepted():
+    import torchlean as tl
+    import torchlean.nn.functional as F
+
+    t = tl.tensor([2**63 - 1, -(2**63)])
+    assert t.tolist() == [2**63 - 1, -(2**63)]
+    assert tl.tensor(np.array([2**63 - 1], np.uint64)).tolist() == [2**63 - 1]
+    w = tl.tensor(np.arange(6, dtype=np.float32).reshape(3, 2))
+    idx = np.array([2, 0], np.uint64)
+    assert F.embedding(idx, w).tolist() == [[4.0, 5.0], [0.0, 1.0]]
+    assert w.index_select(0, idx).tolist() == [[4.0, 5.0], [0.0, 1.0]]
+    assert w[idx].tolist() == [[4.0, 5.0], [0.0, 1.0]]
+    logits = tl.tensor(np.zeros((2, 3), np.float32))
+    np.testing.assert_allclose(F.cross_entropy(logits, np.array([1, 2], np.uint64)).item(), np.log(3), rtol=1e-6)
+    assert tl.arange(3).tolist() == [0, 1, 2] and tl.arange(0.0, 1.0, 0.5).tolist() == [0.0, 0.5]
+    assert tl.arange(5, 0, -2).tolist() == [5, 3, 1]
+
+
+def test_uint64_index_that_would_wrap_to_minus_one_never_reads_the_last_row():
+    """2**64 - 1 converted blindly to int64 is -1, a valid index of the last row: every index path
+    must refuse it rather than read (or, in cross_entropy, ignore with ignore_index=-1) that row."""
+    import torchlean as tl
+    import torchlean.nn.functional as F
+    from torchlean import ops
+
+    bad = np.array([2**64 - 1], np.uint64)
+    w = tl.tensor(np.arange(6, dtype=np.float32).reshape(3, 2))
+    calls = [lambda: F.embedding(bad, w), lambda: w.index_select(0, bad), lambda: w[bad],
+             lambda: ops.gather_rows(w, bad), lambda: F.cross_entropy(w, bad.repeat(3), ignore_index=-1),
+             lambda: F.nll_loss(w, bad.repeat(3), ignore_index=-1)]
+    for call in calls:
+        with pytest.raises(errors.IndexOutOfRangeError, match="18446744073709551615"):
+            call()
+
+
+def test_modules_of_empty_sizes_still_build():
+    """Zero sizes are sizes (as in PyTorch): nn.Linear(0, 2) builds, its initializers are no-ops."""
+    import torchlean as tl
+    from torchlean import nn
+
+    m = nn.Linear(0, 2)
+    assert m.weight.shape == (2, 0) and m(tl.zeros(3, 0)).shape == (3, 2)

@@ -63,8 +63,15 @@ def _compare(a: Tensor, b: Any, how: str) -> Tensor:
     """Comparisons give host boolean (mask) tensors; not differentiable."""
     import numpy as np
 
+    from ._validate import type_name
+    from .errors import DTypeError
+
     av = a.numpy()
-    bv = b.numpy() if isinstance(b, Tensor) else np.asarray(b)
+    bv = b.numpy() if isinstance(b, Tensor) else np.asarray(b) if not isinstance(b, (str, bytes)) else None
+    if bv is None or bv.dtype.kind not in "biuf":
+        if how in ("eq", "ne"):
+            return NotImplemented  # Python's fallback: x == None is False, as for a torch tensor
+        raise DTypeError(f"{how}: cannot compare a Tensor with {type_name(b)} (expected a Tensor or a number)")
     res = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
            "ne": np.not_equal}[how](av, bv)
     return Tensor._wrap_host(np.asarray(res), a.device)

@@ -19,7 +19,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from . import autograd
-from .errors import AutogradError, DTypeError, ShapeError
+from ._validate import MAX_FLOAT_ELEMENTS, expect_tensor, int64_indices, real_arg, type_name
+from .errors import ArgumentError, AutogradError, DTypeError, OutOfMemoryError, ShapeError
 from .runtime import primitives as P
 from .runtime.buffer import Buffer
 from .runtime.device import canonical_device, get_context
@@ -262,6 +263,9 @@ class Tensor:
     def add_(self, other: Any, alpha: float = 1.0) -> "Tensor":
         from . import ops
 
+        _inplace_operand("add_", other)
+        if type(alpha) is not float and type(alpha) is not int:
+            alpha = real_arg("add_", "alpha", alpha)
         if (alpha != 1.0 and isinstance(other, Tensor) and other._shape == self._shape
                 and other._device == self._device and other._buf is not None and self._buf is not None
                 and not (autograd.is_grad_enabled() and (self.requires_grad or other.requires_grad))):
@@ -273,22 +277,32 @@ class Tensor:
         return self._assign("add_", ops.add(self, other))
 
     def sub_(self, other: Any, alpha: float = 1.0) -> "Tensor":
+        _inplace_operand("sub_", other)
+        if type(alpha) is not float and type(alpha) is not int:
+            alpha = real_arg("sub_", "alpha", alpha)
         return self.add_(other, -alpha)
 
     def mul_(self, other: Any) -> "Tensor":
         from . import ops
 
+        _inplace_operand("mul_", other)
         return self._assign("mul_", ops.mul(self, other))
 
     def div_(self, other: Any) -> "Tensor":
         from . import ops
 
+        _inplace_operand("div_", other)
         return self._assign("div_", ops.div(self, other))
 
     def zero_(self) -> "Tensor":
         return self._assign("zero_", zeros(*self._shape, device=self._device))
 
     def fill_(self, value: float) -> "Tensor":
+        if isinstance(value, Tensor):
+            if value.numel() != 1:
+                raise ShapeError(f"fill_: expected a number or a one-element tensor, got shape {value.shape}")
+            value = value.item()
+        real_arg("fill_", "value", value)
         return self._assign("fill_", full(self._shape, value, device=self._device))
 
     def copy_(self, src: "Tensor") -> "Tensor":
@@ -298,6 +312,10 @@ class Tensor:
             src = tensor(src, device=self._device)
         src = src.float().to(self._device)
         if src.shape != self._shape:
+            if len(src.shape) > len(self._shape) or any(
+                    s != 1 and s != t for s, t in zip(reversed(src.shape), reversed(self._shape))):
+                raise ShapeError(f"copy_: the source of shape {src.shape} does not broadcast to the tensor's "
+                                 f"shape {self._shape}")
             src = ops.expand(src, self._shape)
         return self._assign("copy_", Tensor._wrap(P.copy(src._buf), self._shape))
 
@@ -341,16 +359,54 @@ def _axis(op: str, dim: Any, rank: int) -> int:
     return d % rank if rank else 0
 
 
+def _inplace_operand(op: str, other: Any) -> None:
+    """The other operand of an in-place update: a Tensor, a real number or array-like numbers."""
+    if isinstance(other, (Tensor, float, int, np.ndarray, np.number, list, tuple)) and not isinstance(other, bool):
+        return
+    raise DTypeError(f"{op}: expected a Tensor or a number for other, got {type_name(other)}")
+
+
 # -- factories ----------------------------------------------------------------------------
-def _shape_arg(op: str, size: tuple) -> tuple[int, ...]:
+def _shape_arg(op: str, size: tuple, floats: bool = True) -> tuple[int, ...]:
+    """The sizes of a factory call (ints or one sequence of ints), each >= 0; a float32 tensor
+    (``floats``) holds at most 2**32 - 1 elements (one Buffer, whose size the seed keeps in a uint32)."""
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = tuple(size[0])
     out = []
     for s in size:
-        if isinstance(s, bool) or not isinstance(s, numbers.Integral) or int(s) < 0:
+        if type(s) is not int and (isinstance(s, (bool, np.bool_)) or not isinstance(s, numbers.Integral)):
+            raise ShapeError(f"{op}: sizes must be non-negative integers, got {size!r} ({type_name(s)} in it)")
+        if s < 0:
             raise ShapeError(f"{op}: sizes must be non-negative integers, got {size!r}")
         out.append(int(s))
+    if floats and math.prod(out) > MAX_FLOAT_ELEMENTS:
+        raise ShapeError(f"{op}: size {tuple(out)} has {math.prod(out)} elements; a float32 tensor holds at most "
+                         f"2**32 - 1")
     return tuple(out)
+
+
+def _float_dtype(op: str, dtype: Any) -> None:
+    """Factories of float tensors take dtype=None or float32 only."""
+    if dtype is not None and _dtype(op, dtype) != float32:
+        raise DTypeError(f"{op}: creates float32 tensors only, got dtype={dtype!r}")
+
+
+def _generator(op: str, generator: Any) -> Any:
+    if generator is None:
+        return default_generator
+    if not hasattr(generator, "next_key"):
+        raise ArgumentError(f"{op}: generator must be a torchlean.Generator or None, got {type_name(generator)}")
+    return generator
+
+
+def _host_int64(op: str, arr: np.ndarray) -> np.ndarray:
+    """Integer (or bool) data as a new int64 array, refusing values that int64 cannot hold."""
+    if arr.dtype.kind == "b":
+        return arr.astype(np.int64)
+    try:
+        return np.array(int64_indices(op, "data", arr), dtype=np.int64)
+    except (DTypeError, IndexError) as exc:
+        raise ArgumentError(str(exc).replace("indices", "values")) from None
 
 
 def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
@@ -362,11 +418,17 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     d = _dtype("tensor", dtype)
     if isinstance(data, Tensor):
         data = data.numpy()
+    if data is None or isinstance(data, (str, bytes)):
+        raise DTypeError(f"tensor: data must be numbers (a scalar, nested lists or an array), got {type_name(data)}")
     try:
         arr = np.asarray(data)
     except (ValueError, TypeError) as exc:
         raise ShapeError(f"tensor: data is not a rectangular array of numbers ({exc})") from None
+    except MemoryError:
+        raise OutOfMemoryError("tensor: not enough host memory for the data") from None
     if arr.dtype == object:
+        if all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in arr.reshape(-1)):
+            _host_int64("tensor", arr)  # ints beyond 64 bits: the error names the value
         raise ShapeError("tensor: data is not a rectangular array of numbers (ragged or non-numeric)")
     if d is None:
         d = float32 if arr.dtype.kind in "fc" else (bool_ if arr.dtype.kind == "b" else int64)
@@ -383,6 +445,8 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     if requires_grad:
         raise DTypeError(f"tensor: only float32 tensors can require gradients, got dtype {d}")
     get_context(dev, "tensor")
+    if d == int64 and arr.dtype.kind in "iub":
+        return Tensor._wrap_host(_host_int64("tensor", arr), dev)
     return Tensor._wrap_host(np.array(arr, dtype=d), dev)
 
 
@@ -392,48 +456,65 @@ def as_tensor(data: Any, device: Any = None) -> Tensor:
     return tensor(data, device=device)
 
 
-def full(size: Sequence[int], fill_value: float, device: Any = None, requires_grad: bool = False) -> Tensor:
-    shape = _shape_arg("full", (size,) if isinstance(size, numbers.Integral) else tuple(size))
-    buf = _filled(math.prod(shape), fill_value, device)
+def full(size: Sequence[int], fill_value: float, device: Any = None, requires_grad: bool = False,
+         dtype: Any = None) -> Tensor:
+    if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+        size = (size,)
+    elif not isinstance(size, (tuple, list)):
+        raise ShapeError(f"full: size must be a sequence of non-negative integers, got {size!r} ({type_name(size)})")
+    shape = _shape_arg("full", tuple(size))
+    _float_dtype("full", dtype)
+    real_arg("full", "fill_value", fill_value)
+    buf = _filled(math.prod(shape), fill_value, device, "full")
     return Tensor._wrap(buf, shape, requires_grad)
 
 
-def _filled(n: int, value: float, device: Any) -> Buffer:
+def _filled(n: int, value: float, device: Any, op: str = "full") -> Buffer:
     from .runtime.buffer import full as buffer_full
 
-    return buffer_full(n, value, canonical_device(device, "full"))
+    return buffer_full(n, value, canonical_device(device, op))
 
 
-def zeros(*size: Any, device: Any = None, requires_grad: bool = False) -> Tensor:
+def zeros(*size: Any, device: Any = None, requires_grad: bool = False, dtype: Any = None) -> Tensor:
     shape = _shape_arg("zeros", size)
-    return Tensor._wrap(_filled(math.prod(shape), 0.0, device), shape, requires_grad)
+    _float_dtype("zeros", dtype)
+    return Tensor._wrap(_filled(math.prod(shape), 0.0, device, "zeros"), shape, requires_grad)
 
 
-def ones(*size: Any, device: Any = None, requires_grad: bool = False) -> Tensor:
+def ones(*size: Any, device: Any = None, requires_grad: bool = False, dtype: Any = None) -> Tensor:
     shape = _shape_arg("ones", size)
-    return Tensor._wrap(_filled(math.prod(shape), 1.0, device), shape, requires_grad)
+    _float_dtype("ones", dtype)
+    return Tensor._wrap(_filled(math.prod(shape), 1.0, device, "ones"), shape, requires_grad)
 
 
 def zeros_like(t: Tensor, requires_grad: bool = False) -> Tensor:
+    expect_tensor("zeros_like", "input", t, Tensor)
     return zeros(*t.shape, device=t.device, requires_grad=requires_grad)
 
 
 def ones_like(t: Tensor, requires_grad: bool = False) -> Tensor:
+    expect_tensor("ones_like", "input", t, Tensor)
     return ones(*t.shape, device=t.device, requires_grad=requires_grad)
 
 
-def rand(*size: Any, device: Any = None, requires_grad: bool = False, generator: Any = None) -> Tensor:
+def rand(*size: Any, device: Any = None, requires_grad: bool = False, generator: Any = None,
+         dtype: Any = None) -> Tensor:
     """Uniform [0, 1) float32 (see ``rand_uniform``): the same bits on every device for the same seed."""
     shape = _shape_arg("rand", size)
-    key = (generator or default_generator).next_key()
-    return Tensor._wrap(P.rand_uniform(math.prod(shape), key, canonical_device(device, "rand")), shape, requires_grad)
+    _float_dtype("rand", dtype)
+    dev = canonical_device(device, "rand")
+    key = _generator("rand", generator).next_key()
+    return Tensor._wrap(P.rand_uniform(math.prod(shape), key, dev), shape, requires_grad)
 
 
-def randn(*size: Any, device: Any = None, requires_grad: bool = False, generator: Any = None) -> Tensor:
+def randn(*size: Any, device: Any = None, requires_grad: bool = False, generator: Any = None,
+          dtype: Any = None) -> Tensor:
     """Standard normal float32 (see ``rand_normal``): the same bits on every device for the same seed."""
     shape = _shape_arg("randn", size)
-    key = (generator or default_generator).next_key()
-    return Tensor._wrap(P.rand_normal(math.prod(shape), key, canonical_device(device, "randn")), shape, requires_grad)
+    _float_dtype("randn", dtype)
+    dev = canonical_device(device, "randn")
+    key = _generator("randn", generator).next_key()
+    return Tensor._wrap(P.rand_normal(math.prod(shape), key, dev), shape, requires_grad)
 
 
 def bernoulli(p: Tensor, generator: Any = None) -> Tensor:
@@ -444,14 +525,45 @@ def bernoulli(p: Tensor, generator: Any = None) -> Tensor:
     if not isinstance(p, Tensor):
         raise DTypeError(f"bernoulli: expected a tensor of probabilities, got {type(p).__name__}")
     pb = p._float_buffer("bernoulli")
-    u = P.rand_uniform(pb.size, (generator or default_generator).next_key(), p.device)
+    u = P.rand_uniform(pb.size, _generator("bernoulli", generator).next_key(), p.device)
     # sign(p - u) is 1 exactly where p > u (abs_bwd(x, 1) = sign(x)); relu keeps those 1s.
     ones_ = _filled(pb.size, 1.0, p.device)
     return Tensor._wrap(P.relu(P.abs_bwd(P.sub(pb, u), ones_)), p.shape)
 
 
-def arange(start: float, end: float | None = None, step: float = 1, device: Any = None) -> Tensor:
+def arange(start: float, end: float | None = None, step: float = 1, device: Any = None, dtype: Any = None) -> Tensor:
+    """[start, end) in steps of ``step``: int64 (an index tensor) when all three are integers, else
+    float32 (as PyTorch; ``dtype`` picks one). The length is checked before anything is allocated."""
     if end is None:
         start, end = 0, start
-    arr = np.arange(start, end, step)
-    return tensor(arr, device=device)
+    vals = []
+    for name, v in (("start", start), ("end", end), ("step", step)):
+        if isinstance(v, Tensor):
+            v = v.item()
+        vals.append(real_arg("arange", name, v, finite=True) if not _plain_int(v) else int(v))
+    start, end, step = vals
+    for name, v in (("start", start), ("end", end), ("step", step)):
+        if type(v) is int and not -(2**63) <= v < 2**63:
+            raise ArgumentError(f"arange: {name}={v} does not fit in int64")
+    if step == 0:
+        raise ArgumentError("arange: step must be nonzero")
+    if (end - start) * step < 0:
+        raise ArgumentError(f"arange: the bounds start={start}, end={end} are inconsistent with the sign of step={step}")
+    d = _dtype("arange", dtype)
+    ints = all(type(v) is int for v in vals)
+    if d is None:
+        d = int64 if ints else float32
+    n = max(0, math.ceil((end - start) / step)) if not ints else max(0, -((start - end) // step))
+    if d == float32 and n > MAX_FLOAT_ELEMENTS:
+        raise ShapeError(f"arange: {n} elements; a float32 tensor holds at most 2**32 - 1")
+    if d == int64 and not ints:
+        raise DTypeError("arange: dtype int64 needs integer start, end and step")
+    try:
+        arr = np.arange(start, end, step, dtype=np.int64 if d == int64 else np.float64)
+    except (MemoryError, ValueError):  # (NumPy's ValueError here: more bytes than an address space holds)
+        raise OutOfMemoryError(f"arange: not enough host memory for {n} elements") from None
+    return tensor(arr, device=device, dtype=d)
+
+
+def _plain_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))

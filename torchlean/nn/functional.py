@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import ops
+from .._validate import real_arg
 from ..fast_kernels import get_options as _get_options
+from ..ops.linalg import _linear_args
 from ..tensor import Tensor
 
 __all__ = ["relu", "sigmoid", "tanh", "softplus", "softmax", "log_softmax", "linear", "mse_loss", "dropout"]
@@ -26,6 +28,7 @@ def tanh(input: Tensor) -> Tensor:
 
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """log(1 + exp(beta x)) / beta, evaluated stably (``threshold`` is not needed and ignored)."""
+    beta = real_arg("softplus", "beta", beta)
     if beta == 1.0:
         return ops.softplus(input)
     return ops.mul(ops.softplus(ops.mul(input, beta)), 1.0 / beta)
@@ -43,6 +46,8 @@ def log_softmax(input: Tensor, dim: int = -1, dtype: Any = None) -> Tensor:
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """input @ weight.T + bias. With ``torchlean.Options.fast_kernels`` on: ``ops.linear_fast`` (the
     bias fused into one GEMM) at ``Options.fast_gpu_matmul_precision``."""
+    if not isinstance(input, Tensor) or not isinstance(weight, Tensor) or not (bias is None or isinstance(bias, Tensor)):
+        _linear_args("linear", input, weight, bias)  # the same error on either path
     opts = _get_options()
     if opts.fast_kernels:
         return ops.linear_fast(input, weight, bias, opts.fast_gpu_matmul_precision)

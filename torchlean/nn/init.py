@@ -12,7 +12,8 @@ import math
 from typing import Any
 
 from .. import autograd
-from ..errors import ArgumentError, ShapeError
+from .._validate import expect_tensor, real_arg
+from ..errors import ArgumentError, DTypeError, ShapeError
 from ..tensor import Tensor, rand, randn
 
 __all__ = ["calculate_gain", "uniform_", "normal_", "constant_", "zeros_", "ones_", "xavier_uniform_",
@@ -37,10 +38,19 @@ def calculate_gain(nonlinearity: str, param: Any = None) -> float:
 
 
 def _fans(op: str, t: Tensor) -> tuple[int, int]:
+    _target(op, t)
     if t.ndim < 2:
         raise ShapeError(f"{op}: fan in and fan out need a tensor with at least 2 dimensions, got shape {t.shape}")
     receptive = math.prod(t.shape[2:])
     return t.shape[1] * receptive, t.shape[0] * receptive
+
+
+def _target(op: str, t: Any) -> Tensor:
+    """The tensor an initializer writes: a float32 Tensor (DTypeError naming the initializer otherwise)."""
+    expect_tensor(op, "tensor", t, Tensor)
+    if t._buf is None:
+        raise DTypeError(f"{op}: expected a float32 tensor, got an {t.dtype} tensor")
+    return t
 
 
 def _fill(t: Tensor, values: Tensor) -> Tensor:
@@ -50,11 +60,17 @@ def _fill(t: Tensor, values: Tensor) -> Tensor:
 
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Any = None) -> Tensor:
+    _target("uniform_", tensor)
+    a, b = real_arg("uniform_", "a", a), real_arg("uniform_", "b", b)
+    if a > b:
+        raise ArgumentError(f"uniform_: expected a <= b, got a={a} and b={b}")
     u = rand(*tensor.shape, device=tensor.device, generator=generator)
     return _fill(tensor, u * (b - a) + a)
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator: Any = None) -> Tensor:
+    _target("normal_", tensor)
+    mean, std = real_arg("normal_", "mean", mean), real_arg("normal_", "std", std, 0.0)
     z = randn(*tensor.shape, device=tensor.device, generator=generator)
     return _fill(tensor, z * std + mean)
 
@@ -71,6 +87,8 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
 
 
 def constant_(tensor: Tensor, val: float) -> Tensor:
+    _target("constant_", tensor)
+    real_arg("constant_", "val", val)
     with autograd.no_grad():
         tensor.fill_(val)
     return tensor
@@ -107,10 +125,14 @@ def _kaiming_std(op: str, tensor: Tensor, a: float, mode: str, nonlinearity: str
 
 def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
                      generator: Any = None) -> Tensor:
+    if _target("kaiming_uniform_", tensor).numel() == 0:
+        return tensor  # as PyTorch: initializing a zero-element tensor is a no-op (nn.Linear(0, n))
     bound = math.sqrt(3.0) * _kaiming_std("kaiming_uniform_", tensor, a, mode, nonlinearity)
     return uniform_(tensor, -bound, bound, generator)
 
 
 def kaiming_normal_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
                     generator: Any = None) -> Tensor:
+    if _target("kaiming_normal_", tensor).numel() == 0:
+        return tensor
     return normal_(tensor, 0.0, _kaiming_std("kaiming_normal_", tensor, a, mode, nonlinearity), generator)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Sequence
 
+from .._validate import expect_tensor, int64_indices, type_name
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..runtime.buffer import Buffer
 from ..tensor import Tensor, _axis, tensor
 
 __all__ = ["Tensor", "new", "fbuf", "operand", "broadcast_shapes", "axis_map_for", "_axis", "numel",
-           "same_device", "plain_ints"]
+           "same_device", "plain_ints", "tensor_arg", "host_indices"]
 
 
 # new(buf, shape): a float tensor over buf, the output of every tape op. An alias of the bound
@@ -29,16 +31,36 @@ def fbuf(op: str, t: Tensor) -> Buffer:
     return t.float()._buf
 
 
+def tensor_arg(op: str, name: str, x: Any) -> Tensor:
+    """``x`` when it is a Tensor; else DTypeError "op: expected a Tensor for name, got numpy.ndarray"."""
+    if isinstance(x, Tensor):
+        return x
+    return expect_tensor(op, name, x, Tensor)
+
+
+def host_indices(op: str, name: str, index: Any) -> Any:
+    """Integer indices (an int64/bool-free integer Tensor, an array or a sequence) as a host int64
+    array, every value exact: one that int64 cannot hold raises, never wraps (see int64_indices)."""
+    if isinstance(index, Tensor):
+        if index._buf is not None:
+            raise DTypeError(f"{op}: {name} must be an integer tensor, got float32")
+        index = index._host
+    return int64_indices(op, name, index)
+
+
 def operand(op: str, x: Any, like: Tensor) -> Tensor:
     """A tensor operand: Tensors pass (int/bool promoted to float), array-likes are copied to like's device."""
     if isinstance(x, Tensor):
         if x._buf is None:
             x = x.float()
         return x
+    if x is None or isinstance(x, (str, bytes, complex)) or not (
+            isinstance(x, (numbers.Real, list, tuple)) or hasattr(x, "__array__") or hasattr(x, "__array_interface__")):
+        raise DTypeError(f"{op}: expected a Tensor or a number as an operand, got {type_name(x)}")
     try:
         return tensor(x, dtype="float32", device=like.device)
     except Exception as exc:  # noqa: BLE001 - reported as the op's own error
-        raise DTypeError(f"{op}: cannot use {type(x).__name__} as a tensor operand ({exc})") from None
+        raise DTypeError(f"{op}: cannot use {type_name(x)} as a tensor operand ({exc})") from None
 
 
 def plain_ints(value: Any) -> bool:

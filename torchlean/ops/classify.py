@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 
 from .. import autograd
+from .._validate import int_arg
 from ..errors import ArgumentError, DTypeError, IndexOutOfRangeError, ShapeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer, zeros
-from ._base import Tensor, fbuf, new, numel, operand, same_device
-from .index import _host_indices
+from ._base import Tensor, fbuf, host_indices, new, numel, operand, same_device
 from .shape import reshape, transpose
 
 __all__ = ["cross_entropy", "nll_loss", "gelu", "embedding"]
@@ -59,6 +59,10 @@ def _is_float_target(target: Any) -> bool:
         arr = np.asarray(target)
     except (TypeError, ValueError):
         return False
+    if arr.dtype.kind == "f" and isinstance(target, (list, tuple)):
+        # Python ints that no one NumPy integer dtype holds ([0, 2**63]) come out as float64:
+        # they are class indices (which _class_targets refuses by value), not probabilities
+        return not all(isinstance(v, int) for v in np.asarray(target, dtype=object).reshape(-1))
     return arr.dtype.kind in "fc"
 
 
@@ -66,24 +70,13 @@ def _class_targets(op: str, target: Any, shape: tuple[int, ...], classes: int,
                    ignore_index: Any) -> tuple[np.ndarray, int]:
     """(flat int64 class indices with ignored entries (== ignore_index) mapped to ``classes``, the
     number of entries not ignored)."""
-    if isinstance(target, Tensor):
-        if target._buf is not None:
-            raise DTypeError(f"{op}: target must hold integer class indices, got a float32 tensor")
-        arr = np.asarray(target._host)
-    else:
-        try:
-            arr = np.asarray(target)
-        except (TypeError, ValueError):
-            raise DTypeError(f"{op}: target must hold integer class indices, got {type(target).__name__}") from None
-    if arr.dtype.kind == "b" or (arr.size and arr.dtype.kind not in "iu"):
-        raise DTypeError(f"{op}: target must hold integer class indices, got dtype {arr.dtype}")
+    if isinstance(target, Tensor) and target._buf is not None:
+        raise DTypeError(f"{op}: target must hold integer class indices, got a float32 tensor")
+    arr = host_indices(op, "target", target)  # exact int64: a uint64 2**64 - 100 never becomes -100
     if tuple(arr.shape) != tuple(shape):
         raise ShapeError(f"{op}: expected target of shape {tuple(shape)} for this input, got {tuple(arr.shape)}")
-    t = arr.astype(np.int64).reshape(-1)
-    try:
-        ign = int(ignore_index)
-    except (TypeError, ValueError):
-        raise ArgumentError(f"{op}: ignore_index must be an integer, got {ignore_index!r}") from None
+    t = arr.reshape(-1)
+    ign = int_arg(op, "ignore_index", ignore_index)
     if t.size:  # the common case in one pass over min/max: every index a class, none ignored
         lo, hi = int(t.min()), int(t.max())
         if 0 <= lo and hi < classes and not lo <= ign <= hi:
@@ -284,7 +277,9 @@ def embedding(input: Any, weight: Tensor, padding_idx: int | None = None, max_no
     if weight.ndim != 2:
         raise ShapeError(f"{op}: weight must be 2-D (num_embeddings, embedding_dim), got shape {weight.shape}")
     num, dim = weight.shape
-    idx = _host_indices(op, input)
+    if input is None or isinstance(input, (str, bytes, float)):
+        raise DTypeError(f"{op}: expected a Tensor of integer indices for input, got {type(input).__name__}")
+    idx = host_indices(op, "input", input)
     shape = tuple(idx.shape)
     flat = idx.reshape(-1)
     if flat.size and (flat.min() < 0 or flat.max() >= num):

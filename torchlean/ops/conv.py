@@ -27,6 +27,7 @@ from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
 from ._base import Tensor, new, operand, plain_ints, same_device
 
+_U32_MAX = 2**32 - 1  # stride, padding and output_padding reach the primitives as uint32 dims
 FUNCTIONAL = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"]
 __all__ = ["conv_nd", "conv_transpose_nd"] + FUNCTIONAL
 
@@ -47,6 +48,9 @@ def _ints(op: str, name: str, value: Any, rank: int, minimum: int) -> tuple[int,
         raise ArgumentError(f"{op}: {name} must be an int or a sequence of {rank} ints, got {value!r}")
     if any(v < minimum for v in vals):
         raise ArgumentError(f"{op}: {name} must be >= {minimum} along every axis, got {value!r}")
+    if any(v > _U32_MAX for v in vals):
+        raise ArgumentError(f"{op}: {name} must fit the runtime's unsigned 32-bit dims (at most 2**32 - 1), "
+                            f"got {value!r}")
     return vals
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import autograd
+from .._validate import real_arg
 from ..errors import DTypeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
@@ -70,8 +71,8 @@ def neg(x: Tensor) -> Tensor:
 
 def clamp(x: Tensor, min: float | None = None, max: float | None = None) -> Tensor:
     """min(max(x, min), max); the gradient passes strictly inside (min, max). NaN propagates."""
-    lo = float("-inf") if min is None else float(min)
-    hi = float("inf") if max is None else float(max)
+    lo = float("-inf") if min is None else real_arg("clamp", "min", min)
+    hi = float("inf") if max is None else real_arg("clamp", "max", max)
     return _unary("clamp", x, lambda xb: P.clamp(xb, lo, hi), lambda xb, yb, g: P.clamp_bwd(xb, g, lo, hi))
 
 

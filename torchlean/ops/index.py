@@ -11,29 +11,21 @@ from typing import Any
 import numpy as np
 
 from .. import autograd
-from ..errors import DTypeError, IndexOutOfRangeError, ShapeError
+from .._validate import type_name
+from ..errors import ArgumentError, DTypeError, IndexOutOfRangeError, ShapeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer, zeros
-from ._base import Tensor, _axis, fbuf, new, numel, same_device
+from ._base import Tensor, _axis, fbuf, host_indices, new, numel, same_device, tensor_arg
 from .shape import reshape, slice0
 
 
 def _host_indices(op: str, index: Any) -> np.ndarray:
-    if isinstance(index, Tensor):
-        if index._buf is not None:
-            raise DTypeError(f"{op}: indices must be an integer tensor, got float32")
-        arr = index._host
-    else:
-        arr = np.asarray(index)
-    if arr.dtype.kind == "b":
-        raise DTypeError(f"{op}: indices must be integers, got a boolean mask")
-    if arr.size and arr.dtype.kind not in "iu":
-        raise DTypeError(f"{op}: indices must be integers, got dtype {arr.dtype}")
-    return arr.astype(np.int64, copy=False)
+    return host_indices(op, "indices", index)
 
 
 def gather_vec(x: Tensor, index: Any) -> Tensor:
     """out[j] = x[index[j]] for a 1-D x (out-of-bounds reads 0)."""
+    tensor_arg("gather_vec", "x", x)
     if x.ndim != 1:
         raise ShapeError(f"gather_vec: expects a 1-D tensor, got shape {x.shape}")
     idx = _host_indices("gather_vec", index).reshape(-1)
@@ -44,6 +36,7 @@ def gather_vec(x: Tensor, index: Any) -> Tensor:
 
 def gather_rows(x: Tensor, index: Any) -> Tensor:
     """out[j, :] = x[index[j], :] for a 2-D x (an out-of-bounds index reads a zero row)."""
+    tensor_arg("gather_rows", "x", x)
     if x.ndim != 2:
         raise ShapeError(f"gather_rows: expects a 2-D tensor, got shape {x.shape}")
     idx = _host_indices("gather_rows", index).reshape(-1)
@@ -56,6 +49,8 @@ def gather_rows(x: Tensor, index: Any) -> Tensor:
 
 def scatter_add(x: Tensor, index: Any, values: Tensor) -> Tensor:
     """x with out[index[j]] += values[j] (1-D; out-of-bounds ignored; repeats accumulate)."""
+    tensor_arg("scatter_add", "x", x)
+    tensor_arg("scatter_add", "values", values)
     if x.ndim != 1 or values.ndim != 1:
         raise ShapeError(f"scatter_add: expects 1-D x and values, got {x.shape} and {values.shape}")
     same_device("scatter_add", x, values)
@@ -67,6 +62,8 @@ def scatter_add(x: Tensor, index: Any, values: Tensor) -> Tensor:
 
 def scatter_add_rows(x: Tensor, index: Any, values: Tensor) -> Tensor:
     """x with out[index[r], :] += values[r, :] (2-D; out-of-bounds ignored; repeats accumulate)."""
+    tensor_arg("scatter_add_rows", "x", x)
+    tensor_arg("scatter_add_rows", "values", values)
     if x.ndim != 2 or values.ndim != 2 or values.shape[1] != x.shape[1]:
         raise ShapeError(f"scatter_add_rows: expects x (rows, cols) and values (k, cols), got {x.shape} and {values.shape}")
     same_device("scatter_add_rows", x, values)
@@ -87,6 +84,7 @@ def _check_in_bounds(op: str, idx: np.ndarray, size: int) -> np.ndarray:
 
 def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
     """Rows of ``x`` along ``dim`` picked by a 1-D integer index (in bounds; negatives count from the end)."""
+    tensor_arg("index_select", "input", x)
     d = _axis("index_select", dim, x.ndim)
     idx = _host_indices("index_select", index).reshape(-1)
     idx = _check_in_bounds("index_select", idx, x.shape[d] if x.ndim else 1)
@@ -104,30 +102,79 @@ def _gather_flat(x: Tensor, flat_index: np.ndarray) -> Tensor:
 
 
 def getitem(x: Tensor, key: Any) -> Tensor:
-    """``x[key]``: ints and slices on dim 0 are one contiguous slice; anything NumPy accepts (tuples,
-    steps, integer arrays, boolean masks, None, Ellipsis) becomes a gather of flat positions."""
-    if x._buf is None:
-        return Tensor._wrap_host(np.array(x._host[_host_key(key)]), x.device)
-    if x.ndim >= 1 and isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-        i = int(key)
-        if not -x.shape[0] <= i < x.shape[0]:
-            raise IndexOutOfRangeError(f"getitem: index {i} is out of bounds for dim 0 of size {x.shape[0]}")
-        i %= x.shape[0]
-        return reshape(slice0(x, i, 1), x.shape[1:])
-    if x.ndim >= 1 and isinstance(key, slice) and (key.step is None or key.step == 1):
+    """``x[key]``: ints and slices on dim 0 are one contiguous slice; anything else PyTorch accepts
+    (tuples, steps, integer arrays, boolean masks, None, Ellipsis) becomes a gather of flat positions;
+    negative steps are NumPy's (PyTorch refuses them). Every key is checked first (getitem's own
+    errors, never NumPy's): integer arrays are read exactly (a uint64 2**64 - 1 is refused, not
+    wrapped to -1), a step is never 0."""
+    if x.ndim >= 1 and type(key) is int:
+        n0 = x.shape[0]
+        if not -n0 <= key < n0:
+            raise IndexOutOfRangeError(f"getitem: index {key} is out of bounds for dim 0 of size {n0}")
+        return reshape(slice0(x, key % n0, 1), x.shape[1:]) if x._buf is not None else \
+            Tensor._wrap_host(np.array(x._host[key]), x.device)
+    if x.ndim >= 1 and type(key) is slice and key.step is None and x._buf is not None \
+            and (key.start is None or type(key.start) is int) and (key.stop is None or type(key.stop) is int):
         start, stop, _ = key.indices(x.shape[0])
         return slice0(x, start, max(stop - start, 0))
+    hk = _host_key(key)
+    if x._buf is None:
+        return Tensor._wrap_host(np.array(_index_host(x._host, hk, x.shape)), x.device)
+    if x.ndim >= 1 and isinstance(hk, slice) and hk.step == 1:
+        start, stop, _ = hk.indices(x.shape[0])
+        return slice0(x, start, max(stop - start, 0))
     flat = np.arange(x.numel(), dtype=np.int64).reshape(x.shape)
+    return _gather_flat(x, np.asarray(_index_host(flat, hk, x.shape)))
+
+
+def _index_host(arr: np.ndarray, key: Any, shape: tuple) -> Any:
     try:
-        picked = flat[_host_key(key)]
+        return arr[key]
     except IndexError as exc:
-        raise IndexOutOfRangeError(f"getitem: {exc} (tensor shape {x.shape})") from None
-    return _gather_flat(x, np.asarray(picked))
+        raise IndexOutOfRangeError(f"getitem: {exc} (tensor shape {shape})") from None
 
 
 def _host_key(key: Any) -> Any:
-    if isinstance(key, Tensor):
-        return key._host if key._buf is None else key.numpy()
+    """The key with its parts checked: ints, slices with integer (or None) bounds and a nonzero
+    step, None, Ellipsis, boolean masks and integer arrays (as exact int64)."""
     if isinstance(key, tuple):
-        return tuple(_host_key(k) for k in key)
-    return key
+        return tuple(_key_part(k) for k in key)
+    return _key_part(key)
+
+
+def _key_part(k: Any) -> Any:
+    if k is None or k is Ellipsis:
+        return k
+    if isinstance(k, slice):
+        for name in ("start", "stop", "step"):
+            v = getattr(k, name)
+            if v is not None and (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer))):
+                if isinstance(v, Tensor) and v._buf is None and v.numel() == 1:
+                    continue
+                raise DTypeError(f"getitem: slice {name} must be an integer or None, got {v!r} ({type_name(v)})")
+        if k.step is not None and int(k.step) == 0:
+            raise ArgumentError("getitem: slice step cannot be zero")
+        return slice(*(None if v is None else int(v) for v in (k.start, k.stop, k.step)))
+    if isinstance(k, (bool, np.bool_)):
+        return bool(k)
+    if isinstance(k, (int, np.integer)):
+        v = int(k)
+        if not -(2**63) <= v < 2**63:
+            raise IndexOutOfRangeError(f"getitem: index {v} does not fit in int64")
+        return v
+    if isinstance(k, Tensor):
+        if k._buf is not None:
+            raise DTypeError("getitem: a tensor index must be an integer or boolean tensor, got float32")
+        k = k._host
+    if isinstance(k, (list, np.ndarray)):
+        arr = k if isinstance(k, np.ndarray) else None
+        if arr is None:
+            try:
+                arr = np.asarray(k)
+            except (TypeError, ValueError):
+                raise DTypeError(f"getitem: an index list must hold integers or bools, got {k!r}") from None
+        if arr.dtype.kind == "b":
+            return arr
+        return host_indices("getitem", "the index", arr if arr.dtype.kind != "f" or not isinstance(k, list) else k)
+    raise DTypeError(f"getitem: only integers, slices, None, Ellipsis and integer or boolean tensors/arrays are "
+                     f"valid indices, got {type_name(k)}")

@@ -8,12 +8,14 @@ from .. import autograd
 from ..errors import ShapeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
-from ._base import Tensor, broadcast_shapes, fbuf, new, numel, operand, same_device
+from ._base import Tensor, broadcast_shapes, fbuf, new, numel, operand, same_device, tensor_arg
 from .shape import expand, reshape
 
 
 def bmm(a: Tensor, b: Tensor) -> Tensor:
     """(batch, m, n) @ (batch, n, p) -> (batch, m, p). VJP: dA = g B^T, dB = A^T g."""
+    tensor_arg("bmm", "input", a)
+    tensor_arg("bmm", "mat2", b)
     if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
         raise ShapeError(f"bmm: expected (batch, m, n) and (batch, n, p), got {a.shape} and {b.shape}")
     same_device("bmm", a, b)
@@ -34,6 +36,8 @@ def bmm(a: Tensor, b: Tensor) -> Tensor:
 def matmul(a: Any, b: Any) -> Tensor:
     """PyTorch matmul: 1-D operands are promoted and squeezed back, batch dims broadcast."""
     like = a if isinstance(a, Tensor) else b
+    if not isinstance(like, Tensor):
+        tensor_arg("matmul", "input", a)
     a, b = operand("matmul", a, like), operand("matmul", b, like)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul: both operands need at least one dimension, got shapes {a.shape} and {b.shape}")
@@ -54,6 +58,14 @@ def matmul(a: Any, b: Any) -> Tensor:
     return reshape(out, out_shape)
 
 
+def _linear_args(op: str, x: Any, weight: Any, bias: Any) -> None:
+    """The DTypeError of a linear call whose input, weight or bias is not a Tensor."""
+    tensor_arg(op, "input", x)
+    tensor_arg(op, "weight", weight)
+    if bias is not None:
+        tensor_arg(op, "bias", bias)
+
+
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """y = x W^T + b (PyTorch layout: weight (out, in)); x may have any leading dims.
 
@@ -61,6 +73,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     fast_gemm that adds it in the GEMM's epilogue (fl(x W^T) + b, as a separate add would round it), backward
     dx = g W (bmm), dW = g^T x (bmm_tn), db = column sums of g. No transposed copies.
     """
+    if not isinstance(x, Tensor) or not isinstance(weight, Tensor) or not (bias is None or isinstance(bias, Tensor)):
+        _linear_args("linear", x, weight, bias)
     if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
         raise ShapeError(f"linear: input {x.shape} does not fit weight {weight.shape} (expected (..., {weight.shape[-1] if weight.ndim else '?'}))")
     if bias is not None and bias.shape != (weight.shape[0],):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from .. import autograd
-from ..errors import ShapeError
+from ..errors import ArgumentError, ShapeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
-from ._base import Tensor, _axis, fbuf, new, numel, operand, same_device
+from .._validate import real_arg
+from ._base import Tensor, _axis, fbuf, new, numel, operand, same_device, tensor_arg
 from .shape import transpose
 
 
@@ -18,6 +19,8 @@ def _rows_cols(x: Tensor) -> tuple[int, int]:
 
 
 def _last_axis(name: str, x: Tensor, dim: int, fn):
+    if not isinstance(x, Tensor):
+        tensor_arg(name, "input", x)
     d = _axis(name, dim, x.ndim)
     if x.ndim == 0 or d == x.ndim - 1:
         return fn(x)
@@ -45,12 +48,13 @@ def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
 
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """mean((input - target)^2) (or "sum" / "none"). The difference is the node's workspace."""
+    tensor_arg("mse_loss", "input", input)
     target = operand("mse_loss", target, input)
     if input.shape != target.shape:
         raise ShapeError(f"mse_loss: input shape {input.shape} and target shape {target.shape} differ")
     same_device("mse_loss", input, target)
     if reduction not in ("mean", "sum", "none"):
-        raise ShapeError(f"mse_loss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        raise ArgumentError(f"mse_loss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     n = input.numel()
     diff = P.sub(fbuf("mse_loss", input), fbuf("mse_loss", target))
     sq = P.mul(diff, diff)
@@ -77,11 +81,12 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, generator=None) ->
     The mask is ``bernoulli_mask(n, 1 - p, key)`` with the generator's next key, so the same seed
     drops the same elements on every device. The mask is the node's workspace.
     """
-    from ..errors import ArgumentError
     from ..runtime.rng import default_generator
 
-    if not (0.0 <= float(p) <= 1.0):
-        raise ArgumentError(f"dropout: p must be in [0, 1], got {p}")
+    tensor_arg("dropout", "input", x)
+    p = real_arg("dropout", "p", p, 0.0, 1.0)
+    if generator is not None and not hasattr(generator, "next_key"):
+        raise ArgumentError(f"dropout: generator must be a torchlean.Generator or None, got {type(generator).__name__}")
     if not training or p == 0.0:
         return x
     xb = fbuf("dropout", x)

@@ -52,6 +52,9 @@ def _ints(op: str, name: str, v: Any, r: int, minimum: int) -> tuple[int, ...]:
         raise ArgumentError(f"{op}: {name} must be an int or a tuple of {r} ints, got {v!r}")
     if any(e < minimum for e in vals):
         raise ArgumentError(f"{op}: {name} must be >= {minimum} on every axis, got {vals}")
+    if any(e > 2**32 - 1 for e in vals):
+        raise ArgumentError(f"{op}: {name} must fit the runtime's unsigned 32-bit dims (at most 2**32 - 1), "
+                            f"got {vals}")
     return vals
 
 

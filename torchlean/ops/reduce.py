@@ -7,14 +7,17 @@ from typing import Any, Sequence
 from .. import autograd
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
-from ._base import Tensor, _axis, axis_map_for, fbuf, new, numel
+from .._validate import bool_arg, unique_dims
+from ._base import Tensor, _axis, axis_map_for, fbuf, new, numel, tensor_arg
 
 
 def _dims(op: str, dim: Any, rank: int) -> list[int]:
+    """The reduced axes, sorted; a dim named twice is refused (as PyTorch does)."""
     if dim is None:
         return list(range(rank))
-    dims = list(dim) if isinstance(dim, (tuple, list)) else [dim]
-    return sorted({_axis(op, d, rank) for d in dims})
+    if type(dim) is int:
+        return [_axis(op, dim, rank)]
+    return unique_dims(op, dim, rank, _axis)
 
 
 def _expand_grad(g: Buffer, kept_shape: Sequence[int], full_shape: Sequence[int]) -> Buffer:
@@ -26,6 +29,10 @@ def _expand_grad(g: Buffer, kept_shape: Sequence[int], full_shape: Sequence[int]
 
 
 def sum(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    if not isinstance(x, Tensor):
+        tensor_arg("sum", "input", x)
+    if keepdim is not False and keepdim is not True:
+        keepdim = bool_arg("sum", "keepdim", keepdim)
     xb = fbuf("sum", x)
     axes = _dims("sum", dim, x.ndim)
     shape = x.shape
@@ -45,6 +52,10 @@ def sum(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
 
 
 def mean(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    if not isinstance(x, Tensor):
+        tensor_arg("mean", "input", x)
+    if keepdim is not False and keepdim is not True:
+        keepdim = bool_arg("mean", "keepdim", keepdim)
     axes = _dims("mean", dim, x.ndim)
     count = numel([x.shape[a] for a in axes])
     if len(axes) == x.ndim:

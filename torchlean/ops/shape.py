@@ -8,10 +8,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import autograd
-from ..errors import ArgumentError, ShapeError
+from ..errors import ArgumentError, DTypeError, ShapeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
-from ._base import Tensor, _axis, axis_map_for, fbuf, new, numel, same_device
+from .._validate import type_name
+from ._base import Tensor, _axis, axis_map_for, fbuf, new, numel, same_device, tensor_arg
 
 
 # (requested shape, element count) -> resolved shape, for requests made of plain ints only (a
@@ -38,8 +39,22 @@ def _resolve_shape(op: str, shape: Sequence[Any], n: int) -> tuple[int, ...]:
     return _resolve_shape_slow(op, shape, n)
 
 
+def _shape_ints(op: str, shape: Any) -> tuple[int, ...]:
+    """A requested shape as ints: integers only (never a bool, float or string), each >= -1."""
+    if not isinstance(shape, (tuple, list)):
+        raise ShapeError(f"{op}: shape must be a sequence of integers, got {shape!r} ({type_name(shape)})")
+    out = []
+    for s in shape:
+        if type(s) is not int and (isinstance(s, (bool, np.bool_)) or not isinstance(s, numbers.Integral)):
+            raise ShapeError(f"{op}: shape must hold integers, got {tuple(shape)!r} ({type_name(s)} in it)")
+        if s < -1:
+            raise ShapeError(f"{op}: invalid size {int(s)} in shape {tuple(shape)} (sizes are >= 0, or -1 once)")
+        out.append(int(s))
+    return tuple(out)
+
+
 def _resolve_shape_slow(op: str, shape: Sequence[Any], n: int) -> tuple[int, ...]:
-    shape = tuple(int(s) for s in shape)
+    shape = _shape_ints(op, shape)
     if shape.count(-1) > 1:
         raise ShapeError(f"{op}: only one dimension can be -1, got {shape}")
     if -1 in shape:
@@ -58,6 +73,8 @@ def _identity_vjp(g: Buffer) -> tuple[Buffer]:
 
 def reshape(x: Tensor, *shape: Any) -> Tensor:
     """Same buffer, new shape (tensors are always contiguous, so this never copies)."""
+    if not isinstance(x, Tensor):
+        tensor_arg("reshape", "input", x)
     new_shape = _resolve_shape("reshape", shape, x.numel())
     if x._buf is None:
         return Tensor._wrap_host(x._host.reshape(new_shape), x.device)
@@ -66,6 +83,7 @@ def reshape(x: Tensor, *shape: Any) -> Tensor:
 
 
 def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    tensor_arg("flatten", "input", x)
     if x.ndim == 0:
         return reshape(x, 1)
     s, e = _axis("flatten", start_dim, x.ndim), _axis("flatten", end_dim, x.ndim)
@@ -76,11 +94,13 @@ def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
 
 
 def unsqueeze(x: Tensor, dim: int) -> Tensor:
+    tensor_arg("unsqueeze", "input", x)
     d = _axis("unsqueeze", dim, x.ndim + 1)
     return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
 
 
 def squeeze(x: Tensor, dim: int | None = None) -> Tensor:
+    tensor_arg("squeeze", "input", x)
     if dim is None:
         return reshape(x, tuple(s for s in x.shape if s != 1))
     d = _axis("squeeze", dim, x.ndim)
@@ -91,13 +111,20 @@ def squeeze(x: Tensor, dim: int | None = None) -> Tensor:
 
 def expand(x: Tensor, *shape: Any) -> Tensor:
     """Broadcast x to ``shape`` (NumPy rules; -1 keeps a size); the VJP sums back (reduce_from_broadcast)."""
-    shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+    tensor_arg("expand", "input", x)
+    shape = _shape_ints("expand", shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
     if len(shape) < x.ndim:
         raise ShapeError(f"expand: cannot broadcast shape {x.shape} to {shape}")
     lead = len(shape) - x.ndim
     shape = tuple(x.shape[j - lead] if (s == -1 and j >= lead) else s for j, s in enumerate(shape))
     if shape == x.shape:
         return x
+    for j, s in enumerate(shape):
+        if s == -1:
+            raise ShapeError(f"expand: -1 is not allowed for the new leading dimension {j} (shape {shape})")
+        if j >= lead and x.shape[j - lead] != 1 and x.shape[j - lead] != s:
+            raise ShapeError(f"expand: the expanded size {s} must match the existing size {x.shape[j - lead]} at "
+                             f"dim {j} (from {x.shape} to {shape}), unless that size is 1")
     amap = axis_map_for(x.shape, shape)
     xb = fbuf("expand", x)
     out = new(P.broadcast_to(xb, x.shape, shape, amap), shape)
@@ -129,6 +156,7 @@ def swap_adjacent(x: Tensor, depth: int) -> Tensor:
 
 
 def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
+    tensor_arg("transpose", "input", x)
     a, b = sorted((_axis("transpose", dim0, x.ndim), _axis("transpose", dim1, x.ndim)))
     if a == b:
         return x
@@ -144,6 +172,7 @@ def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
 
 
 def t(x: Tensor) -> Tensor:
+    tensor_arg("t", "input", x)
     if x.ndim < 2:
         return x
     if x.ndim != 2:
@@ -174,6 +203,8 @@ def _permute_plan(x: Tensor, dims: tuple) -> Any:
 def permute(x: Tensor, *dims: Any) -> Tensor:
     """Reorder axes: output axis j is input axis dims[j]. One permute kernel (one adjacent swap:
     swap_adjacent_at_depth); the VJP is the inverse permutation, again one kernel."""
+    if not isinstance(x, Tensor):
+        tensor_arg("permute", "input", x)
     if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
         dims = tuple(dims[0])
     for d in dims:
@@ -252,9 +283,13 @@ def slice0(x: Tensor, start: int, length: int) -> Tensor:
 
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """Concatenate along ``dim`` (dim 0: chained concat1d; other dims: move dim to the front first)."""
+    if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
+        raise DTypeError(f"cat: expected a list or tuple of Tensors, got {type_name(tensors)}")
     tensors = list(tensors)
     if not tensors:
         raise ShapeError("cat: expected a non-empty sequence of tensors")
+    for i, t_ in enumerate(tensors):
+        tensor_arg("cat", f"tensors[{i}]", t_)
     tensors = [t.float() if t._buf is None else t for t in tensors]
     ref = tensors[0]
     d = _axis("cat", dim, ref.ndim)

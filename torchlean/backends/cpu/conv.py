@@ -116,10 +116,11 @@ def _workers() -> int:
 # took 45-70 us with the count restored after every call against 4-25 us with it left at one, and
 # two concurrent single-threaded GEMMs ran 15-30% slower (4% with it left at one). Every GEMM of this backend runs inside
 # this context (conv here, bmm in layout.py, fast_gemm in fast.py), so none of them lose anything;
-# NumPy GEMMs elsewhere in the process also run on one thread from then on.
+# NumPy GEMMs elsewhere in the process also run on one thread from then on, until
+# restore_process_settings() (process.py) puts the count back.
 def _blas_one_thread() -> None:
-    """OpenBLAS at one thread from now on (see above). Nothing to do where NumPy's BLAS is not an
-    OpenBLAS we can set."""
+    """OpenBLAS at one thread from now on (see above), the count it had kept for
+    restore_process_settings(). Nothing to do where NumPy's BLAS is not an OpenBLAS we can set."""
     if _BLAS is not None and _BLAS[0]() != 1:
         with _BLAS_LOCK:
             if _BLAS_STATE["threads"] is None:
@@ -978,8 +979,65 @@ def _bwd_weight2d_fast(x, dy, batch, in_c, out_c, spatial, kernel, stride, paddi
     return (np.ascontiguousarray(dw.T) if dyt else dw).reshape(-1)
 
 
+# -- geometry whose cost the stride or padding would set ------------------------------------------
+# The layouts above pad the input (s + 2p per axis), and the phase split visits prod(stride)
+# phases. An axis whose stride exceeds its kernel has disjoint windows; when its padding is also at
+# least a kernel wide, the padded length s + 2p is no longer bounded by the tensors (conv1d with
+# stride 2**31 and padding 2**30 has one output but a 2**31-long padded row). Such an axis is first
+# gathered: out windows of k taps, (out * k) positions with the padding's zeros written in, read at
+# stride k without padding. Every tap reads the same value as before, so the GEMMs see the same
+# column matrices. On every other axis either stride <= kernel, where s + 2p < (out + 1) kernel, or
+# padding < kernel, where s + 2p < s + 2 kernel: memory and time stay proportional to the tensors.
+def _sparse_axes(kernel, stride, padding) -> list:
+    return [i for i, (k, s, p) in enumerate(zip(kernel, stride, padding)) if s > k and p >= k]
+
+
+def _taps(n: int, k: int, s: int, p: int, o: int) -> np.ndarray:
+    """The input position of each (output, tap) pair along one axis, flat (o * k); a position in the
+    padding reads slot n (a zero appended to the axis)."""
+    idx = (np.arange(o, dtype=np.int64)[:, None] * s + (np.arange(k, dtype=np.int64) - p)).reshape(-1)
+    idx[(idx < 0) | (idx >= n)] = n
+    return idx
+
+
+def _compact(axes, spatial, kernel, stride, padding, out) -> tuple:
+    """(spatial', stride', padding') once ``axes`` are gathered: out * kernel positions, stride kernel, no padding."""
+    sp, st, pd = list(spatial), list(stride), list(padding)
+    for i in axes:
+        sp[i], st[i], pd[i] = out[i] * kernel[i], kernel[i], 0
+    return tuple(sp), tuple(st), tuple(pd)
+
+
+def _gather_axes(a5: np.ndarray, axes, spatial, kernel, stride, padding, out):
+    """(a5 gathered along ``axes`` (batch, C, *spatial'), spatial', stride', padding')."""
+    for i in axes:
+        ax = 2 + i
+        zero = np.zeros(a5.shape[:ax] + (1,) + a5.shape[ax + 1:], F32)
+        a5 = np.take(np.concatenate([a5, zero], axis=ax),
+                     _taps(spatial[i], kernel[i], stride[i], padding[i], out[i]), axis=ax)
+    return (a5,) + _compact(axes, spatial, kernel, stride, padding, out)
+
+
+def _scatter_axes(d5: np.ndarray, axes, spatial, kernel, stride, padding, out) -> np.ndarray:
+    """The adjoint of _gather_axes for an input gradient: d5 (batch, C, *spatial') back onto
+    (batch, C, *spatial); taps that read the padding are dropped, positions no tap reads get 0.
+    The windows are disjoint, so each position receives at most one tap (an assignment)."""
+    for i in reversed(axes):
+        ax = 2 + i
+        n = spatial[i]
+        full = np.zeros(d5.shape[:ax] + (n + 1,) + d5.shape[ax + 1:], F32)
+        full[(slice(None),) * ax + (_taps(n, kernel[i], stride[i], padding[i], out[i]),)] = d5
+        d5 = full[(slice(None),) * ax + (slice(0, n),)]
+    return np.ascontiguousarray(d5)
+
+
 def conv(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding):
     out = _out(spatial, kernel, stride, padding)
+    sparse = _sparse_axes(kernel, stride, padding)
+    if sparse and batch * in_c:
+        x5, spatial, stride, padding = _gather_axes(x.reshape((batch, in_c) + tuple(spatial)), sparse, spatial,
+                                                    kernel, stride, padding, out)
+        x = x5.reshape(-1)
     y = np.empty((batch, out_c, math.prod(out)), F32)
     if y.size == 0:
         return y.reshape(-1)
@@ -1015,10 +1073,14 @@ def _bwd_input_by_phases(dx5, g5, w5, kernel, stride, padding, spatial, out) -> 
     make a NaN that is no term of the adjoint."""
     batch, in_c = dx5.shape[:2]
     r = len(kernel)
-    axes = [[_phase(s, k, p, n, o, phi) for phi in range(s)]
+    # phases phi >= kernel hold no taps (stride > kernel): their positions are 0, written here at
+    # once, so the loop visits prod(min(stride, kernel)) phases, never prod(stride)
+    if any(s > k for s, k in zip(stride, kernel)):
+        dx5[...] = 0.0
+    axes = [[_phase(s, k, p, n, o, phi) for phi in range(min(s, k))]
             for s, k, p, n, o in zip(stride, kernel, padding, spatial, out)]
     every = (slice(None), slice(None))
-    for combo in itertools.product(*(range(s) for s in stride)):
+    for combo in itertools.product(*(range(min(s, k)) for s, k in zip(stride, kernel))):
         ph = [axes[i][phi] for i, phi in enumerate(combo)]
         if any(t <= 0 for _, t, _, _, _ in ph):
             continue  # no dx positions in this phase
@@ -1038,6 +1100,12 @@ def _bwd_input_by_phases(dx5, g5, w5, kernel, stride, padding, spatial, out) -> 
 
 def conv_bwd_input(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
     out = _out(spatial, kernel, stride, padding)
+    sparse = _sparse_axes(kernel, stride, padding)
+    if sparse and batch * in_c * math.prod(spatial) and out_c:
+        sp, st, pd = _compact(sparse, spatial, kernel, stride, padding, out)
+        dxc = conv_bwd_input(dy, w, batch, in_c, out_c, sp, kernel, st, pd)
+        return _scatter_axes(dxc.reshape((batch, in_c) + sp), sparse, spatial, kernel, stride, padding,
+                             out).reshape(-1)
     k_n, p_n, s_n = math.prod(kernel), math.prod(out), math.prod(spatial)
     if batch * in_c * s_n == 0 or out_c == 0:
         return np.zeros(batch * in_c * s_n, F32)
@@ -1117,6 +1185,11 @@ def _bwd_weight_unfold_last(x5, g3, kernel, stride, padding, out) -> np.ndarray:
 
 def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding):
     out = _out(spatial, kernel, stride, padding)
+    sparse = _sparse_axes(kernel, stride, padding)
+    if sparse and batch * in_c:
+        x5, spatial, stride, padding = _gather_axes(x.reshape((batch, in_c) + tuple(spatial)), sparse, spatial,
+                                                    kernel, stride, padding, out)
+        x = x5.reshape(-1)
     k_n, p_n = math.prod(kernel), math.prod(out)
     ck = in_c * k_n
     if out_c * ck == 0 or batch == 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..._validate import int_arg, real_arg
 from ...errors import ArgumentError
 from ...tensor import Tensor
 from .. import functional as F
@@ -46,9 +47,9 @@ class Sigmoid(Module):
 
 
 class Softmax(Module):
-    def __init__(self, dim: int = -1) -> None:
+    def __init__(self, dim: int | None = -1) -> None:
         super().__init__()
-        self.dim = dim
+        self.dim = -1 if dim is None else int_arg("Softmax", "dim", dim)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.softmax(x, self.dim)
@@ -59,9 +60,7 @@ class Dropout(Module):
 
     def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
         super().__init__()
-        if not 0.0 <= float(p) <= 1.0:
-            raise ArgumentError(f"Dropout: p must be in [0, 1], got {p}")
-        self.p = float(p)
+        self.p = real_arg("Dropout", "p", p, 0.0, 1.0)
 
     def forward(self, x: Tensor, generator: Any = None) -> Tensor:
         return F.dropout(x, self.p, self.training, generator=generator)

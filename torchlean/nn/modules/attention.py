@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ... import ops
+from ..._validate import real_arg, size_arg
 from ...errors import ArgumentError, ShapeError
 from ...ops import mha
 from ...tensor import Tensor, tensor, zeros
@@ -42,6 +43,10 @@ class MultiheadAttention(Module):
         super().__init__()
         op = "MultiheadAttention"
         device = _device_dtype(op, device, dtype)
+        embed_dim, num_heads = size_arg(op, "embed_dim", embed_dim, 1), size_arg(op, "num_heads", num_heads, 1)
+        kdim = None if kdim is None else size_arg(op, "kdim", kdim, 1)
+        vdim = None if vdim is None else size_arg(op, "vdim", vdim, 1)
+        dropout = real_arg(op, "dropout", dropout, 0.0, 1.0)
         if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
             raise ArgumentError(f"{op}: embed_dim ({embed_dim}) must be a positive multiple of num_heads ({num_heads})")
         if add_bias_kv or add_zero_attn:

@@ -29,6 +29,8 @@ class Sequential(Module):
                 self.add_module(name, m)
         else:
             for i, m in enumerate(args):
+                if not isinstance(m, Module):
+                    raise DTypeError(f"Sequential: argument {i} must be a Module, got {type(m).__name__}")
                 self.add_module(str(i), m)
 
     def __len__(self) -> int:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 from ... import ops
+from ..._validate import size_arg
 from ...errors import ArgumentError
 from ...tensor import Tensor, zeros
 from .. import init
@@ -16,10 +18,20 @@ from .module import Module
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
 
 
-def _tuple(op: str, name: str, v: Any, rank: int) -> tuple[int, ...]:
-    t = (v,) * rank if isinstance(v, int) else tuple(v)
-    if len(t) != rank or not all(isinstance(i, int) for i in t):
+def _tuple(op: str, name: str, v: Any, rank: int, minimum: int = 0) -> tuple[int, ...]:
+    """An int or ``rank`` ints (never bools, floats or strings), each in [minimum, 2**32 - 1] (the
+    runtime's uint32 dims), checked here so that a bad module fails when it is built."""
+    if isinstance(v, (tuple, list)):
+        t = tuple(v)
+    elif isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        t = (v,) * rank
+    else:
         raise ArgumentError(f"{op}: {name} must be an int or {rank} ints, got {v!r}")
+    if len(t) != rank or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in t):
+        raise ArgumentError(f"{op}: {name} must be an int or {rank} ints, got {v!r}")
+    t = tuple(int(i) for i in t)
+    if any(not minimum <= i < 2**32 for i in t):
+        raise ArgumentError(f"{op}: {name} must be in [{minimum}, 2**32) along every axis, got {v!r}")
     return t
 
 
@@ -35,15 +47,22 @@ class _ConvNd(Module):
         device = _device_dtype(op, device, dtype)
         if padding_mode != "zeros":
             raise ArgumentError(f"{op}: padding_mode={padding_mode!r} is not supported yet (only 'zeros')")
+        in_channels = size_arg(op, "in_channels", in_channels)
+        out_channels = size_arg(op, "out_channels", out_channels)
         if groups != 1 or _tuple(op, "dilation", dilation, r) != (1,) * r:
             raise ArgumentError(f"{op}: groups and dilation other than 1 are not supported yet "
                                 f"(got groups={groups}, dilation={dilation!r})")
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        self.kernel_size = _tuple(op, "kernel_size", kernel_size, r)
-        self.stride = _tuple(op, "stride", stride, r)
+        self.kernel_size = _tuple(op, "kernel_size", kernel_size, r, 1)
+        self.stride = _tuple(op, "stride", stride, r, 1)
+        if isinstance(padding, str) and padding not in ("same", "valid"):
+            raise ArgumentError(f"{op}: padding must be 'same', 'valid', an int or {r} ints, got {padding!r}")
         self.padding = padding if isinstance(padding, str) else _tuple(op, "padding", padding, r)
         self.dilation, self.groups, self.padding_mode = (1,) * r, 1, padding_mode
         self.output_padding = _tuple(op, "output_padding", output_padding, r)
+        if any(o >= max(s, 1) for o, s in zip(self.output_padding, self.stride)):
+            raise ArgumentError(f"{op}: output_padding {self.output_padding} must be smaller than stride "
+                                f"{self.stride} along every axis")
         shape = ((in_channels, out_channels) if self._transposed else (out_channels, in_channels)) + self.kernel_size
         self.weight = Parameter(zeros(*shape, device=device))
         if bias:

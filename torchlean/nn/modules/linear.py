@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..._validate import size_arg
 from ...errors import ArgumentError
 from ...tensor import Tensor, zeros
 from .. import functional as F
@@ -44,7 +45,8 @@ class Linear(Module):
                  dtype: Any = None) -> None:
         super().__init__()
         device = _device_dtype("Linear", device, dtype)
-        self.in_features, self.out_features = int(in_features), int(out_features)
+        self.in_features = size_arg("Linear", "in_features", in_features)
+        self.out_features = size_arg("Linear", "out_features", out_features)
         self.weight = Parameter(zeros(self.out_features, self.in_features, device=device))
         self.bias = Parameter(zeros(self.out_features, device=device)) if bias else None
         if not bias:

@@ -17,7 +17,7 @@ from ... import autograd
 from ...errors import ArgumentError, DTypeError, ShapeError, TorchLeanError
 from ...runtime.buffer import Buffer
 from ...runtime.device import canonical_device
-from ...tensor import Tensor, tensor
+from ...tensor import Tensor
 from ...interop import as_host_array
 from ..parameter import Parameter
 
@@ -255,7 +255,9 @@ class Module:
         """Copy values in by name (torchlean tensors, NumPy arrays or PyTorch tensors).
 
         Shapes must match exactly (ShapeError naming the key); with ``strict`` a missing or an
-        unexpected key raises ArgumentError listing them all, before anything is copied.
+        unexpected key raises ArgumentError listing them all. All or nothing: every entry is
+        checked and copied to its device first, and only then are the tensors rebound to the new
+        values, a step that cannot fail halfway.
         """
         own = self.state_dict(keep_vars=True)
         given = dict(state_dict)
@@ -272,13 +274,15 @@ class Module:
             if tuple(arr.shape) != t.shape:
                 raise ShapeError(f"load_state_dict ({type(self).__name__}): {k!r} has shape {tuple(arr.shape)} in "
                                  f"the state dict, the module expects {t.shape}")
-            staged.append((t, arr))
-        with autograd.no_grad():
-            for t, arr in staged:  # everything checked first: a bad entry changes nothing
-                if t._buf is None:
-                    t._host = arr.astype(t._host.dtype, copy=True)
-                else:
-                    t.copy_(tensor(arr.astype(np.float32), device=t.device))
+            if t._buf is None:
+                staged.append((t, None, arr.astype(t._host.dtype, copy=True)))
+            else:  # (the copy to the device may run out of memory: it happens before any change)
+                staged.append((t, Buffer.from_numpy(arr.astype(np.float32).reshape(-1), t.device), None))
+        for t, buf, host in staged:  # a float tensor's update rebinds it to a new buffer, as copy_ does
+            if buf is None:
+                t._host = host
+            else:
+                t._buf = buf
         return IncompatibleKeys(missing, unexpected)
 
     # -- calling and printing ------------------------------------------------------------

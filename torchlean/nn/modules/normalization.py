@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ArgumentError, ShapeError
+from ..._validate import expect_tensor, real_arg, size_arg
+from ...errors import ShapeError
 from ...tensor import Tensor, ones, tensor, zeros
 from .. import functional as F
 from ..parameter import Parameter
@@ -25,8 +26,10 @@ class LayerNorm(Module):
                  device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         device = _device_dtype("LayerNorm", device, dtype)
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-        self.normalized_shape, self.eps, self.elementwise_affine = shape, float(eps), bool(elementwise_affine)
+        shape = normalized_shape if isinstance(normalized_shape, (tuple, list)) else (normalized_shape,)
+        shape = tuple(size_arg("LayerNorm", "normalized_shape", s) for s in shape)
+        eps = real_arg("LayerNorm", "eps", eps, 0.0, finite=True)
+        self.normalized_shape, self.eps, self.elementwise_affine = shape, eps, bool(elementwise_affine)
         if elementwise_affine:
             self.weight = Parameter(ones(*shape, device=device))
             if bias:
@@ -50,10 +53,13 @@ class _BatchNorm(Module):
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, device: Any = None, dtype: Any = None) -> None:
         super().__init__()
-        device = _device_dtype(type(self).__name__, device, dtype)
-        if momentum is not None and not 0.0 <= float(momentum) <= 1.0:
-            raise ArgumentError(f"{type(self).__name__}: momentum must be in [0, 1] or None, got {momentum!r}")
-        self.num_features, self.eps, self.momentum = int(num_features), float(eps), momentum
+        op = type(self).__name__
+        device = _device_dtype(op, device, dtype)
+        if momentum is not None:
+            momentum = real_arg(op, "momentum", momentum, 0.0, 1.0)
+        num_features = size_arg(op, "num_features", num_features)
+        eps = real_arg(op, "eps", eps, 0.0, finite=True)
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = bool(affine), bool(track_running_stats)
         if affine:
             self.weight = Parameter(ones(num_features, device=device))
@@ -77,18 +83,22 @@ class _BatchNorm(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         op = type(self).__name__
+        expect_tensor(op, "input", x, Tensor)
         if x.ndim not in self._ranks:
             raise ShapeError(f"{op}: expected a {' or '.join(f'{r}-D' for r in self._ranks)} input, got shape {x.shape}")
         use_batch = self.training or not self.track_running_stats
         momentum = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats:
+        counting = self.training and self.track_running_stats
+        if counting:
             n = self.num_batches_tracked
-            n._host = n._host + 1
             if self.momentum is None:  # cumulative moving average, as PyTorch
-                momentum = 1.0 / float(n._host)
+                momentum = 1.0 / float(n._host + 1)
         track = self.track_running_stats and (self.training or not use_batch)
-        return F.batch_norm(x, self.running_mean if track else None, self.running_var if track else None,
-                            self.weight, self.bias, use_batch, momentum, self.eps)
+        y = F.batch_norm(x, self.running_mean if track else None, self.running_var if track else None,
+                         self.weight, self.bias, use_batch, momentum, self.eps)
+        if counting:  # counted once batch_norm has succeeded: a refused call leaves the module as it was
+            n._host = n._host + 1
+        return y
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}"

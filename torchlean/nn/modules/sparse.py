@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import autograd
+from ..._validate import int_arg, size_arg
 from ...errors import ArgumentError
 from ...tensor import Tensor, zeros
 from .. import functional as F
@@ -23,8 +24,10 @@ class Embedding(Module):
                  dtype: Any = None) -> None:
         super().__init__()
         device = _device_dtype("Embedding", device, dtype)
-        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        self.num_embeddings = size_arg("Embedding", "num_embeddings", num_embeddings)
+        self.embedding_dim = size_arg("Embedding", "embedding_dim", embedding_dim)
         if padding_idx is not None:
+            padding_idx = int_arg("Embedding", "padding_idx", padding_idx)
             if not -self.num_embeddings <= padding_idx < self.num_embeddings:
                 raise ArgumentError(f"Embedding: padding_idx must be within num_embeddings ({num_embeddings}), "
                                     f"got {padding_idx}")
