@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import Any
 
 from .. import autograd
+from .._validate import MAX_FLOAT_ELEMENTS
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
@@ -136,6 +137,10 @@ def _geometry(op: str, x_shape: tuple, w_shape: tuple, b_shape: tuple | None, st
             raise ShapeError(f"{op}: input spatial size {spatial} with kernel {kernel}, stride {st}, padding {pd} and "
                              f"output_padding {opd} gives an empty output {out}")
     y_shape = ((out_c,) if unbatched else (batch, out_c)) + out
+    n_out = math.prod(y_shape)
+    if n_out > MAX_FLOAT_ELEMENTS:  # one float32 buffer holds at most 2**32 - 1 elements (the seed's uint32)
+        raise ShapeError(f"{op}: the output would have shape {y_shape} = {n_out} elements, more than a tensor can "
+                         f"hold (2**32 - 1)")
     return batch, in_c, out_c, spatial, kernel, unbatched, st, pd, opd, out, y_shape
 
 

@@ -418,6 +418,9 @@ ERROR_INPUTS: list[ErrorInput] = [
     ErrorInput("conv_transpose1d_stride_beyond_uint32",
                lambda: F.conv_transpose1d(tl.ones(1, 1, 3), tl.ones(1, 1, 2), stride=2**32), E.ArgumentError,
                r"^conv_transpose1d: stride"),
+    ErrorInput("conv_transpose2d_output_too_large",  # the user's call is named, not the primitive
+               lambda: F.conv_transpose2d(tl.ones(1, 2, 3, 3), tl.ones(2, 2, 2, 2), stride=(2**31, 3)),
+               E.ShapeError, r"^conv_transpose2d: the output would have shape \(1, 2, 4294967298, 8\)"),
     ErrorInput("conv_transpose1d_output_padding",
                lambda: F.conv_transpose1d(tl.ones(1, 1, 3), tl.ones(1, 1, 2), stride=2, output_padding=2),
                E.ArgumentError, r"^conv_transpose1d: output_padding",
