@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable, Hashable
 
-__all__ = ["ByteLRU", "register", "held_bytes", "clear"]
+__all__ = ["ByteLRU", "register", "register_table", "held_bytes", "clear"]
 
 _registry: dict[str, list[tuple[Callable[[Any], int], Callable[[], int]]]] = {}
 
@@ -22,6 +22,21 @@ def register(backend: str, nbytes: Callable[[Any], int], clear_fn: Callable[[], 
     """Count ``nbytes(device)`` into ``backend``'s cached bytes (``device``: a CUDA device index,
     or None for all); ``clear_fn()`` empties the cache and returns the bytes it let go of."""
     _registry.setdefault(backend, []).append((nbytes, clear_fn))
+
+
+def register_table(backend: str, table: dict, nbytes_of: Callable[[Any], int]) -> None:
+    """Register a plain dict cache whose keys start with the device index (per device and stream
+    workspaces, say): ``nbytes_of(value)`` is one entry's bytes; clearing drops every entry (their
+    memory returns to the pool once the kernels queued on it have run)."""
+    def nbytes(device: Any = None) -> int:
+        return sum(nbytes_of(v) for k, v in list(table.items()) if device is None or k[0] == device)
+
+    def clear_fn() -> int:
+        freed = nbytes()
+        table.clear()
+        return freed
+
+    register(backend, nbytes, clear_fn)
 
 
 def held_bytes(backend: str, device: Any = None) -> int:

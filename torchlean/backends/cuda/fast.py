@@ -22,7 +22,7 @@ import cupy
 import numpy as np
 
 from ...errors import ArgumentError
-from ..caches import register
+from ..caches import register_table
 from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
 
 __all__ = ["fast_gemm", "linear_bwd", "mse_loss_fwd", "mse_loss_bwd"]
@@ -121,17 +121,8 @@ def linear_bwd(g, x, w, rows, n_in, n_out):
 _workspaces: dict[tuple[int, int], tuple] = {}
 
 
-def _workspace_bytes(device=None) -> int:
-    return sum(ws[0].nbytes + 8 for key, ws in list(_workspaces.items()) if device is None or key[0] == device)
-
-
-def _clear_workspaces() -> int:
-    freed = _workspace_bytes()
-    _workspaces.clear()  # (the pool hands the memory out again on its stream only, after the kernels queued there)
-    return freed
-
-
-register("cuda", _workspace_bytes, _clear_workspaces)  # counted as cached, dropped by collect(True)
+# counted as cached, dropped by collect(True): the partials and the 8-byte counter
+register_table("cuda", _workspaces, lambda ws: ws[0].nbytes + 8)
 
 
 def _workspace():

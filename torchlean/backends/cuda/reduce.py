@@ -12,7 +12,7 @@ from functools import lru_cache
 import cupy
 import numpy as np
 
-from ..caches import register
+from ..caches import register_table
 from .elementwise import copy  # a device memcpy (ndarray.copy: CuPy elementwise, ~20 us host)
 from .kernels import BLOCK, F32, I64, empty, empty_as, give_back, grid_for, kernel, sm_count
 
@@ -41,17 +41,8 @@ def _cdiv(a: int, b: int) -> int:
 _sum_workspace: dict[tuple[int, int], tuple] = {}
 
 
-def _workspace_bytes(device=None) -> int:
-    return sum(ws[0].nbytes + 8 for key, ws in list(_sum_workspace.items()) if device is None or key[0] == device)
-
-
-def _clear_workspaces() -> int:
-    freed = _workspace_bytes()
-    _sum_workspace.clear()  # (the pool hands the memory out again on its stream only, after the kernels queued there)
-    return freed
-
-
-register("cuda", _workspace_bytes, _clear_workspaces)  # counted as cached, dropped by collect(True)
+# counted as cached, dropped by collect(True): the partials and the 8-byte counter
+register_table("cuda", _sum_workspace, lambda ws: ws[0].nbytes + 8)
 
 
 def _workspace():
