@@ -52,7 +52,7 @@ def _inputs(batch, n, d, seed=0):
 def check(lines, quick):
     import cupy
 
-    from torchlean.backends.cuda import attention as A
+    from torchlean.kernels.cuda import attention as A
     from torchlean.contract import attention as C
     from torchlean.spec import attention as S
 
@@ -134,7 +134,7 @@ def bench(lines, reps, quick):
 
     import torchlean as tl
     import torchlean.nn.functional as TF
-    from torchlean.backends.cuda import attention as A
+    from torchlean.kernels.cuda import attention as A
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -213,7 +213,7 @@ def bench(lines, reps, quick):
 def memory(lines):
     import cupy
 
-    from torchlean.backends.cuda import attention as A
+    from torchlean.kernels.cuda import attention as A
 
     bh, n, d = 16, 16384, 64
     pool = cupy.get_default_memory_pool()
@@ -246,7 +246,7 @@ def main() -> None:
                     help="float4 tile loads (1, the default) or scalar loads (0) for the main rows; the other "
                          "setting is timed for the backward as its own row")
     args = ap.parse_args()
-    from torchlean.backends.cuda import attention as A
+    from torchlean.kernels.cuda import attention as A
     if args.fwd_kernel is not None:
         A.FWD_KERNEL = args.fwd_kernel
     if args.vec is not None:

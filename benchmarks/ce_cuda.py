@@ -1,5 +1,5 @@
 """Cross entropy on the GPU: the primitives cross_entropy_rows / cross_entropy_rows_bwd (CUDA backend,
-torchlean/backends/cuda/classify.{py,cu}) and the front end F.cross_entropy, against PyTorch.
+torchlean/kernels/cuda/classify.{py,cu}) and the front end F.cross_entropy, against PyTorch.
 Needs a GPU, CuPy and torch with CUDA.
 
     python3 -m benchmarks.ce_cuda [--reps 50] [--shapes 8192x1000,4096x32000]
@@ -54,7 +54,7 @@ def main() -> None:
 
     import torchlean as tl
     import torchlean.nn.functional as TF
-    from torchlean.backends.cuda import classify as C
+    from torchlean.kernels.cuda import classify as C
     from torchlean.runtime import Buffer
     from torchlean.runtime import primitives as P
 

@@ -1,4 +1,4 @@
-"""The CUDA convolution kernels (im2col / col2im + cuBLAS, torchlean/backends/cuda/conv.py) against
+"""The CUDA convolution kernels (im2col / col2im + cuBLAS, torchlean/kernels/cuda/conv.py) against
 PyTorch (cuDNN) on one GPU, TF32 off on both sides. Needs a GPU, CuPy and torch with CUDA.
 
     python3 -m benchmarks.conv_cuda [--reps 20] [--check-only] [--no-check] [--sweep]
@@ -56,7 +56,7 @@ def _setup():
 
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    from torchlean.backends.cuda import conv as C
+    from torchlean.kernels.cuda import conv as C
     from torchlean.runtime.precision import set_allow_tf32
 
     set_allow_tf32(False)
@@ -309,7 +309,7 @@ def sweep(cupy, torch, C, reps: int, rng, only: str | None = None) -> None:
 
 def _pieces(cupy, C, case, xc, wc, dyc, out, reps, sync) -> None:
     """Time of each piece for one chunk at the default workspace (whole batch if it fits)."""
-    from torchlean.backends.cuda.linalg import gemm
+    from torchlean.kernels.cuda.linalg import gemm
 
     name, batch, in_c, out_c, spatial, kernel, stride, padding = case
     r = len(spatial)

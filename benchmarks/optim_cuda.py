@@ -1,4 +1,4 @@
-"""The fused optimizer steps (torchlean/backends/cuda/optim.cu) against torch.optim on one GPU.
+"""The fused optimizer steps (torchlean/kernels/cuda/optim.cu) against torch.optim on one GPU.
 
     PYTHONPATH=. python3 benchmarks/optim_cuda.py [--out DIR] [--reps 30] [--params 10000000] [--tensors 100]
 
@@ -47,8 +47,8 @@ def main() -> int:
 
     import torchlean as tl
     from torchlean import contract, optim, spec
-    from torchlean.backends import cpu as cpu_backend
-    from torchlean.backends.cuda import optim as cuda_optim
+    from torchlean.kernels import cpu as cpu_backend
+    from torchlean.kernels.cuda import optim as cuda_optim
     from torchlean.runtime import Buffer
     from torchlean.runtime import primitives as P
     from torchlean.runtime.primitives_optim import adam_coefficients, sgd_coefficients

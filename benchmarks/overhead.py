@@ -68,7 +68,7 @@ def main(argv=None) -> int:
         "Buffer.from_numpy": lambda: rt.Buffer.from_numpy(np.ones(64, F32), dev),
     }
     if dev.startswith("cuda"):
-        from torchlean.backends.cuda import kernels
+        from torchlean.kernels.cuda import launch as kernels
 
         k = kernels.kernel("elementwise.cu", "tl_add")
         out = cupy.empty(64, cupy.float32)

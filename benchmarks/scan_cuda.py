@@ -1,5 +1,5 @@
 """Selective scans on the GPU: the primitives selective_scan_diag[_var]_{fwd,bwd} (CUDA backend,
-torchlean/backends/cuda/scan.{py,cu}) and the front end torchlean.ops.selective_scan, against PyTorch.
+torchlean/kernels/cuda/scan.{py,cu}) and the front end torchlean.ops.selective_scan, against PyTorch.
 Needs a GPU, CuPy and torch with CUDA.
 
     PYTHONPATH=. python3 benchmarks/scan_cuda.py [--out DIR] [--reps 20] [--skip-check]
@@ -153,7 +153,7 @@ def main() -> None:
 
     import torchlean as tl
     from torchlean import ops
-    from torchlean.backends.cuda.scan import plan
+    from torchlean.kernels.cuda.scan import plan
     from torchlean.runtime import Buffer
     from torchlean.runtime import primitives as P
 

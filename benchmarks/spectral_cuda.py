@@ -1,4 +1,4 @@
-"""The CUDA spectral family (torchlean/backends/cuda/spectral.py) against PyTorch on one GPU, TF32 off.
+"""The CUDA spectral family (torchlean/kernels/cuda/spectral.py) against PyTorch on one GPU, TF32 off.
 Needs a GPU, CuPy and torch with CUDA.
 
     PYTHONPATH=. python3 benchmarks/spectral_cuda.py [--out DIR] [--reps 30] [--check-only] [--no-check]
@@ -42,7 +42,7 @@ def _setup():
     from torchlean.runtime.precision import set_allow_tf32
 
     set_allow_tf32(False)
-    import torchlean.backends.cuda.spectral as S
+    import torchlean.kernels.cuda.spectral as S
 
     return cupy, torch, S
 

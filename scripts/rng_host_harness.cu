@@ -1,4 +1,4 @@
-// Host build of torchlean/backends/cuda/rng.cu for scripts/rng-host-check: the same source text
+// Host build of torchlean/kernels/cuda/rng.cu for scripts/rng-host-check: the same source text
 // the GPU compiles (common.cuh + rng.cu), with the loop bodies run serially on the CPU. Each
 // function simulates a grid of `threads` threads (thread t handles work items t, t + threads, ...),
 // so the float4/float2 stores and the partial tail group run exactly as in the kernels.

@@ -19,7 +19,7 @@ import torch.nn.functional as TF
 import torchlean as tl
 import torchlean.nn.functional as F
 from torchlean import contract, ops, spec
-from torchlean.backends import cpu as cpu_backend
+from torchlean.kernels import cpu as cpu_backend
 from torchlean.errors import ArgumentError, ShapeError, TorchLeanError
 from torchlean.runtime import Buffer
 from torchlean.runtime import primitives as P
@@ -259,7 +259,7 @@ def _small_cases():
 
 
 def test_cpu_small_path_is_taken_and_meets_contracts():
-    from torchlean.backends.cpu import attention as cpu_att
+    from torchlean.kernels.cpu import attention as cpu_att
 
     assert cpu_att._small(256, 8, 8, 16) and cpu_att._small(70, 9, 7, 5)
     assert not cpu_att._small(2, 17, 17, 32) and not cpu_att._small(1, 33, 2, 4)  # both sides of the thresholds
@@ -277,7 +277,7 @@ def test_cpu_small_path_bits_independent_of_lanes_threads_and_path(monkeypatch):
     path (serial or prange) or the thread count: the bits must not change."""
     import numba
 
-    from torchlean.backends.cpu import attention as cpu_att
+    from torchlean.kernels.cpu import attention as cpu_att
 
     def run_all():
         res = []
@@ -305,7 +305,7 @@ def test_cpu_small_path_bits_independent_of_lanes_threads_and_path(monkeypatch):
 def test_cpu_small_path_one_pass_backward_equals_two_passes():
     """flash_attention_bwd's one Numba pass (P and dS computed once for dq, dk and dv) gives the
     bits of the separate dq and (dk, dv) passes."""
-    from torchlean.backends.cpu import attention as cpu_att
+    from torchlean.kernels.cpu import attention as cpu_att
 
     for fargs in _small_cases():
         if fargs[5] != fargs[6]:  # the one-pass path takes n_q == n_k
@@ -329,7 +329,7 @@ def test_cpu_packed_small_path_reads_qkv_in_place_same_bits(monkeypatch, batch, 
     path and thread count."""
     import numba
 
-    from torchlean.backends.cpu import attention as cpu_att
+    from torchlean.kernels.cpu import attention as cpu_att
     from torchlean.testing.table_attention import mask_values
 
     rng = np.random.default_rng(batch * heads + n)

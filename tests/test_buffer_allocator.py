@@ -222,7 +222,7 @@ def test_collect_allocator_returns_int():
 
 # -- caches the runtime keeps: bounded, counted as cached, emptied by collect_allocator(True) ------
 def test_byte_lru_is_bounded_by_bytes_and_entries():
-    from torchlean.backends import caches
+    from torchlean.kernels import caches
 
     c = caches.ByteLRU("test-backend", max_bytes=100, max_entries=3)
     try:
@@ -252,11 +252,11 @@ def _spectral_forward(device: str, grid: int, modes: int) -> None:
 
 
 def test_spectral_basis_cache_is_counted_and_collected(device, monkeypatch):
-    from torchlean.backends.cpu import spectral as cpu_spectral
+    from torchlean.kernels.cpu import spectral as cpu_spectral
 
     monkeypatch.setattr(cpu_spectral, "CONV_ROUTE", "dft")
     if device == "cuda":
-        from torchlean.backends.cuda import spectral as cuda_spectral
+        from torchlean.kernels.cuda import spectral as cuda_spectral
 
         monkeypatch.setattr(cuda_spectral, "CONV_ROUTE", "dft")
     grid, modes = 512, 24
@@ -273,7 +273,7 @@ def test_spectral_basis_cache_is_counted_and_collected(device, monkeypatch):
 
 
 def test_spectral_basis_cache_is_bounded_by_bytes(monkeypatch):
-    from torchlean.backends.cpu import spectral
+    from torchlean.kernels.cpu import spectral
 
     collect_allocator(True)
     monkeypatch.setattr(spectral._basis_cache, "max_bytes", 1 << 20)
@@ -334,8 +334,8 @@ def test_format_allocator_stats_is_one_line():
 
 @pytest.mark.cuda
 def test_cuda_caches_are_counted_and_emptied_by_a_forced_collect(cuda_device):
-    from torchlean.backends import caches
-    from torchlean.backends.cuda import staging
+    from torchlean.kernels import caches
+    from torchlean.kernels.cuda import staging
 
     k = 3 << 20  # 12 MiB of uint32 indices: more than a pinned staging slot may grow to
     vec = Buffer.from_numpy(np.arange(16, dtype=F32), cuda_device)

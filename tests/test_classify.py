@@ -26,8 +26,8 @@ from scipy import special
 import torchlean as tl
 import torchlean.nn.functional as TF
 from torchlean import contract, spec
-from torchlean.backends import cpu as cpu_backend
-from torchlean.backends.cpu import classify as cpu_classify  # the genuine kernels, whatever a test patches
+from torchlean.kernels import cpu as cpu_backend
+from torchlean.kernels.cpu import classify as cpu_classify  # the genuine kernels, whatever a test patches
 from torchlean.errors import ArgumentError, DTypeError, IndexOutOfRangeError, ShapeError
 from torchlean.runtime import Buffer, derive_key
 from torchlean.runtime import primitives as P
@@ -370,7 +370,7 @@ def test_cross_entropy_reduce_special_scales(device):
 def test_cpu_float32_gelu_within_contract_on_a_dense_grid():
     """The CPU GELUs (erf form) evaluate Phi in float32 with their own erfcx polynomial and
     expf: measured within 0.63 of the contract bounds over every 13th float32 in [-14.5, 20]
-    (backends/cpu/classify.py). Here a dense grid of 400k points over the range where the
+    (kernels/cpu/classify.py). Here a dense grid of 400k points over the range where the
     result is a normal float32, and small magnitudes down to 1e-30, must stay within 0.8."""
     x = np.concatenate([np.linspace(-14.5, 10.0, 300001, dtype=F32),
                         (10.0 ** np.linspace(-30, 1, 50000)).astype(F32) * F32(-1.0),
@@ -740,7 +740,7 @@ def test_primitive_errors():
 def test_cpu_scatter_add_rows_accumulates_in_index_order_and_gather_zero_fills():
     """The CPU scatters add in index order in float32 (order matters here: 1e8 + 1 - 1e8 = 0 but
     1e8 - 1e8 + 1 = 1), out-of-bounds rows are ignored; gather_rows zero-fills them."""
-    from torchlean.backends.cpu import index as cpu_index
+    from torchlean.kernels.cpu import index as cpu_index
 
     mat = np.zeros(2 * 3, F32)
     vals = np.array([[1e8, 2, 3], [1, 1, 1], [-1e8, 5, 6], [7, 7, 7], [1, 0.5, 0.25]], F32).reshape(-1)

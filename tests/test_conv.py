@@ -28,7 +28,7 @@ from test_vjp import assert_vjp_matches_fd
 import torchlean as tl
 import torchlean.nn.functional as TF
 from torchlean import ops
-from torchlean.backends import cpu as cpu_backend
+from torchlean.kernels import cpu as cpu_backend
 from torchlean.contract import CONTRACTS
 from torchlean.errors import ArgumentError, ShapeError
 from torchlean.runtime import Buffer
@@ -38,7 +38,7 @@ from torchlean.testing.primitive_table import TABLE, run_case
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 F32 = np.float32
-CPU_CONV = sys.modules["torchlean.backends.cpu.conv"]  # the module (``cpu_backend.conv`` is the function)
+CPU_CONV = sys.modules["torchlean.kernels.cpu.conv"]  # the module (``cpu_backend.conv`` is the function)
 
 
 # -- independent float64 references ----------------------------------------------------------
@@ -684,7 +684,7 @@ def test_cpu_fast_2d_path_on_numba_threads_gives_the_matmul_bits(monkeypatch, co
     """The 2-D path's parts on Numba's threads, each image's GEMM a cblas_sgemm from Numba, give
     exactly the bits of the np.matmul path (gemm._ready() None), in one part or split into 2-4, with
     chunks of one image or the whole part and weight-gradient groups of 3 or 16 images."""
-    G = sys.modules["torchlean.backends.cpu.gemm"]
+    G = sys.modules["torchlean.kernels.cpu.gemm"]
     if G._ready() is None:
         pytest.skip("no cblas_sgemm from Numba here (another BLAS, or Numba's workqueue layer)")
     monkeypatch.setattr(CPU_CONV, "_COL_BYTES", col_bytes)
@@ -822,7 +822,7 @@ def test_cpu_reduce_over_outer_blocks_meets_the_contract(monkeypatch, dims, oute
     """The lane-sum kernel (rows of C <= _LANES summed in order; longer ones in lanes, in chunks
     of _CHUNK; several rows per group) and NumPy's add.reduce above _OUTER_MAX (forced to 0):
     within the contract, exact on integers, bitwise repeatable."""
-    layout = sys.modules["torchlean.backends.cpu.layout"]
+    layout = sys.modules["torchlean.kernels.cpu.layout"]
     if outer_max is not None:
         monkeypatch.setattr(layout, "_OUTER_MAX", outer_max)
     rng = np.random.default_rng(math.prod(dims) + len(dims))

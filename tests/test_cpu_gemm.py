@@ -1,4 +1,4 @@
-"""The CPU backend's GEMMs (torchlean/backends/cpu/gemm.py): cblas_sgemm from Numba, split into blocks
+"""The CPU backend's GEMMs (torchlean/kernels/cpu/gemm.py): cblas_sgemm from Numba, split into blocks
 over Numba's threads. The split must never change a bit: every block count gives the one-call
 product exactly, for every transpose combination, batched or not; and that is NumPy's product
 (NumPy itself calls sgemm, except for a single row or column, where it calls sgemv: another order)."""
@@ -8,8 +8,8 @@ import importlib
 import numpy as np
 import pytest
 
-G = importlib.import_module("torchlean.backends.cpu.gemm")
-layout = importlib.import_module("torchlean.backends.cpu.layout")
+G = importlib.import_module("torchlean.kernels.cpu.gemm")
+layout = importlib.import_module("torchlean.kernels.cpu.layout")
 
 SHAPES = [(512, 64, 192), (512, 256, 64), (64, 512, 256), (7, 3, 5), (300, 129, 513), (1, 700, 900),
           (900, 700, 1), (2048, 33, 17), (33, 1000, 1500)]

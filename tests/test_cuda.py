@@ -112,7 +112,7 @@ def test_fast_scatter_add_meets_contract_and_deterministic_is_bitwise(cuda_devic
 
 @cuda
 def test_kernels_are_compiled_once(cuda_device):
-    from torchlean.backends.cuda import kernels
+    from torchlean.kernels.cuda import launch as kernels
 
     P.add(zeros(4, cuda_device), zeros(4, cuda_device))
     assert kernels.kernel("elementwise.cu", "tl_add") is kernels.kernel("elementwise.cu", "tl_add")
@@ -156,7 +156,7 @@ def test_tf32_switch_is_checked():
 
 @cuda
 def test_index_uploads_are_exact_reused_and_snapshots(cuda_device):
-    from torchlean.backends.cuda import staging
+    from torchlean.kernels.cuda import staging
 
     rng = np.random.default_rng(4)
     for n in (1, 7, 1024, 1025, 70000):  # the ring's slots grow past 1024; above _MAX_RECENT nothing is kept
@@ -186,7 +186,7 @@ def test_float_uploads_through_pinned_slots_are_exact_and_snapshots(cuda_device)
     """Buffer.from_numpy stages float32 data through the pinned ring (up to _F32_MAX bytes, cupy.asarray
     above): every value arrives, including -0, NaN and inf bits, across more uploads than slots, and
     the host array may change as soon as the call returns."""
-    from torchlean.backends.cuda import staging
+    from torchlean.kernels.cuda import staging
 
     rng = np.random.default_rng(6)
     sizes = [1, 5, 1000, 100_003, staging._F32_MAX // 4, staging._F32_MAX // 4 + 1]
@@ -206,7 +206,7 @@ def test_float_uploads_through_pinned_slots_are_exact_and_snapshots(cuda_device)
 
 @cuda
 def test_adam_pointer_table_is_reused_only_when_unchanged(cuda_device, monkeypatch):
-    from torchlean.backends.cuda import optim as cuda_optim
+    from torchlean.kernels.cuda import optim as cuda_optim
 
     rng = np.random.default_rng(5)
     sizes = (5, 64, 3)

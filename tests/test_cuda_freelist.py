@@ -1,4 +1,4 @@
-"""The CUDA free list (backends/cuda/freelist.py): a dying Buffer's array is reused by the next
+"""The CUDA free list (kernels/cuda/freelist.py): a dying Buffer's array is reused by the next
 allocation of its length only when nothing else can see it. Every test carries the ``cuda`` marker."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.cuda
 
 @pytest.fixture
 def freelist(cuda_device):
-    from torchlean.backends.cuda import freelist as fl
+    from torchlean.kernels.cuda import freelist as fl
 
     collect_allocator(True)  # empty lists: every test starts from nothing held
     gc.disable()             # no unrelated Buffer dies mid-test

@@ -1,5 +1,5 @@
 """exp / tanh at the size where the CPU kernel splits the work over threads
-(backends/cpu/elementwise.py ``_PAR_MIN``): both sides of the threshold against the spec within
+(kernels/cpu/elementwise.py ``_PAR_MIN``): both sides of the threshold against the spec within
 the contract, and the split result bitwise equal to one NumPy call over the whole array."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from torchlean.backends.cpu import elementwise as cpu_elementwise
+from torchlean.kernels.cpu import elementwise as cpu_elementwise
 from torchlean.testing.primitive_table import SPECIALS, TABLE, run_case
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")

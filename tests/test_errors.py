@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import torchlean.errors as errors
-from torchlean.backends import cpu as cpu_backend
+from torchlean.kernels import cpu as cpu_backend
 from torchlean.errors import (
     ArgumentError,
     AxisError,

@@ -17,7 +17,7 @@ import pytest
 import torchlean as tl
 import torchlean.nn.functional as TF
 from torchlean import contract, ops, spec
-from torchlean.backends import cpu as cpu_backend
+from torchlean.kernels import cpu as cpu_backend
 from torchlean.errors import ArgumentError, DeviceError, ShapeError
 from torchlean.runtime import Buffer
 from torchlean.runtime import primitives as P

@@ -1,4 +1,4 @@
-"""The compiled-kernel cache (backends/cuda/kernel_cache.py): only verified entries from a
+"""The compiled-kernel cache (kernels/cuda/kernel_cache.py): only verified entries from a
 directory that only this user can write are loaded; anything else is compiled again.
 
 The cache logic needs no CuPy and no GPU: most tests drive it with fake source and cubin bytes.
@@ -18,7 +18,7 @@ import warnings
 
 import pytest
 
-from torchlean.backends.cuda import kernel_cache as kc
+from torchlean.kernels.cuda import kernel_cache as kc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POSIX = hasattr(os, "getuid")
@@ -155,7 +155,7 @@ def test_not_a_directory_or_uncreatable(tmp_path):
 
 def test_importable_without_cupy():
     r = subprocess.run([sys.executable, "-c", "import sys; sys.modules['cupy'] = None\n"
-                        "import torchlean.backends.cuda.kernel_cache as kc; print(kc.cache_dir())"],
+                        "import torchlean.kernels.cuda.kernel_cache as kc; print(kc.cache_dir())"],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr
 
@@ -199,7 +199,7 @@ def test_kernels_module_never_loads_a_planted_cubin(tmp_path):
         import os
         os.environ["TORCHLEAN_KERNEL_CACHE"] = {str(cache)!r}
         from cupy.cuda import compiler
-        from torchlean.backends.cuda import kernels
+        from torchlean.kernels.cuda import launch as kernels
         good = kernels._compile("elementwise.cu", "90")
         assert good == b"\\x7fELF compiled elementwise.cu", good
         for name in os.listdir({str(cache)!r}):  # plant code in every cached file
@@ -221,7 +221,7 @@ def test_nvrtc_cubin_cache_on_the_gpu(cuda_device, tmp_path, monkeypatch):
     built from it run."""
     import cupy
 
-    from torchlean.backends.cuda import kernels
+    from torchlean.kernels.cuda import launch as kernels
 
     monkeypatch.setenv("TORCHLEAN_KERNEL_CACHE", str(tmp_path / "k"))
     calls = []

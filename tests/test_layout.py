@@ -1,4 +1,4 @@
-"""The CPU layout kernels' paths (backends/cpu/layout.py): bmm / bmm_nt / bmm_tn as the outer
+"""The CPU layout kernels' paths (kernels/cpu/layout.py): bmm / bmm_nt / bmm_tn as the outer
 product for n == 1 and as one single-threaded GEMM on 2-D views (batch 1) or 3-D (batch > 1);
 broadcast_to / reduce_from_broadcast as Numba loops when the broadcast axes form one block, on
 one thread or several, and NumPy otherwise. Each path is checked against the spec within the
@@ -12,7 +12,7 @@ import zlib
 import numpy as np
 import pytest
 
-from torchlean.backends.cpu import layout as cpu_layout
+from torchlean.kernels.cpu import layout as cpu_layout
 from torchlean.testing.primitive_table import TABLE, run_case, run_runtime, values
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")

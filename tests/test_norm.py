@@ -24,8 +24,8 @@ import pytest
 import torchlean as tl
 import torchlean.nn.functional as TF
 from torchlean import contract, ops, spec
-from torchlean.backends import cpu as cpu_backend
-from torchlean.backends.cpu import norm as cpu_norm
+from torchlean.kernels import cpu as cpu_backend
+from torchlean.kernels.cpu import norm as cpu_norm
 from torchlean.errors import ArgumentError, DTypeError, ShapeError
 from torchlean.runtime import Buffer
 from torchlean.runtime import primitives as P

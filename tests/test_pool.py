@@ -25,7 +25,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 import torchlean as tl
 import torchlean.nn.functional as TF
 from torchlean import ops, spec
-from torchlean.backends import cpu as cpu_backend
+from torchlean.kernels import cpu as cpu_backend
 from torchlean.contract import CONTRACTS
 from torchlean.errors import ArgumentError, BufferReleasedError, DTypeError, ShapeError
 from torchlean.runtime import Buffer
@@ -509,7 +509,7 @@ def test_cpu_max_pool_2x2_stride_2(monkeypatch, spatial, parallel):
     to 0): exact against the spec with NaN, +-inf, -0/+0 ties and repeated maxima, odd sizes
     leaving a last row / column outside every window (their dx is +0), and the same bits as the
     generic kernels."""
-    cpu_pool = __import__("sys").modules["torchlean.backends.cpu.pool"]
+    cpu_pool = __import__("sys").modules["torchlean.kernels.cpu.pool"]
     if parallel:
         monkeypatch.setattr(cpu_pool, "_PARALLEL_WORK", 0)
     rng = np.random.default_rng(sum(spatial))
@@ -535,7 +535,7 @@ def test_cpu_max_pool_2x2_pair_passes_match_the_window_kernels(spatial):
     """The even-w pair passes give the bits of the per-window kernels they replace, on every plane
     range (a task of the parallel split starts at any plane), the first NaN of a window winning
     and -0/+0 ties keeping the first; dx entries outside the planes are left alone."""
-    cpu_pool = __import__("sys").modules["torchlean.backends.cpu.pool"]
+    cpu_pool = __import__("sys").modules["torchlean.kernels.cpu.pool"]
     h, w = spatial
     oh, ow = h // 2, w // 2
     rng = np.random.default_rng(h * w)

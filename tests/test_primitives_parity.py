@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from torchlean import contract, spec
-from torchlean.backends import cpu as cpu_backend
+from torchlean.kernels import cpu as cpu_backend
 from torchlean.check import SAMPLES as CHECK_SAMPLES
 from torchlean.check import random_cases
 from torchlean.runtime import Buffer, canonical_device

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import torchlean
 import torchlean.nn.functional
-from torchlean.backends.cpu import rng as cpu_rng
+from torchlean.kernels.cpu import rng as cpu_rng
 from torchlean.errors import ArgumentError, ShapeError
 from torchlean.runtime import Generator, derive_key, manual_seed, splitmix64
 from torchlean.runtime import primitives as P

@@ -25,7 +25,7 @@ import pytest
 
 import torchlean as tl
 from torchlean import ops, spec
-from torchlean.backends import cpu as cpu_backend
+from torchlean.kernels import cpu as cpu_backend
 from torchlean.errors import ArgumentError, DTypeError, ShapeError
 from torchlean.runtime import Buffer
 from torchlean.runtime import primitives as P

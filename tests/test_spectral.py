@@ -23,7 +23,7 @@ import pytest
 from test_vjp import _report, _within, assert_vjp_matches_fd, fd_grads
 
 import torchlean as tl
-import torchlean.backends.cpu.spectral as CPU_SPECTRAL
+import torchlean.kernels.cpu.spectral as CPU_SPECTRAL
 from torchlean import ops
 from torchlean.contract import CONTRACTS, compare
 from torchlean.errors import ArgumentError, ShapeError
@@ -324,7 +324,7 @@ def test_only_requested_gradients_are_computed():
     wr = tl.tensor(rng.standard_normal((3, 2, 2)).astype(F32))
     wi = tl.tensor(rng.standard_normal((3, 2, 2)).astype(F32), requires_grad=True)
     calls = []
-    cpu = sys.modules["torchlean.backends.cpu"]
+    cpu = sys.modules["torchlean.kernels.cpu"]
     real = {n: getattr(cpu, n) for n in ("spectral_conv1d_rfft_bwd_x", "spectral_conv1d_rfft_bwd_w")}
     mp = pytest.MonkeyPatch()
     try:
@@ -418,7 +418,7 @@ FAKES = [
 
 @pytest.mark.parametrize("name, fake, args", FAKES, ids=[f[1].__name__ for f in FAKES])
 def test_contract_catches_wrong_kernel(monkeypatch, name, fake, args):
-    cpu = sys.modules["torchlean.backends.cpu"]
+    cpu = sys.modules["torchlean.kernels.cpu"]
     monkeypatch.setattr(cpu, name, fake)
     verdict, _, _ = run_case(TABLE[name], args, "cpu")
     assert not verdict.ok, f"the contract of {name} accepted a wrong kernel ({fake.__name__})"

@@ -179,8 +179,8 @@ def mapped_by_malloc(nbytes):
     return bool(grew)
 
 import torchlean as tl
-from torchlean.backends import cpu
-from torchlean.backends.cpu import process
+from torchlean.kernels import cpu
+from torchlean.kernels.cpu import process
 conv = process._blas()
 out = {"threads_before": conv._BLAS[0]()}
 x = tl.randn(96, 96)

@@ -154,7 +154,7 @@ def _fast_matmul(op: str, a: Any, b: Any, use_gpu: Any, precision: Any) -> np.nd
         if ctx is None:
             with np.errstate(all="ignore"):
                 return np.matmul(a, b) if n else np.zeros((m, p))
-        from .backends.cuda import fast as cuda_fast
+        from .kernels.cuda import fast as cuda_fast
         import cupy
 
         with cupy.cuda.Device(ctx.backend.device):

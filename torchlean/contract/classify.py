@@ -1,12 +1,12 @@
 """Contracts of the classification: cross_entropy_rows, cross_entropy_reduce, gelu, gelu_tanh and their
 backward passes.
 
-Each bound is the worst case of the float32 kernels as written (backends/cuda/classify.cu does its
+Each bound is the worst case of the float32 kernels as written (kernels/cuda/classify.cu does its
 arithmetic in float32 with the CUDA library functions expf/erfcf; the CPU cross entropy repeats it
 with its own 1.7u expf; the CPU erf GELU and its backward run in float32 with their own erfc,
 measured within 6u of scipy and at most 0.65 of these bounds over every 13th float32 in
 [-14.5, 20] (a measured, not a proven, library error, like the 1.7u expf: see
-backends/cpu/classify.py); the CPU tanh GELU works in float64 with room to spare),
+kernels/cpu/classify.py); the CPU tanh GELU works in float64 with room to spare),
 derived term by term below. Notation as in ``torchlean.contract``: u = 2**-24, LIB = 8u (one
 library transcendental, 4 ulp; a result that underflows is 0), gamma(k). tests/test_classify.py
 checks that a NumPy float32 emulation of classify.cu with every library call 3 ulp off stays inside.

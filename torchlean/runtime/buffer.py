@@ -111,7 +111,7 @@ class Buffer:
     def __del__(self) -> None:
         # Buffers dropped without release() still leave the live-bytes count.
         # An owned array goes back to the backend's free list (CUDA), which keeps it only if
-        # nothing else refers to it (backends/cuda/freelist.py).
+        # nothing else refers to it (kernels/cuda/freelist.py).
         try:
             d = self._data
             if d is not None:

@@ -51,7 +51,7 @@ def canonical_device(device: Any, op: str = "device") -> str:
 
 def cuda_unavailable_reason() -> str | None:
     """Why CUDA cannot be used here, or None when it can."""
-    from ..backends import cuda as cuda_backend
+    from ..kernels import cuda as cuda_backend
 
     return cuda_backend.unavailable_reason()
 
@@ -66,11 +66,11 @@ def get_context(device: Any, op: str = "device") -> DeviceContext:
     if ctx is not None:
         return ctx
     if name == "cpu":
-        from ..backends import cpu as cpu_backend
+        from ..kernels import cpu as cpu_backend
 
         ctx = DeviceContext("cpu", cpu_backend)
     else:
-        from ..backends import cuda as cuda_backend
+        from ..kernels import cuda as cuda_backend
 
         reason = cuda_backend.unavailable_reason()
         if reason is not None:

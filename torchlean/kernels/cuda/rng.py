@@ -1,4 +1,4 @@
-"""Counter-based random numbers on the GPU, bit-identical to ``backends/cpu/rng.py``.
+"""Counter-based random numbers on the GPU, bit-identical to ``kernels/cpu/rng.py``.
 
 The kernels are in ``rng.cu`` (its per-element math is also built for the host by
 ``scripts/rng-host-check``, which compares it bitwise with the CPU backend). Every function returns
@@ -12,7 +12,7 @@ import cupy
 import numpy as np
 
 from .elementwise import fill
-from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
+from .launch import BLOCK, F32, I64, empty, grid_for, kernel
 
 _FILE = "rng.cu"
 _U64 = np.uint64

@@ -1,4 +1,4 @@
-// Counter-based random numbers, bit-identical to torchlean/backends/cpu/rng.py.
+// Counter-based random numbers, bit-identical to torchlean/kernels/cpu/rng.py.
 //
 // Every per-element function is __host__ __device__: scripts/rng-host-check compiles this same
 // text for the host and compares it bitwise with the CPU backend. The only host/device
@@ -111,7 +111,7 @@ __host__ __device__ __forceinline__ double tl_rng_from_bits(unsigned long long b
 #endif
 }
 
-// ---- constants: the Python doubles of backends/cpu/rng.py, pasted from float.hex() ------------
+// ---- constants: the Python doubles of kernels/cpu/rng.py, pasted from float.hex() ------------
 
 #define TL_RNG_GOLDEN_GAMMA 0x9E3779B97F4A7C15ull
 #define TL_RNG_MIX1 0xBF58476D1CE4E5B9ull
@@ -126,7 +126,7 @@ __host__ __device__ __forceinline__ double tl_rng_from_bits(unsigned long long b
 #define TL_RNG_NSIN 9   // SIN_SERIES[k] = (-1)**k / (2k + 1)!
 #define TL_RNG_NCOS 10  // COS_SERIES[k] = (-1)**k / (2k)!
 
-// Horner (highest coefficient first), as backends/cpu/rng.py::_horner: p = coeffs[-1]; then for
+// Horner (highest coefficient first), as kernels/cpu/rng.py::_horner: p = coeffs[-1]; then for
 // c in reversed(coeffs[:-1]): p = p * z + c, two correctly rounded operations.
 #define TL_RNG_STEP(c) p = tl_rng_add(tl_rng_mul(p, z), (c))
 
@@ -189,7 +189,7 @@ __host__ __device__ __forceinline__ float tl_rng_uniform_at(unsigned long long x
     return tl_rng_fmul(tl_rng_u2f((unsigned int)tl_splitmix64(x)), 0x1p-32f);
 }
 
-// Natural log of u in [2**-32, 1] (always a normal double), as backends/cpu/rng.py::log_unit.
+// Natural log of u in [2**-32, 1] (always a normal double), as kernels/cpu/rng.py::log_unit.
 // frexp by bit manipulation (exact for normal u): u = m * 2**e, m in [0.5, 1).
 __host__ __device__ __forceinline__ double tl_rng_log_unit(double u) {
     unsigned long long b = tl_rng_bits(u);
@@ -206,7 +206,7 @@ __host__ __device__ __forceinline__ double tl_rng_log_unit(double u) {
     return tl_rng_add(a, tl_rng_mul(tl_rng_mul(2.0, s), p));
 }
 
-// (cos 2 pi u, sin 2 pi u) for u in [0, 1), as backends/cpu/rng.py::cos_sin_2pi.
+// (cos 2 pi u, sin 2 pi u) for u in [0, 1), as kernels/cpu/rng.py::cos_sin_2pi.
 __host__ __device__ __forceinline__ void tl_rng_cos_sin_2pi(double u, double* cos_out, double* sin_out) {
     double q = tl_rng_floor(tl_rng_add(tl_rng_mul(u, 4.0), 0.5));
     double t = tl_rng_mul(tl_rng_sub(u, tl_rng_mul(q, 0.25)), TL_RNG_TWO_PI);

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..caches import register_table
 from .elementwise import copy  # a device memcpy (ndarray.copy: CuPy elementwise, ~20 us host)
-from .kernels import BLOCK, F32, I64, empty, empty_as, give_back, grid_for, kernel, sm_count
+from .launch import BLOCK, F32, I64, empty, empty_as, give_back, grid_for, kernel, sm_count
 
 __all__ = [
     "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",

@@ -22,7 +22,7 @@ import cupy
 import numpy as np
 
 from ..caches import register
-from .kernels import BLOCK, F32, I64, empty, empty_as, give_back, grid_for, kernel
+from .launch import BLOCK, F32, I64, empty, empty_as, give_back, grid_for, kernel
 
 __all__ = ["max_pool", "max_pool_bwd", "avg_pool", "avg_pool_bwd", "smooth_max_pool", "smooth_max_pool_bwd"]
 

@@ -281,7 +281,7 @@ TL_STRIDED(max, MaxOp)
 // ---- softmax / log-softmax rows --------------------------------------------------------------
 // Group = a warp (rows of <= 1024 columns) or a block (longer rows); the group makes three
 // passes over its row (max, sum of exp, write), so a short row is read from DRAM once and then
-// from L1. The sum accumulates in double. Same formulas as backends/cpu/reduce.py.
+// from L1. The sum accumulates in double. Same formulas as kernels/cpu/reduce.py.
 template <bool BLOCK_GROUP>
 __device__ __forceinline__ float group_max(float v) {
     return BLOCK_GROUP ? block_reduce<MaxOp>(v) : warp_reduce<MaxOp>(v);

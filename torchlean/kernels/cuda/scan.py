@@ -22,7 +22,7 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
-from .kernels import BLOCK, I64, empty, grid_for, kernel
+from .launch import BLOCK, I64, empty, grid_for, kernel
 
 __all__ = ["selective_scan_diag_fwd", "selective_scan_diag_bwd", "selective_scan_diag_var_fwd",
            "selective_scan_diag_var_bwd"]

@@ -1,6 +1,6 @@
 // Elementwise primitives and their backward kernels. Each kernel is one grid-stride loop over
 // float4 vectors (torchlean buffers are whole CuPy allocations, so 16-byte aligned) plus a
-// scalar tail. Semantics follow backends/cpu/elementwise.py expression for expression; with
+// scalar tail. Semantics follow kernels/cpu/elementwise.py expression for expression; with
 // --fmad=false the plain arithmetic rounds as NumPy's does.
 
 #define SAFE_LOG_EPS 1e-6f
@@ -12,7 +12,7 @@ __device__ __forceinline__ float tl_nan_min(float a, float b) {  // np.minimum: 
     return (a != a || b != b) ? a + b : fminf(a, b);
 }
 // fmax/fmin (NaN loses) with IEEE 754-2019 signed zeros: max(-0, +0) = +0, min(-0, +0) = -0,
-// as backends/cpu/elementwise.py settles them.
+// as kernels/cpu/elementwise.py settles them.
 __device__ __forceinline__ float tl_fmax(float a, float b) {
     return (a == 0.f && b == 0.f) ? a + b : fmaxf(a, b);
 }

@@ -16,7 +16,7 @@ import numpy as np
 from .. import caches
 from . import freelist
 from .elementwise import fill
-from .kernels import empty
+from .launch import empty
 from .staging import upload_f32
 
 __all__ = ["from_host", "to_host", "full", "memory_info", "cached_bytes", "collect", "concat1d", "slice1d",
@@ -44,7 +44,7 @@ def memory_info() -> tuple[int, int]:
 def cached_bytes() -> int:
     """Bytes cached for reuse: free blocks in CuPy's pool, arrays on our free list and the arrays
     the backend's caches keep (DFT bases, cuFFT work areas, workspaces, kept index uploads and the
-    pinned staging slots: backends/caches.py), which the pool counts as used."""
+    pinned staging slots: kernels/caches.py), which the pool counts as used."""
     pool = cupy.get_default_memory_pool()
     dev = cupy.cuda.runtime.getDevice()
     return int(pool.total_bytes() - pool.used_bytes()) + freelist.held_bytes(dev) + caches.held_bytes("cuda", dev)

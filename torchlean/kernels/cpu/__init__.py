@@ -17,7 +17,7 @@ import numpy as np
 
 
 # glibc malloc's thresholds: set once, here, for the whole process (process.py says which, why, and
-# how to restore them: torchlean.backends.cpu.restore_process_settings()).
+# how to restore them: torchlean.kernels.cpu.restore_process_settings()).
 from .process import apply_malloc_settings as _apply_malloc_settings
 from .process import process_settings, restore_process_settings  # noqa: F401
 
@@ -64,7 +64,7 @@ def memory_info() -> tuple[int, int]:
 
 def cached_bytes() -> int:
     """Bytes of the arrays this backend keeps between calls (the spectral convolution's DFT bases,
-    see backends/caches.py). Buffers themselves are never cached: NumPy frees an array as soon as
+    see kernels/caches.py). Buffers themselves are never cached: NumPy frees an array as soon as
     it dies."""
     return _caches.held_bytes("cpu")
 

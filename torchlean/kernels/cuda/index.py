@@ -18,7 +18,7 @@ import numpy as np
 
 from ...runtime.determinism import deterministic_reductions
 from .elementwise import copy  # a device memcpy (ndarray.copy: CuPy elementwise, ~20 us host)
-from .kernels import BLOCK, I64, empty, grid_for, kernel
+from .launch import BLOCK, I64, empty, grid_for, kernel
 from .staging import upload_u32
 
 __all__ = ["gather_vec", "gather_rows", "scatter_add", "scatter_add_row", "scatter_add_rows"]

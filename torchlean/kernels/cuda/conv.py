@@ -48,7 +48,7 @@ from functools import lru_cache
 import cupy
 import numpy as np
 
-from .kernels import BLOCK, I64, HostStruct, empty, empty_as, give_back, grid_for, kernel, sm_count
+from .launch import BLOCK, I64, HostStruct, empty, empty_as, give_back, grid_for, kernel, sm_count
 
 _getdev = cupy.cuda.runtime.getDevice
 

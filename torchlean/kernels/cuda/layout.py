@@ -21,7 +21,7 @@ import cupy
 import numpy as np
 
 from .elementwise import copy  # a device memcpy (ndarray.copy: CuPy elementwise, ~20 us host)
-from .kernels import BLOCK, I64, HostStruct, empty, grid_for, kernel
+from .launch import BLOCK, I64, HostStruct, empty, grid_for, kernel
 
 __all__ = [
     "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to", "swap_adjacent_at_depth", "permute",

@@ -32,7 +32,7 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
-from .kernels import BLOCK, F32, I64, empty, give_back, grid_for, kernel
+from .launch import BLOCK, F32, I64, empty, give_back, grid_for, kernel
 from .staging import upload_u32
 
 __all__ = ["cross_entropy_rows", "cross_entropy_rows_bwd", "cross_entropy_reduce", "cross_entropy_reduce_bwd",

@@ -29,7 +29,7 @@ import cupy
 import numpy as np
 from cupy.cuda import driver
 
-from .kernels import BLOCK, F32, I64, HostStruct, empty, give_back, grid_for, kernel, sm_count
+from .launch import BLOCK, F32, I64, HostStruct, empty, give_back, grid_for, kernel, sm_count
 
 __all__ = ["flash_attention_packed_fwd", "flash_attention_packed_bwd", "flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
            "flash_attention_bwd_kv", "flash_attention_bwd"]

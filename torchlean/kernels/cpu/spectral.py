@@ -42,7 +42,7 @@ F32, C64 = np.float32, np.complex64
 CONV_ROUTE = "auto"
 _BASIS_MAX_BYTES = 64 << 20
 # The bases kept between calls: a model uses one or two (grid, modes) pairs, each a few MiB at
-# most; reported as cached and dropped by collect_allocator(True) (backends/caches.py).
+# most; reported as cached and dropped by collect_allocator(True) (kernels/caches.py).
 _BASIS_CACHE_BYTES = 128 << 20
 _basis_cache = ByteLRU("cpu", _BASIS_CACHE_BYTES, max_entries=32)
 _PARALLEL_MIN = 1 << 16  # elements below which one pocketfft thread is faster than several

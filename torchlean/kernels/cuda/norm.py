@@ -28,7 +28,7 @@ from functools import lru_cache
 import cupy
 import numpy as np
 
-from .kernels import BLOCK, F32, I64, empty, empty_as, give_back, grid_for, kernel, sm_count
+from .launch import BLOCK, F32, I64, empty, empty_as, give_back, grid_for, kernel, sm_count
 
 __all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer", "running_stat_update"]
 

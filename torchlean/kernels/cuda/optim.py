@@ -16,7 +16,7 @@ import numpy as np
 
 from ..caches import register
 from .freelist import give_back
-from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
+from .launch import BLOCK, F32, I64, empty, grid_for, kernel
 from .staging import upload_i64
 
 __all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step"]

@@ -31,7 +31,7 @@ import cupy
 import numpy as np
 
 from ..caches import ByteLRU, register
-from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
+from .launch import BLOCK, F32, I64, empty, grid_for, kernel
 
 __all__ = ["rfft1d_packed", "irfft1d_packed", "spectral_conv1d_rfft_fwd", "spectral_conv1d_rfft_bwd_x",
            "spectral_conv1d_rfft_bwd_wre", "spectral_conv1d_rfft_bwd_wim", "spectral_conv1d_rfft_bwd_w"]
@@ -46,7 +46,7 @@ _FORWARD, _INVERSE = -1, 1
 
 _plans: dict = {}
 # float32 DFT bases per (grid, modes, device), bounded by bytes, reported as cached and dropped by
-# collect_allocator(True) (backends/caches.py), as the plans' work areas are
+# collect_allocator(True) (kernels/caches.py), as the plans' work areas are
 _bases_dev = ByteLRU("cuda", 128 << 20, max_entries=32)
 
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from ...errors import ArgumentError
 from ..caches import register_table
-from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
+from .launch import BLOCK, F32, I64, empty, grid_for, kernel
 
 __all__ = ["fast_gemm", "linear_bwd", "mse_loss_fwd", "mse_loss_bwd"]
 

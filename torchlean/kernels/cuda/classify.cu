@@ -1,6 +1,6 @@
 // Classification kernels: fused cross entropy rows (forward and backward) and GELU (exact and tanh).
 //
-// Semantics follow torchlean/spec/classify.py and backends/cpu/classify.py; the error bounds in
+// Semantics follow torchlean/spec/classify.py and kernels/cpu/classify.py; the error bounds in
 // torchlean/contract/classify.py are derived for the float32 arithmetic written here.
 //
 // Cross entropy, per row of the (rows, cols) logits (a warp per row up to 1024 columns, a block per

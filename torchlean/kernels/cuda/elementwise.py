@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import cupy
 
-from .kernels import BLOCK, F32, I64, empty, grid_for, kernel
+from .launch import BLOCK, F32, I64, empty, grid_for, kernel
 
 __all__ = [
     "abs", "abs_bwd", "sqrt", "sqrt_bwd", "exp", "log", "inv", "clamp", "clamp_bwd", "max",

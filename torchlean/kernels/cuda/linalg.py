@@ -10,7 +10,7 @@ from cupy_backends.cuda.libs import cublas
 
 from ...errors import ArgumentError
 from ...runtime.precision import allow_tf32
-from .kernels import empty
+from .launch import empty
 
 __all__ = ["bmm", "bmm_nt", "bmm_tn"]  # primitives; gemm is a helper for other backend modules
 
