@@ -73,10 +73,6 @@ def check(lines, quick):
             scale = float(np.float32(1.0 / np.sqrt(d)))
             args = (q, k, v, mask, nb, n_c, n_c, d, scale, causal, mode, layout)
             out, lse = A.flash_attention_fwd(*args)
-            saved = A.FWD_KERNEL
-            A.FWD_KERNEL = 3 - saved  # the other forward kernel, judged against the same reference
-            out_alt, lse_alt = A.flash_attention_fwd(*args)
-            A.FWD_KERNEL = saved
             s, allowed, _ = S.scores(q, k, v, mask, nb, n_c, n_c, d, scale, causal, mode, layout, cupy)
             lse_ref = S._lse_shifted(cupy.where(allowed, s, -cupy.inf), cupy)
             p = S.probabilities(s, allowed, lse_ref, cupy)
@@ -84,9 +80,7 @@ def check(lines, quick):
             del s, allowed, p
             ob, lb = C.fwd_bound((out_ref, lse_ref.reshape(-1)), *args, xp=cupy)
             res = []
-            for name, o, r, bnd in (("out", out, out_ref, ob), ("lse", lse, lse_ref.reshape(-1), lb),
-                                    (f"out(fwd v{3 - saved})", out_alt, out_ref, ob),
-                                    (f"lse(fwd v{3 - saved})", lse_alt, lse_ref.reshape(-1), lb)):
+            for name, o, r, bnd in (("out", out, out_ref, ob), ("lse", lse, lse_ref.reshape(-1), lb)):
                 err = cupy.abs(o.astype(cupy.float64) - r)
                 fin = cupy.isfinite(r)
                 ratio = float(cupy.max(cupy.where(fin, err / cupy.maximum(bnd, 1e-300), 0.0)))
@@ -149,19 +143,10 @@ def bench(lines, reps, quick):
             args = (q, k, v, None, bh, n, n, d, scale, causal, "none", None)
             st = {}
             st["prim fwd"] = _median_ms(lambda: A.flash_attention_fwd(*args), reps)
-            saved = A.FWD_KERNEL
-            A.FWD_KERNEL = 3 - saved
-            st[f"prim fwd (fwd v{3 - saved} kernel)"] = _median_ms(lambda: A.flash_attention_fwd(*args), reps)
-            A.FWD_KERNEL = saved
             out, lse = A.flash_attention_fwd(*args)
             bargs = (q, k, v, None, out, lse, g, bh, n, n, d, scale, causal, "none", None)
             st["prim bwd (q + kv)"] = _median_ms(lambda: (A.flash_attention_bwd_q(*bargs),
                                                           A.flash_attention_bwd_kv(*bargs)), reps)
-            saved_vec = A.VEC_LOADS
-            A.VEC_LOADS = not saved_vec
-            st[f"prim bwd (q + kv, {'scalar' if saved_vec else 'float4'} loads)"] = _median_ms(
-                lambda: (A.flash_attention_bwd_q(*bargs), A.flash_attention_bwd_kv(*bargs)), reps)
-            A.VEC_LOADS = saved_vec
             tq, tk, tv = (tl.tensor(torch.as_tensor(a, device="cuda").reshape(1, bh, n, d).cpu().numpy(), device="cuda",
                                     requires_grad=True) for a in (q, k, v))
             tg = tl.tensor(torch.as_tensor(g, device="cuda").reshape(1, bh, n, d).cpu().numpy(), device="cuda")
@@ -239,19 +224,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="only the first size")
     ap.add_argument("--skip-check", action="store_true")
-    ap.add_argument("--fwd-kernel", type=int, choices=(1, 2), default=None,
-                    help="forward kernel version for the main rows (default: the module's FWD_KERNEL, 2); the "
-                         "other version is also checked and timed as its own row")
-    ap.add_argument("--vec", type=int, choices=(0, 1), default=None,
-                    help="float4 tile loads (1, the default) or scalar loads (0) for the main rows; the other "
-                         "setting is timed for the backward as its own row")
     args = ap.parse_args()
-    from torchlean.kernels.cuda import attention as A
-    if args.fwd_kernel is not None:
-        A.FWD_KERNEL = args.fwd_kernel
-    if args.vec is not None:
-        A.VEC_LOADS = bool(args.vec)
-    print(f"forward kernel v{A.FWD_KERNEL}, float4 loads {A.VEC_LOADS}", flush=True)
     lines: list[str] = []
     ok = True if args.skip_check else check(lines, args.quick)
     ratio = memory(lines)

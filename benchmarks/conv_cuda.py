@@ -1,8 +1,8 @@
 """The CUDA convolution kernels (im2col / col2im + cuBLAS, torchlean/kernels/cuda/conv.py) against
 PyTorch (cuDNN) on one GPU, TF32 off on both sides. Needs a GPU, CuPy and torch with CUDA.
 
-    python3 -m benchmarks.conv_cuda [--reps 20] [--check-only] [--no-check] [--sweep]
-                                    [--cudnn-benchmark] [--only SUBSTR]
+    python3 -m benchmarks.conv_cuda [--reps 20] [--check-only] [--no-check] [--cudnn-benchmark]
+                                    [--only SUBSTR]
 
 1. check: every code path (per-image and wide GEMMs, several chunks, the pointwise shortcut,
    segmented weight gradients, ranks 1-4, stride/padding, conv_transpose with output_padding and
@@ -13,12 +13,6 @@ PyTorch (cuDNN) on one GPU, TF32 off on both sides. Needs a GPU, CuPy and torch 
    op autograd runs; output_mask picks the input or the weight gradient), per case: ours, torch,
    ratio (ours / torch, < 1 is faster) and achieved TFLOP/s (2 * batch * out_c * P * in_c * K per
    call, P = prod(out), K = prod(kernel)).
-3. --sweep: on the ResNet, conv3d and 7x7-512ch cases, every alternative of each primitive, one line
-   each: workspace cap (16-64 MiB keeps a chunk's columns in the 60 MB L2), per-image or wide GEMMs,
-   the old or the fast (32-bit, float4) im2col, bwd_input as col2im or as a forward conv (stride 1),
-   bwd_weight per-image partials or G equal segments. The first line per primitive is the current
-   default; a "BEST" line per primitive follows. Then the time of each piece (im2col old/fast,
-   GEMMs per-image/wide/grouped, col2im, the as-conv pieces, partial sums, permutes) for one chunk.
 """
 
 from __future__ import annotations
@@ -113,71 +107,56 @@ def check(cupy, torch, C, rng, dev: str = "cuda") -> bool:
         (5, 40, 3, (32, 40), (1, 1), (1, 1), (0, 0)),  # pointwise, P > 1024
         (3, 4, 5, (9, 7), (2, 3), (1, 1), (2, 3)),     # stride 1, padding >= kernel: negative k-1-p
         (2, 5, 3, (7, 9, 5), (3, 3, 3), (1, 1, 1), (1, 1, 1)),  # rank 3, B*P % 4 != 0 (scalar stores)
+        (64, 64, 8, (64, 64), (3, 3), (1, 1), (1, 1)),  # columns over the workspace cap: several chunks
     ]
-    old = dict(_FAST_IM2COL=False, _BWD_INPUT_AS_CONV=False)  # the original kernels alone
-    modes = [dict(), dict(_IMAGE_MIN_P=1), dict(_IMAGE_MIN_P=10**9), dict(_WORKSPACE=4096),
-             dict(_WORKSPACE=4096, _IMAGE_MIN_P=1), dict(_IMAGE_MIN_P=10**9, _SEGMENT_MIN=16),
-             dict(_IMAGE_MIN_P=10**9, _SEGMENT_MIN=7, _WORKSPACE=60000),
-             dict(old), dict(old, _IMAGE_MIN_P=1), dict(old, _WORKSPACE=4096, _IMAGE_MIN_P=10**9),
-             dict(_FAST_IM2COL=False), dict(_BWD_INPUT_AS_CONV=False, _IMAGE_MIN_P=1),
-             dict(_WEIGHT_GROUPS=8), dict(_WEIGHT_GROUPS=3, _WORKSPACE=60000, _IMAGE_MIN_P=1)]
-    saved = {k: getattr(C, k) for k in ("_WORKSPACE", "_IMAGE_MIN_P", "_SEGMENT_MIN", "_FAST_IM2COL",
-                                        "_BWD_INPUT_AS_CONV", "_WEIGHT_GROUPS")}
     worst, ok = 0.0, True
-    try:
-        for mode in modes:
-            for k, v in saved.items():
-                setattr(C, k, mode.get(k, v))
-            for batch, in_c, out_c, spatial, kernel, stride, padding in shapes:
-                r = len(spatial)
-                out = out_dims(spatial, kernel, stride, padding)
-                K, P = math.prod(kernel), math.prod(out)
-                f64 = dict(dtype=torch.float64, device=dev)
-                x = torch.tensor(rng.normal(size=(batch, in_c) + spatial), **f64).float()
-                w = torch.tensor(rng.normal(size=(out_c, in_c) + kernel), **f64).float()
-                b = torch.tensor(rng.normal(size=out_c), **f64).float()
-                dy = torch.tensor(rng.normal(size=(batch, out_c) + out), **f64).float()
-                args = (batch, in_c, out_c, spatial, kernel, stride, padding)
-                xd, wd, bd, dyd = x.double(), w.double(), b.double(), dy.double()
-                xd_ = xd.clone().requires_grad_(True)
-                wd_ = wd.clone().requires_grad_(True)
-                yref = _conv_nd_f64(torch, xd_, wd_, bd, stride, padding)
-                dxref, dwref = torch.autograd.grad(yref, (xd_, wd_), dyd)
-                xa, wa = xd.abs().requires_grad_(True), wd.abs().requires_grad_(True)
-                yabs = _conv_nd_f64(torch, xa, wa, bd.abs(), stride, padding)
-                dxabs, dwabs = torch.autograd.grad(yabs, (xa, wa), dyd.abs())
-                got = {}
-                for _ in range(2):  # twice: the bits must repeat
-                    y = C.conv(_cp(cupy, x), _cp(cupy, w), _cp(cupy, b), *args)
-                    dx = C.conv_bwd_input(_cp(cupy, dy), _cp(cupy, w), *args)
-                    dw = C.conv_bwd_weight(_cp(cupy, x), _cp(cupy, dy), *args)
-                    for name, v in (("y", y), ("dx", dx), ("dw", dw)):
-                        got.setdefault(name, []).append(torch.from_dlpack(v).clone())
-                res = {
-                    "conv": _ratio(torch, got["y"][0], yref.detach().reshape(-1), yabs.detach().reshape(-1), in_c * K + 1),
-                    "bwd_input": _ratio(torch, got["dx"][0], dxref.reshape(-1), dxabs.reshape(-1), out_c * K),
-                    "bwd_weight": _ratio(torch, got["dw"][0], dwref.reshape(-1), dwabs.reshape(-1), batch * P),
-                }
-                same = all(torch.equal(a, c) for a, c in got.values())
-                # transposed conv: x_t (batch, in_c, *spatial), w_t (in_c, out_c, *kernel)
-                _, tr = _torch_fns(torch, r)
-                if tr is not None:
-                    op = tuple(int(rng.integers(0, s)) for s in stride)
-                    wt = torch.tensor(rng.normal(size=(in_c, out_c) + kernel), **f64).float()
-                    yt = C.conv_transpose(_cp(cupy, x), _cp(cupy, wt), _cp(cupy, b), *args, op)
-                    ref = tr(xd, wt.double(), bd, stride=stride, padding=padding, output_padding=op)
-                    absr = tr(xd.abs(), wt.double().abs(), bd.abs(), stride=stride, padding=padding, output_padding=op)
-                    res["conv_transpose"] = _ratio(torch, torch.from_dlpack(yt), ref.reshape(-1), absr.reshape(-1), in_c * K + 1)
-                bad = [k for k, v in res.items() if not v <= 1.0] + ([] if same else ["not bitwise repeatable"])
-                worst = max([worst] + list(res.values()))
-                if bad:
-                    ok = False
-                    print(f"FAIL mode={mode} shape={args}: {bad} {res}")
-        print(f"check: {'all within the contract bound' if ok else 'FAILURES above'}; worst err/bound = {worst:.3g} "
-              f"({len(modes)} modes x {len(shapes)} shapes, 4 primitives, bitwise repeat checked)")
-    finally:
-        for k, v in saved.items():
-            setattr(C, k, v)
+    for batch, in_c, out_c, spatial, kernel, stride, padding in shapes:
+        r = len(spatial)
+        out = out_dims(spatial, kernel, stride, padding)
+        K, P = math.prod(kernel), math.prod(out)
+        f64 = dict(dtype=torch.float64, device=dev)
+        x = torch.tensor(rng.normal(size=(batch, in_c) + spatial), **f64).float()
+        w = torch.tensor(rng.normal(size=(out_c, in_c) + kernel), **f64).float()
+        b = torch.tensor(rng.normal(size=out_c), **f64).float()
+        dy = torch.tensor(rng.normal(size=(batch, out_c) + out), **f64).float()
+        args = (batch, in_c, out_c, spatial, kernel, stride, padding)
+        xd, wd, bd, dyd = x.double(), w.double(), b.double(), dy.double()
+        xd_ = xd.clone().requires_grad_(True)
+        wd_ = wd.clone().requires_grad_(True)
+        yref = _conv_nd_f64(torch, xd_, wd_, bd, stride, padding)
+        dxref, dwref = torch.autograd.grad(yref, (xd_, wd_), dyd)
+        xa, wa = xd.abs().requires_grad_(True), wd.abs().requires_grad_(True)
+        yabs = _conv_nd_f64(torch, xa, wa, bd.abs(), stride, padding)
+        dxabs, dwabs = torch.autograd.grad(yabs, (xa, wa), dyd.abs())
+        got = {}
+        for _ in range(2):  # twice: the bits must repeat
+            y = C.conv(_cp(cupy, x), _cp(cupy, w), _cp(cupy, b), *args)
+            dx = C.conv_bwd_input(_cp(cupy, dy), _cp(cupy, w), *args)
+            dw = C.conv_bwd_weight(_cp(cupy, x), _cp(cupy, dy), *args)
+            for name, v in (("y", y), ("dx", dx), ("dw", dw)):
+                got.setdefault(name, []).append(torch.from_dlpack(v).clone())
+        res = {
+            "conv": _ratio(torch, got["y"][0], yref.detach().reshape(-1), yabs.detach().reshape(-1), in_c * K + 1),
+            "bwd_input": _ratio(torch, got["dx"][0], dxref.reshape(-1), dxabs.reshape(-1), out_c * K),
+            "bwd_weight": _ratio(torch, got["dw"][0], dwref.reshape(-1), dwabs.reshape(-1), batch * P),
+        }
+        same = all(torch.equal(a, c) for a, c in got.values())
+        # transposed conv: x_t (batch, in_c, *spatial), w_t (in_c, out_c, *kernel)
+        _, tr = _torch_fns(torch, r)
+        if tr is not None:
+            op = tuple(int(rng.integers(0, s)) for s in stride)
+            wt = torch.tensor(rng.normal(size=(in_c, out_c) + kernel), **f64).float()
+            yt = C.conv_transpose(_cp(cupy, x), _cp(cupy, wt), _cp(cupy, b), *args, op)
+            ref = tr(xd, wt.double(), bd, stride=stride, padding=padding, output_padding=op)
+            absr = tr(xd.abs(), wt.double().abs(), bd.abs(), stride=stride, padding=padding, output_padding=op)
+            res["conv_transpose"] = _ratio(torch, torch.from_dlpack(yt), ref.reshape(-1), absr.reshape(-1), in_c * K + 1)
+        bad = [k for k, v in res.items() if not v <= 1.0] + ([] if same else ["not bitwise repeatable"])
+        worst = max([worst] + list(res.values()))
+        if bad:
+            ok = False
+            print(f"FAIL shape={args}: {bad} {res}")
+    print(f"check: {'all within the contract bound' if ok else 'FAILURES above'}; worst err/bound = {worst:.3g} "
+          f"({len(shapes)} shapes, 4 primitives, bitwise repeat checked)")
     return ok
 
 
@@ -238,161 +217,11 @@ def timing(cupy, torch, C, reps: int, only: str | None, rng) -> None:
                   f"{f / t_ours / 1e12:>11.1f}{f / t_torch / 1e12:>11.1f}", flush=True)
 
 
-_SWITCHES = ("_WORKSPACE", "_IMAGE_MIN_P", "_FAST_IM2COL", "_BWD_INPUT_AS_CONV", "_WEIGHT_GROUPS")
-SWEEP_CASES = ("resnet 3x3 s1", "conv3d 3x3x3", "3x3 7x7 512ch")
-
-
-def _alternatives(piece: str):
-    """(label, settings) for every alternative of one primitive; settings override conv.py's switches."""
-    alts = []
-    for ws in (16, 32, 64, 256):
-        for mode, min_p in (("per-image", 1), ("wide", 10**9)):
-            for fast in (True, False):
-                base = dict(_WORKSPACE=ws << 20, _IMAGE_MIN_P=min_p, _FAST_IM2COL=fast)
-                tag = f"ws {ws:>4} MiB {mode:<9} im2col {'fast' if fast else 'old '}"
-                if piece == "fwd":
-                    alts.append((tag, base))
-                elif piece == "bwd_in":
-                    for asc in (True, False):
-                        alts.append((f"{tag} {'as-conv' if asc else 'col2im '}", dict(base, _BWD_INPUT_AS_CONV=asc)))
-                elif mode == "per-image":  # bwd_w: per-image partials or G equal segments per chunk
-                    for groups in (0, 4, 8, 16, 32, 64):
-                        label = "per-image" if groups == 0 else f"G={groups}"
-                        alts.append((f"ws {ws:>4} MiB im2col {'fast' if fast else 'old '} {label:<9}",
-                                     dict(base, _WEIGHT_GROUPS=groups)))
-                else:
-                    alts.append((f"ws {ws:>4} MiB im2col {'fast' if fast else 'old '} rule     ",
-                                 dict(base, _WEIGHT_GROUPS=0)))
-    return alts
-
-
-def sweep(cupy, torch, C, reps: int, rng, only: str | None = None) -> None:
-    """Every alternative (switch setting) of each primitive on SWEEP_CASES, one line each, then the
-    best per primitive, then the pieces at the defaults."""
-    saved = {k: getattr(C, k) for k in _SWITCHES}
-    print("\ndefaults: " + ", ".join(f"{k}={v}" for k, v in saved.items()))
-    sync = cupy.cuda.Device().synchronize
-    for case in CASES:
-        name, batch, in_c, out_c, spatial, kernel, stride, padding = case
-        if name not in SWEEP_CASES or (only and only not in name):
-            continue
-        x, w, dy, out = _case_inputs(cupy, torch, case, rng)
-        xc, wc, dyc = _cp(cupy, x), _cp(cupy, w), _cp(cupy, dy)
-        args = (batch, in_c, out_c, spatial, kernel, stride, padding)
-        flops = 2 * batch * out_c * math.prod(out) * in_c * math.prod(kernel)
-        fns = {"fwd": lambda: C.conv(xc, wc, None, *args), "bwd_in": lambda: C.conv_bwd_input(dyc, wc, *args),
-               "bwd_w": lambda: C.conv_bwd_weight(xc, dyc, *args)}
-        print(f"\nsweep on {name} (ms, TFLOP/s); default first:")
-        best = {}
-        try:
-            for piece, fn in fns.items():
-                for k, v in saved.items():
-                    setattr(C, k, v)
-                t = _time(fn, sync, reps)
-                print(f"  {piece:<7} {'DEFAULT':<52} {t * 1e3:8.3f} ms {flops / t / 1e12:6.1f} TF/s", flush=True)
-                best[piece] = (t, "DEFAULT", t)
-                for label, settings in _alternatives(piece):
-                    for k, v in saved.items():
-                        setattr(C, k, settings.get(k, v))
-                    t = _time(fn, sync, reps)
-                    print(f"  {piece:<7} {label:<52} {t * 1e3:8.3f} ms {flops / t / 1e12:6.1f} TF/s", flush=True)
-                    if t < best[piece][0]:
-                        best[piece] = (t, label, best[piece][2])
-        finally:
-            for k, v in saved.items():
-                setattr(C, k, v)
-        for piece, (t, label, t_def) in best.items():
-            print(f"  BEST {name} {piece:<7} {t * 1e3:8.3f} ms ({flops / t / 1e12:5.1f} TF/s) [{label.strip()}]; "
-                  f"default {t_def * 1e3:.3f} ms")
-        _pieces(cupy, C, case, xc, wc, dyc, out, reps, sync)
-
-
-def _pieces(cupy, C, case, xc, wc, dyc, out, reps, sync) -> None:
-    """Time of each piece for one chunk at the default workspace (whole batch if it fits)."""
-    from torchlean.kernels.cuda.linalg import gemm
-
-    name, batch, in_c, out_c, spatial, kernel, stride, padding = case
-    r = len(spatial)
-    S, P, K = math.prod(spatial), math.prod(out), math.prod(kernel)
-    ck = in_c * K
-    nb = C._chunk(batch, ck * P)
-    g = C._geom(spatial, out, kernel, stride, padding)
-    cols = cupy.empty(ck * nb * P, dtype=cupy.float32)
-    y = cupy.empty(nb * out_c * P, dtype=cupy.float32)
-    tmp = cupy.empty(nb * out_c * P, dtype=cupy.float32)
-    part = cupy.empty(max(nb, 64) * out_c * ck, dtype=cupy.float32)
-    dw = cupy.empty(out_c * ck, dtype=cupy.float32)
-    dx = cupy.empty(nb * in_c * S, dtype=cupy.float32)
-    wt = cupy.empty(out_c * ck, dtype=cupy.float32)
-    gb = ck * nb * P * 4 / 1e9
-    fl = 2 * nb * out_c * P * ck
-    L = nb * P
-    # stride-1 input gradient as a forward conv: columns of dy (out_c*K, nb*S) onto `spatial`
-    s1 = all(st == 1 for st in stride)
-    g2 = C._geom(tuple(out), tuple(spatial), kernel, (1,) * r, tuple(k - 1 - p for k, p in zip(kernel, padding)))
-    cols2 = cupy.empty(out_c * K * nb * S, dtype=cupy.float32) if s1 else None
-    gb2 = out_c * K * nb * S * 4 / 1e9
-    fl2 = 2 * nb * in_c * S * out_c * K
-
-    def with_fast(flag, fn):
-        def run():
-            old = C._FAST_IM2COL
-            C._FAST_IM2COL = flag
-            try:
-                fn()
-            finally:
-                C._FAST_IM2COL = old
-        return run
-
-    print(f"\npieces on {name}, one chunk of {nb} images (columns {gb:.3f} GB):")
-    rows = [
-        ("im2col old", gb + nb * in_c * S * 4 / 1e9, 0, with_fast(False, lambda: C._im2col(xc, cols, g, nb, in_c, r, P))),
-        ("im2col fast", gb + nb * in_c * S * 4 / 1e9, 0, with_fast(True, lambda: C._im2col(xc, cols, g, nb, in_c, r, P))),
-        ("fwd GEMM per-image", 0, fl, lambda: gemm(wc, cols, y, out_c, P, ck, ck, L, P, batch=nb, stride_b=P,
-                                                   stride_c=out_c * P)),
-        ("fwd GEMM wide", 0, fl, lambda: gemm(wc, cols, tmp, out_c, L, ck, ck, L, L)),
-        ("fwd permute (swap01)", 2 * nb * out_c * P * 4 / 1e9, 0, lambda: C._swap01(tmp, y, None, out_c, nb, P)),
-        ("bwd_in GEMM per-image", 0, fl, lambda: gemm(wc, dyc, cols, ck, P, out_c, ck, P, L, trans_a=True,
-                                                      batch=nb, stride_b=out_c * P, stride_c=P)),
-        ("bwd_in GEMM wide", 0, fl, lambda: gemm(wc, tmp, cols, ck, L, out_c, ck, L, L, trans_a=True)),
-        ("col2im", gb + nb * in_c * S * 4 / 1e9, 0, lambda: C._col2im(cols, dx, None, g, nb, in_c, r, S)),
-    ]
-    if s1:
-        rows += [
-            ("bwd_in as-conv: flip W", 2 * out_c * ck * 4 / 1e9, 0, lambda: C._launch(
-                "tl_conv_flip_weight", (C.grid_for(out_c * ck),), (wc, wt, np.int64(out_c), np.int64(in_c), np.int64(K)))),
-            ("bwd_in as-conv: im2col fast", gb2 + nb * out_c * P * 4 / 1e9, 0,
-             with_fast(True, lambda: C._im2col(dyc, cols2, g2, nb, out_c, r, S))),
-            ("bwd_in as-conv: GEMM per-image", 0, fl2, lambda: gemm(wt, cols2, dx, in_c, S, out_c * K, out_c * K,
-                                                                    nb * S, S, batch=nb, stride_b=S, stride_c=in_c * S)),
-            ("bwd_in as-conv: GEMM wide", 0, fl2, lambda: gemm(wt, cols2, dx, in_c, nb * S, out_c * K, out_c * K,
-                                                               nb * S, nb * S)),
-        ]
-    rows.append(("bwd_w GEMM per-image", 0, fl, lambda: gemm(dyc, cols, part, out_c, ck, P, P, L, ck, trans_b=True,
-                                                             batch=nb, stride_a=out_c * P, stride_b=P, stride_c=out_c * ck)))
-    for groups in (4, 8, 16, 32, 64):
-        seg = -(-L // groups)
-        full = L // seg
-        rows.append((f"bwd_w GEMM G={groups} (seg {seg})", 0, 2 * out_c * ck * seg * full,
-                     lambda seg=seg, full=full: gemm(tmp, cols, part, out_c, ck, seg, L, L, ck, trans_b=True,
-                                                     batch=full, stride_a=seg, stride_b=seg, stride_c=out_c * ck)))
-    rows.append(("partials sum (nb)", (nb + 1) * out_c * ck * 4 / 1e9, 0,
-                 lambda: C._launch("tl_conv_sum_partials", (C.grid_for(out_c * ck),), (
-                     part, np.int64(nb), np.int64(out_c * ck), None, np.int64(1), np.int64(1), dw))))
-    rows.append(("bwd_w permute dy (swap01)", 2 * nb * out_c * P * 4 / 1e9, 0,
-                 lambda: C._swap01(dyc, tmp, None, nb, out_c, P)))
-    for label, gbytes, f, fn in rows:
-        t = _time(fn, sync, reps)
-        extra = (f"{gbytes / t:8.0f} GB/s" if gbytes else "") + (f"{f / t / 1e12:8.1f} TFLOP/s" if f else "")
-        print(f"  {label:<34}{t * 1e3:8.3f} ms {extra}", flush=True)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--no-check", action="store_true")
-    ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--cudnn-benchmark", action="store_true", help="let cuDNN time its algorithms")
     ap.add_argument("--only", default=None)
     a = ap.parse_args()
@@ -406,8 +235,6 @@ def main() -> None:
         ok = check(cupy, torch, C, rng)
     if not a.check_only:
         timing(cupy, torch, C, a.reps, a.only, rng)
-        if a.sweep:
-            sweep(cupy, torch, C, a.reps, rng, a.only)
     raise SystemExit(0 if ok else 1)
 
 

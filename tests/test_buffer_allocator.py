@@ -344,8 +344,8 @@ def test_cuda_caches_are_counted_and_emptied_by_a_forced_collect(cuda_device):
     assert np.array_equal(got, (idx % 16).astype(F32))
     P.gather_vec(vec, 16, idx[:1000], 1000)  # a small upload: kept, and staged through a slot
     _spectral_forward(cuda_device, 256, 8)
-    slots = [s for ring in staging._stages.values() for s in ring[1:] if s is not None]
-    assert slots and max(s[1] for s in slots) <= staging._F32_MAX  # big uploads no longer grow a slot
+    slots = [s for ring in staging._stages.values() for s in ring.slots if s is not None]
+    assert slots and max(s.cap for s in slots) <= staging._F32_MAX  # big uploads no longer grow a slot
     held = caches.held_bytes("cuda")
     assert held > 0 and allocator_stats(cuda_device).cached_bytes >= caches.held_bytes("cuda", 0)
     assert collect_allocator(True) >= held

@@ -240,7 +240,7 @@ def _cu_ce_bwd(x, lse, dloss, rows, cols, targets, ls, k):
 
 
 def _cu_ce_reduce(x, rows, cols, targets, ls, scale, k):
-    """The row losses as emulated, then tl_ce_sum_scale: 256 lanes in double, lanes in order."""
+    """The row losses as emulated, then tl_cross_entropy_reduce_sum_scale: 256 lanes in double, lanes in order."""
     loss, lse = _cu_ce(x, rows, cols, targets, ls, k)
     part = np.zeros(256)
     for r in range(rows):

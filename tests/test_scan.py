@@ -164,7 +164,8 @@ def _apply(m, e, l, h):
 
 
 def _carries(Pm, Pe, Lc, start, reverse, threads=None):
-    """Pass 2 of scan.cu: tl_scan_carry_seq (threads None) or tl_scan_carry_block with `threads` runs."""
+    """Pass 2 of scan.cu: tl_selective_scan_carry_seq (threads None) or tl_selective_scan_carry_block
+    with `threads` runs."""
     C, S = Pm.shape
     order = list(range(C - 1, -1, -1)) if reverse else list(range(C))
     cin = np.zeros((C, S), F32)

@@ -2,7 +2,8 @@
 //
 // Tiled kernels (head dim padded to DP = 32, 64 or 128; any d <= 128 runs in the next
 // instantiation with the tail zero-filled; DP >= 32 because the forward's P V step gives each
-// thread float4 columns t*32 + cg*4 for t < DP/32): 128 threads per block, tiles of 64 rows x 64 columns,
+// thread float4 columns t*32 + cg*4 for t < DP/32), 128 threads per block. Backward
+// (tl_flash_attention_bwd_dq_d*, tl_flash_attention_bwd_dkv_d*): tiles of 64 rows x 64 columns,
 // each thread a 4 x 8 register micro-tile of scores (rows rg*4 .. rg*4+3, columns cg*4 .. cg*4+3
 // and 32+cg*4 .. 32+cg*4+3, rg = tid / 8, cg = tid % 8, so the 8 threads of a row are adjacent
 // lanes and row reductions are 3 xor-shuffles). Operand tiles are stored transposed in shared
@@ -27,9 +28,8 @@
 // out (batch, n, heads, d) and dqkv in place of the copies that would move the heads. lse and D
 // stay (batch heads, n). The arithmetic does not depend on the layout: same bits either way.
 //
-// tl_attn_fwd2_d* (below tl_attn_fwd_d*; the launcher's default) is the faster forward: 128 query
-// rows per block (64 at DP = 128), row-major Q/K tiles, an 8 x 8 micro-tile and cp.async-staged
-// K/V tiles. All tiled kernels take `vec`: 1 reads tiles as coalesced float4 rows (the launcher
+// Forward (tl_flash_attention_fwd_d*): 128 query rows per block (64 at DP = 128), row-major Q/K
+// tiles, an 8 x 8 micro-tile and cp.async-staged K/V tiles. All tiled kernels take `vec`: 1 reads tiles as coalesced float4 rows (the launcher
 // passes it only when d % 4 == 0 and every operand pointer is 16-byte aligned), 0 scalar loads.
 
 #define TL_BR 64
@@ -118,18 +118,6 @@ __device__ __forceinline__ void tl_load_t(float* dst, const float* src, long lon
     }
 }
 
-// dst[r * DP + c] = src[(row0 + r) * ld + c] (row-major, coalesced).
-template <int DP>
-__device__ __forceinline__ void tl_load_rows(float* dst, const float* src, long long row0, long long nrows, int d,
-                                             long long ld) {
-    for (int idx = threadIdx.x; idx < 64 * DP; idx += TL_NT) {
-        int r = idx / DP, c = idx - r * DP;
-        float x = 0.0f;
-        if (row0 + r < nrows && c < d) x = src[(row0 + r) * ld + c];
-        dst[idx] = x;
-    }
-}
-
 // acc[r][c] += sum_k A[k][rg*4 + r] * B[k][col(c)] over k < DP, A and B transposed tiles.
 template <int DP>
 __device__ __forceinline__ void tl_mma_4x8(float acc[4][8], const float* A, const float* B, int rg, int cg) {
@@ -149,126 +137,7 @@ __device__ __forceinline__ void tl_mma_4x8(float acc[4][8], const float* A, cons
 
 __device__ __forceinline__ int tl_col(int cg, int c) { return (c < 4) ? cg * 4 + c : 32 + cg * 4 + (c - 4); }
 
-// -- forward -------------------------------------------------------------------------------
-template <int DP>
-__device__ void tl_attn_fwd_tiled(const float* __restrict__ q, const float* __restrict__ k,
-                                  const float* __restrict__ v, TlAttnMask M, float* __restrict__ out,
-                                  float* __restrict__ lse, long long batch, long long n_q, long long n_k, int d,
-                                  float scale, int vec, TlAttnLay L) {
-    extern __shared__ float4 tl_smem4[];
-    float* smem = reinterpret_cast<float*>(tl_smem4);
-    float* QsT = smem;               // [DP][TL_LD], q * c
-    float* KsT = QsT + DP * TL_LD;   // [DP][TL_LD]
-    float* Vs = KsT + DP * TL_LD;    // [64][DP]
-    float* Ps = Vs + 64 * DP;        // [64][TL_LD]
-    const int tid = threadIdx.x, cg = tid & 7, rg = tid >> 3;
-    const float c2 = scale * TL_LOG2E;
-    const long long ntq = (n_q + TL_BR - 1) / TL_BR;
-    for (long long item = blockIdx.x; item < batch * ntq; item += gridDim.x) {
-        const long long b = item / ntq, i0 = (item - b * ntq) * TL_BR;
-        const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
-        __syncthreads();  // the previous item's readers are done with the tiles
-        tl_load_t<DP>(QsT, q + tl_qoff(L, b), i0, n_q, d, L.q_ld, c2, vec);
-        float m[4], l[4], o[4][DP / 8];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            m[r] = -INFINITY;
-            l[r] = 0.0f;
-#pragma unroll
-            for (int t = 0; t < DP / 8; ++t) o[r][t] = 0.0f;
-        }
-        const long long kend = M.causal ? min(n_k, i0 + TL_BR) : n_k;
-        for (long long j0 = 0; j0 < kend; j0 += TL_BC) {
-            __syncthreads();
-            tl_load_t<DP>(KsT, k + tl_koff(L, b), j0, n_k, d, L.k_ld, 1.0f, vec);
-            tl_load_rows<DP>(Vs, v + tl_koff(L, b), j0, n_k, d, L.k_ld);
-            __syncthreads();
-            float s[4][8];
-#pragma unroll
-            for (int r = 0; r < 4; ++r)
-#pragma unroll
-                for (int c = 0; c < 8; ++c) s[r][c] = 0.0f;
-            tl_mma_4x8<DP>(s, QsT, KsT, rg, cg);
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const long long i = i0 + rg * 4 + r;
-                float mx = -INFINITY;
-#pragma unroll
-                for (int c = 0; c < 8; ++c) {
-                    bool live;
-                    s[r][c] = tl_masked(s[r][c], i, j0 + tl_col(cg, c), n_q, n_k, M, mb, &live);
-                    mx = fmaxf(mx, s[r][c]);
-                }
-                mx = fmaxf(mx, __shfl_xor_sync(TL_FULL_MASK, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(TL_FULL_MASK, mx, 2));
-                mx = fmaxf(mx, __shfl_xor_sync(TL_FULL_MASK, mx, 4));
-                const float m_new = fmaxf(m[r], mx);
-                const float m_use = (m_new == -INFINITY) ? 0.0f : m_new;
-                const float alpha = exp2f(m[r] - m_use);
-                m[r] = m_new;
-                float ps = 0.0f;
-#pragma unroll
-                for (int c = 0; c < 8; ++c) {
-                    s[r][c] = exp2f(s[r][c] - m_use);
-                    ps += s[r][c];
-                }
-                l[r] = l[r] * alpha + ps;
-#pragma unroll
-                for (int t = 0; t < DP / 8; ++t) o[r][t] *= alpha;
-                float* prow = Ps + (rg * 4 + r) * TL_LD;
-                *reinterpret_cast<float4*>(prow + cg * 4) = make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
-                *reinterpret_cast<float4*>(prow + 32 + cg * 4) = make_float4(s[r][4], s[r][5], s[r][6], s[r][7]);
-            }
-            __syncthreads();
-            // O += P V: thread columns t*32 + cg*4 + e (e < 4), t < DP/32
-#pragma unroll 2
-            for (int j = 0; j < TL_BC; j += 4) {
-                float pv[4][4];
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    float4 p4 = *reinterpret_cast<const float4*>(Ps + (rg * 4 + r) * TL_LD + j);
-                    pv[r][0] = p4.x; pv[r][1] = p4.y; pv[r][2] = p4.z; pv[r][3] = p4.w;
-                }
-#pragma unroll
-                for (int jj = 0; jj < 4; ++jj) {
-#pragma unroll
-                    for (int t = 0; t < DP / 32; ++t) {
-                        float4 vv = *reinterpret_cast<const float4*>(Vs + (j + jj) * DP + t * 32 + cg * 4);
-#pragma unroll
-                        for (int r = 0; r < 4; ++r) {
-                            o[r][t * 4 + 0] = fmaf(pv[r][jj], vv.x, o[r][t * 4 + 0]);
-                            o[r][t * 4 + 1] = fmaf(pv[r][jj], vv.y, o[r][t * 4 + 1]);
-                            o[r][t * 4 + 2] = fmaf(pv[r][jj], vv.z, o[r][t * 4 + 2]);
-                            o[r][t * 4 + 3] = fmaf(pv[r][jj], vv.w, o[r][t * 4 + 3]);
-                        }
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            float lt = l[r];
-            lt += __shfl_xor_sync(TL_FULL_MASK, lt, 1);
-            lt += __shfl_xor_sync(TL_FULL_MASK, lt, 2);
-            lt += __shfl_xor_sync(TL_FULL_MASK, lt, 4);
-            const long long i = i0 + rg * 4 + r;
-            if (i < n_q) {
-                const bool ok = !(lt == 0.0f);  // NaN rows stay NaN; rows without weight give 0
-                float* orow = out + tl_ooff(L, b) + i * L.o_ld;
-#pragma unroll
-                for (int t = 0; t < DP / 32; ++t)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        int col = t * 32 + cg * 4 + e;
-                        if (col < d) orow[col] = ok ? o[r][t * 4 + e] / lt : 0.0f;
-                    }
-                if (cg == 0) lse[b * n_q + i] = ok ? (m[r] + log2f(lt)) * TL_LN2 : -INFINITY;
-            }
-        }
-    }
-}
-
-// -- forward, version 2 ------------------------------------------------------------------------
+// -- forward ---------------------------------------------------------------------------------
 // 128 threads, BR = 16 RT query rows x 64 keys per step, each thread an RT x 8 register micro-tile
 // of scores: rows rg*RT + r (rg = tid / 8), key columns cg + 8c (cg = tid % 8, c < 8), so the 8
 // threads of a row are adjacent lanes (row reductions: 3 xor-shuffles). Q (scaled by c) and K are
@@ -321,7 +190,7 @@ __device__ __forceinline__ void tl_stage(float* dst, int pitch, const float* src
 }
 
 template <int DP, int RT>
-__device__ void tl_attn_fwd2_tiled(const float* __restrict__ q, const float* __restrict__ k,
+__device__ void tl_flash_attention_fwd_tiled(const float* __restrict__ q, const float* __restrict__ k,
                                    const float* __restrict__ v, TlAttnMask M, float* __restrict__ out,
                                    float* __restrict__ lse, long long batch, long long n_q, long long n_k, int d,
                                    float scale, int vec, TlAttnLay L) {
@@ -465,7 +334,7 @@ __device__ void tl_attn_fwd2_tiled(const float* __restrict__ q, const float* __r
 }
 
 // -- D = rowsum(dout * out): one warp per row (b, i), fixed order; D is (batch heads, n_q) ---------
-extern "C" __global__ void tl_attn_rowdot(const float* __restrict__ dout, const float* __restrict__ out,
+extern "C" __global__ void tl_flash_attention_bwd_rowdot(const float* __restrict__ dout, const float* __restrict__ out,
                                           float* __restrict__ dd, long long rows, long long d, long long n_q,
                                           TlAttnLay L) {
     const int lane = threadIdx.x & 31;
@@ -481,7 +350,7 @@ extern "C" __global__ void tl_attn_rowdot(const float* __restrict__ dout, const 
 
 // -- dQ: a block owns a query tile and loops over key tiles -----------------------------------
 template <int DP>
-__device__ void tl_attn_bwd_q_tiled(const float* __restrict__ q, const float* __restrict__ k,
+__device__ void tl_flash_attention_bwd_dq_tiled(const float* __restrict__ q, const float* __restrict__ k,
                                     const float* __restrict__ v, TlAttnMask M, const float* __restrict__ lse,
                                     const float* __restrict__ dd, const float* __restrict__ dout,
                                     float* __restrict__ dq, long long batch, long long n_q, long long n_k, int d,
@@ -578,7 +447,7 @@ __device__ void tl_attn_bwd_q_tiled(const float* __restrict__ q, const float* __
 
 // -- dK, dV: a block owns a key tile and loops over query tiles --------------------------------
 template <int DP>
-__device__ void tl_attn_bwd_kv_tiled(const float* __restrict__ q, const float* __restrict__ k,
+__device__ void tl_flash_attention_bwd_dkv_tiled(const float* __restrict__ q, const float* __restrict__ k,
                                      const float* __restrict__ v, TlAttnMask M, const float* __restrict__ lse,
                                      const float* __restrict__ dd, const float* __restrict__ dout,
                                      float* __restrict__ dk, float* __restrict__ dv, long long batch, long long n_q,
@@ -699,43 +568,37 @@ __device__ void tl_attn_bwd_kv_tiled(const float* __restrict__ q, const float* _
     long long s_k, int mode, int causal
 #define TL_ATTN_MASK {mask, heads, s_n, s_h, s_q, s_k, mode, causal}
 
-#define TL_ATTN_INSTANCE(DP)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(TL_NT) tl_attn_fwd_d##DP(                                    \
+#define TL_ATTN_FWD_INSTANCE(DP, RT, MINB)                                                                      \
+    extern "C" __global__ void __launch_bounds__(TL_NT, MINB) tl_flash_attention_fwd_d##DP(                   \
         const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, float* out, float* lse,             \
         long long batch, long long n_q, long long n_k, int d, float scale, int vec, TlAttnLay L) {              \
         TlAttnMask M = TL_ATTN_MASK;                                                                           \
-        tl_attn_fwd_tiled<DP>(q, k, v, M, out, lse, batch, n_q, n_k, d, scale, vec, L);                        \
-    }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(TL_NT) tl_attn_bwd_q_d##DP(                                  \
+        tl_flash_attention_fwd_tiled<DP, RT>(q, k, v, M, out, lse, batch, n_q, n_k, d, scale, vec, L);         \
+    }
+
+#define TL_ATTN_BWD_INSTANCE(DP)                                                                               \
+    extern "C" __global__ void __launch_bounds__(TL_NT) tl_flash_attention_bwd_dq_d##DP(                      \
         const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, const float* lse, const float* dd,  \
         const float* dout, float* dq, long long batch, long long n_q, long long n_k, int d, float scale, int vec, \
         TlAttnLay L) {                                                                                         \
         TlAttnMask M = TL_ATTN_MASK;                                                                           \
-        tl_attn_bwd_q_tiled<DP>(q, k, v, M, lse, dd, dout, dq, batch, n_q, n_k, d, scale, vec, L);             \
+        tl_flash_attention_bwd_dq_tiled<DP>(q, k, v, M, lse, dd, dout, dq, batch, n_q, n_k, d, scale, vec, L); \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(TL_NT) tl_attn_bwd_kv_d##DP(                                 \
+    extern "C" __global__ void __launch_bounds__(TL_NT) tl_flash_attention_bwd_dkv_d##DP(                     \
         const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, const float* lse, const float* dd,  \
         const float* dout, float* dk, float* dv, long long batch, long long n_q, long long n_k, int d,         \
         float scale, int vec, TlAttnLay L) {                                                                   \
         TlAttnMask M = TL_ATTN_MASK;                                                                           \
-        tl_attn_bwd_kv_tiled<DP>(q, k, v, M, lse, dd, dout, dk, dv, batch, n_q, n_k, d, scale, vec, L);        \
+        tl_flash_attention_bwd_dkv_tiled<DP>(q, k, v, M, lse, dd, dout, dk, dv, batch, n_q, n_k, d, scale, vec, L); \
     }
 
-#define TL_ATTN_FWD2_INSTANCE(DP, RT, MINB)                                                                     \
-    extern "C" __global__ void __launch_bounds__(TL_NT, MINB) tl_attn_fwd2_d##DP(                             \
-        const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, float* out, float* lse,             \
-        long long batch, long long n_q, long long n_k, int d, float scale, int vec, TlAttnLay L) {              \
-        TlAttnMask M = TL_ATTN_MASK;                                                                           \
-        tl_attn_fwd2_tiled<DP, RT>(q, k, v, M, out, lse, batch, n_q, n_k, d, scale, vec, L);                   \
-    }
-
-TL_ATTN_INSTANCE(32)
-TL_ATTN_INSTANCE(64)
-TL_ATTN_INSTANCE(128)
 // (DP, rows per thread, min blocks per SM): BR = 16 RT query rows per block
-TL_ATTN_FWD2_INSTANCE(32, 8, 2)
-TL_ATTN_FWD2_INSTANCE(64, 8, 2)
-TL_ATTN_FWD2_INSTANCE(128, 4, 1)
+TL_ATTN_FWD_INSTANCE(32, 8, 2)
+TL_ATTN_FWD_INSTANCE(64, 8, 2)
+TL_ATTN_FWD_INSTANCE(128, 4, 1)
+TL_ATTN_BWD_INSTANCE(32)
+TL_ATTN_BWD_INSTANCE(64)
+TL_ATTN_BWD_INSTANCE(128)
 
 // -- generic fallback (d > 128): one warp per row, lane holds dims lane + 32 t ------------------
 #define TL_NPL 32  // d <= 1024
@@ -750,7 +613,7 @@ __device__ __forceinline__ float tl_warp_dot(const float* a, const float* __rest
     return tl_warp_sum_f(acc);
 }
 
-extern "C" __global__ void tl_attn_fwd_generic(const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS,
+extern "C" __global__ void tl_flash_attention_fwd_generic(const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS,
                                                float* out, float* lse, long long batch, long long n_q,
                                                long long n_k, int d, float scale, TlAttnLay L) {
     TlAttnMask M = TL_ATTN_MASK;
@@ -798,7 +661,7 @@ extern "C" __global__ void tl_attn_fwd_generic(const float* q, const float* k, c
     }
 }
 
-extern "C" __global__ void tl_attn_bwd_q_generic(const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS,
+extern "C" __global__ void tl_flash_attention_bwd_dq_generic(const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS,
                                                  const float* lse, const float* dd, const float* dout, float* dq,
                                                  long long batch, long long n_q, long long n_k, int d, float scale,
                                                  TlAttnLay L) {
@@ -844,7 +707,7 @@ extern "C" __global__ void tl_attn_bwd_q_generic(const float* q, const float* k,
     }
 }
 
-extern "C" __global__ void tl_attn_bwd_kv_generic(const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS,
+extern "C" __global__ void tl_flash_attention_bwd_dkv_generic(const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS,
                                                   const float* lse, const float* dd, const float* dout, float* dk,
                                                   float* dv, long long batch, long long n_q, long long n_k, int d,
                                                   float scale, TlAttnLay L) {

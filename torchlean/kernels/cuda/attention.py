@@ -1,16 +1,14 @@
 """CUDA kernels of the attention family (attention.cu): tiled flash attention, forward and backward.
 
-* flash_attention_fwd: one launch of tl_attn_fwd2_d{32,64,128} (FWD_KERNEL = 2, the default:
-  128 or 64 query rows per block, cp.async-staged K/V) or the earlier tl_attn_fwd_d{32,64,128}
-  (FWD_KERNEL = 1), the smallest instantiation >= d; d > 128: the warp-per-row
-  tl_attn_fwd_generic, d <= 1024. Writes out and lse only.
-* VEC_LOADS (default True): tiles are read with coalesced float4 loads along d when d % 4 == 0 and
-  every operand pointer is 16-byte aligned (else scalar loads; VEC_LOADS = False forces those).
-  Both switches can be set from the environment (TORCHLEAN_ATTN_FWD=1|2, TORCHLEAN_ATTN_VEC=0|1)
-  or by assigning the module attributes, so one GPU run can A/B them.
-* backward: D = rowsum(dout * out) (tl_attn_rowdot, batch*n_q floats), then tl_attn_bwd_q_d* (a
-  block per query tile, looping over key tiles) and/or tl_attn_bwd_kv_d* (a block per key tile,
-  looping over query tiles). bwd_k and bwd_v run the fused kv kernel and drop one output;
+* flash_attention_fwd: one launch of tl_flash_attention_fwd_d{32,64,128} (128 or 64 query rows per
+  block, cp.async-staged K/V), the smallest instantiation >= d; d > 128: the warp-per-row
+  tl_flash_attention_fwd_generic, d <= 1024. Writes out and lse only.
+* Tiles are read with coalesced float4 loads along d when d % 4 == 0 and every operand pointer is
+  16-byte aligned, else with scalar loads.
+* backward: D = rowsum(dout * out) (tl_flash_attention_bwd_rowdot, batch*n_q floats), then
+  tl_flash_attention_bwd_dq_d* (a block per query tile, looping over key tiles) and/or
+  tl_flash_attention_bwd_dkv_d* (a block per key tile, looping over query tiles). bwd_k and bwd_v
+  run the fused kv kernel and drop one output;
   flash_attention_bwd runs both kernels after one rowdot (three launches for dq, dk, dv).
 * packed (flash_attention_packed_fwd / _bwd): the same kernels with another TlAttnLay (the rows'
   addresses per role, a HostStruct cached per shape): q, k, v are read at offsets 0, E, 2E of the
@@ -22,8 +20,6 @@ mask pointer that the kernels never read.
 """
 
 from __future__ import annotations
-
-import os
 
 import cupy
 import numpy as np
@@ -40,9 +36,7 @@ _LD = 68
 _TILE = 64
 _GENERIC_MAX_D = 1024
 _MODES = {"none": 0, "fill": 1, "hard": 2, "add": 3}
-FWD_KERNEL = int(os.environ.get("TORCHLEAN_ATTN_FWD", "2"))
-VEC_LOADS = os.environ.get("TORCHLEAN_ATTN_VEC", "1") != "0"
-_FWD2_RT = {32: 8, 64: 8, 128: 4}  # rows per thread of tl_attn_fwd2_d*: BR = 16 RT query rows per block
+_FWD_RT = {32: 8, 64: 8, 128: 4}  # rows per thread of tl_flash_attention_fwd_d*: BR = 16 RT query rows per block
 
 
 def _dp(d: int) -> int | None:
@@ -52,21 +46,20 @@ def _dp(d: int) -> int | None:
     return None
 
 
-def _fwd2_br(dp: int) -> int:
-    return 16 * _FWD2_RT[dp]
+def _fwd_br(dp: int) -> int:
+    return 16 * _FWD_RT[dp]
 
 
 def _smem(kind: str, dp: int) -> int:
-    if kind == "fwd2":
-        br = _fwd2_br(dp)
-        return 4 * (br * (dp + 4) + 64 * (dp + 4) + 64 * dp + 64 * (br + 4))
     if kind == "fwd":
-        return 4 * (2 * dp * _LD + 64 * dp + 64 * _LD)
-    if kind == "q":
+        br = _fwd_br(dp)
+        return 4 * (br * (dp + 4) + 64 * (dp + 4) + 64 * dp + 64 * (br + 4))
+    if kind == "dq":
         return 4 * (4 * dp * _LD + 64 * _LD)
     return 4 * (4 * dp * _LD + 2 * 64 * _LD + 128)
 
 
+_TILED_NAMES = {"fwd": "fwd", "dq": "bwd_dq", "dkv": "bwd_dkv"}
 _tiled_cache: dict[tuple[int, str, int], tuple] = {}
 
 
@@ -75,8 +68,7 @@ def _tiled(kind: str, dp: int):
     key = (cupy.cuda.runtime.getDevice(), kind, dp)
     hit = _tiled_cache.get(key)
     if hit is None:
-        name = {"fwd": "tl_attn_fwd_d", "fwd2": "tl_attn_fwd2_d", "q": "tl_attn_bwd_q_d",
-                "kv": "tl_attn_bwd_kv_d"}[kind] + str(dp)
+        name = f"tl_flash_attention_{_TILED_NAMES[kind]}_d{dp}"
         fn = kernel(_FILE, name)
         smem = _smem(kind, dp)
         if smem > 48 * 1024:
@@ -137,7 +129,7 @@ def _lay(packed: bool, heads: int, n_q: int, n_k: int, d: int) -> _Lay:
 def _vec(d: int, lay: _Lay, *ptrs: int) -> np.int32:
     """1 when the tiles can be read as float4 rows: d % 4 == 0, strides multiples of 4 and every base
     pointer 16-byte aligned."""
-    ok = VEC_LOADS and d % 4 == 0 and lay.aligned and all(p % 16 == 0 for p in ptrs)
+    ok = d % 4 == 0 and lay.aligned and all(p % 16 == 0 for p in ptrs)
     return np.int32(1 if ok else 0)
 
 
@@ -155,14 +147,14 @@ def _fwd(q, k, v, mask, out, lse, batch, n_q, n_k, d, scale, causal, mask_mode, 
     dims = (I64(batch), I64(n_q), I64(n_k), np.int32(d), F32(scale))
     dp = _dp(d)
     if dp is not None:
-        kind, br = ("fwd2", _fwd2_br(dp)) if FWD_KERNEL == 2 else ("fwd", _TILE)
-        fn, smem = _tiled(kind, dp)
+        br = _fwd_br(dp)
+        fn, smem = _tiled("fwd", dp)
         items = batch * ((n_q + br - 1) // br)
         fn((_grid(items, smem),), (_NT,), ptrs + margs + (np.uintp(out), lse) + dims + (_vec(d, lay, q, k, v), lay.arg),
            shared_mem=smem)
     else:
-        kernel(_FILE, "tl_attn_fwd_generic")((grid_for(batch * n_q * 32),), (BLOCK,),
-                                             ptrs + margs + (np.uintp(out), lse) + dims + (lay.arg,))
+        kernel(_FILE, "tl_flash_attention_fwd_generic")((grid_for(batch * n_q * 32),), (BLOCK,),
+                                                        ptrs + margs + (np.uintp(out), lse) + dims + (lay.arg,))
 
 
 def flash_attention_fwd(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
@@ -190,8 +182,9 @@ def _bwd_launch(q, k, v, mask, out, lse, dout, dq, dk, dv, batch, n_q, n_k, d, s
     """Launch rowdot and the dq (when dq) and dk/dv (when dk) kernels: pointers (ints) in ``lay``."""
     _check_d(d)
     dd = empty(batch * n_q)
-    kernel(_FILE, "tl_attn_rowdot")((grid_for(batch * n_q * 32),), (BLOCK,),
-                                    (np.uintp(dout), np.uintp(out), dd, I64(batch * n_q), I64(d), I64(n_q), lay.arg))
+    kernel(_FILE, "tl_flash_attention_bwd_rowdot")(
+        (grid_for(batch * n_q * 32),), (BLOCK,),
+        (np.uintp(dout), np.uintp(out), dd, I64(batch * n_q), I64(d), I64(n_q), lay.arg))
     margs = _mask_args(mask, mask_mode, mask_layout, causal)
     dims = (I64(batch), I64(n_q), I64(n_k), np.int32(d), F32(scale))
     ptrs = (np.uintp(q), np.uintp(k), np.uintp(v))
@@ -200,19 +193,21 @@ def _bwd_launch(q, k, v, mask, out, lse, dout, dq, dk, dv, batch, n_q, n_k, d, s
     if dq is not None:
         args = ptrs + margs + (lse, dd, np.uintp(dout), np.uintp(dq)) + dims
         if dp is not None:
-            fn, smem = _tiled("q", dp)
+            fn, smem = _tiled("dq", dp)
             items = batch * ((n_q + _TILE - 1) // _TILE)
             fn((_grid(items, smem),), (_NT,), args + (vec, lay.arg), shared_mem=smem)
         else:
-            kernel(_FILE, "tl_attn_bwd_q_generic")((grid_for(batch * n_q * 32),), (BLOCK,), args + (lay.arg,))
+            kernel(_FILE, "tl_flash_attention_bwd_dq_generic")((grid_for(batch * n_q * 32),), (BLOCK,),
+                                                               args + (lay.arg,))
     if dk is not None:
         args = ptrs + margs + (lse, dd, np.uintp(dout), np.uintp(dk), np.uintp(dv)) + dims
         if dp is not None:
-            fn, smem = _tiled("kv", dp)
+            fn, smem = _tiled("dkv", dp)
             items = batch * ((n_k + _TILE - 1) // _TILE)
             fn((_grid(items, smem),), (_NT,), args + (vec, lay.arg), shared_mem=smem)
         else:
-            kernel(_FILE, "tl_attn_bwd_kv_generic")((grid_for(batch * n_k * 32),), (BLOCK,), args + (lay.arg,))
+            kernel(_FILE, "tl_flash_attention_bwd_dkv_generic")((grid_for(batch * n_k * 32),), (BLOCK,),
+                                                                args + (lay.arg,))
     give_back(dd)
 
 
@@ -248,22 +243,27 @@ def flash_attention_packed_bwd(qkv, mask, out, lse, dout, batch, heads, n, d, sc
     return dqkv
 
 
-def flash_attention_bwd_q(*args):
-    return _bwd(*args, True, False)[0]
+def flash_attention_bwd_q(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    return _bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout,
+                True, False)[0]
 
 
-def flash_attention_bwd(*args):
-    return _bwd(*args, True, True)
+def flash_attention_bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    return _bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout,
+                True, True)
 
 
-def flash_attention_bwd_kv(*args):
-    _, dk, dv = _bwd(*args, False, True)
+def flash_attention_bwd_kv(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    _, dk, dv = _bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout,
+                     False, True)
     return dk, dv
 
 
-def flash_attention_bwd_k(*args):
-    return _bwd(*args, False, True)[1]
+def flash_attention_bwd_k(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    return _bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout,
+                False, True)[1]
 
 
-def flash_attention_bwd_v(*args):
-    return _bwd(*args, False, True)[2]
+def flash_attention_bwd_v(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    return _bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout,
+                False, True)[2]

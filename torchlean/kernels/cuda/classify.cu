@@ -262,11 +262,11 @@ __device__ __forceinline__ void ce_rows_reg(const float* __restrict__ x, long lo
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 4) tl_ce_reg4(const float* x, long long rows, long long cols,
+extern "C" __global__ void __launch_bounds__(256, 4) tl_cross_entropy_rows_reg4(const float* x, long long rows, long long cols,
                                                              const unsigned* tg, float ls, float* loss, float* lse) {
     ce_rows_reg<4>(x, rows, cols, tg, ls, loss, lse);
 }
-extern "C" __global__ void __launch_bounds__(256, 2) tl_ce_reg1(const float* x, long long rows, long long cols,
+extern "C" __global__ void __launch_bounds__(256, 2) tl_cross_entropy_rows_reg1(const float* x, long long rows, long long cols,
                                                              const unsigned* tg, float ls, float* loss, float* lse) {
     ce_rows_reg<1>(x, rows, cols, tg, ls, loss, lse);
 }
@@ -371,11 +371,11 @@ __device__ __forceinline__ void ce_rows_block(const float* __restrict__ x, long 
     }
 }
 
-extern "C" __global__ void __launch_bounds__(512, 2) tl_ce_block4(const float* x, long long rows, long long cols,
+extern "C" __global__ void __launch_bounds__(512, 2) tl_cross_entropy_rows_block4(const float* x, long long rows, long long cols,
                                                                const unsigned* tg, float ls, float* loss, float* lse) {
     ce_rows_block<4>(x, rows, cols, tg, ls, loss, lse);
 }
-extern "C" __global__ void __launch_bounds__(512, 1) tl_ce_block1(const float* x, long long rows, long long cols,
+extern "C" __global__ void __launch_bounds__(512, 1) tl_cross_entropy_rows_block1(const float* x, long long rows, long long cols,
                                                                const unsigned* tg, float ls, float* loss, float* lse) {
     ce_rows_block<1>(x, rows, cols, tg, ls, loss, lse);
 }
@@ -406,18 +406,18 @@ __device__ __forceinline__ void ce_split_part(const float* __restrict__ x, long 
     }
 }
 
-extern "C" __global__ void __launch_bounds__(512, 2) tl_ce_part4(const float* x, long long rows, long long cols,
+extern "C" __global__ void __launch_bounds__(512, 2) tl_cross_entropy_rows_part4(const float* x, long long rows, long long cols,
                                                               long long nsplit, long long seg, float ls, float* pm,
                                                               double* ps, double* pq) {
     ce_split_part<4>(x, rows, cols, nsplit, seg, ls, pm, ps, pq);
 }
-extern "C" __global__ void __launch_bounds__(512, 1) tl_ce_part1(const float* x, long long rows, long long cols,
+extern "C" __global__ void __launch_bounds__(512, 1) tl_cross_entropy_rows_part1(const float* x, long long rows, long long cols,
                                                               long long nsplit, long long seg, float ls, float* pm,
                                                               double* ps, double* pq) {
     ce_split_part<1>(x, rows, cols, nsplit, seg, ls, pm, ps, pq);
 }
 
-extern "C" __global__ void tl_ce_split_fin(const float* __restrict__ x, long long rows, long long cols,
+extern "C" __global__ void tl_cross_entropy_rows_split_fin(const float* __restrict__ x, long long rows, long long cols,
                                            long long nsplit, long long seg, const unsigned* __restrict__ tg,
                                            float ls, const float* __restrict__ pm, const double* __restrict__ ps,
                                            const double* __restrict__ pq, float* __restrict__ loss,
@@ -471,7 +471,7 @@ extern "C" __global__ void tl_ce_split_fin(const float* __restrict__ x, long lon
 // backend repeats it), so the result repeats bitwise on every GPU.
 #define TL_CE_SUM_LANES 256
 
-extern "C" __global__ void __launch_bounds__(TL_CE_SUM_LANES) tl_ce_sum_scale(const float* __restrict__ loss,
+extern "C" __global__ void __launch_bounds__(TL_CE_SUM_LANES) tl_cross_entropy_reduce_sum_scale(const float* __restrict__ loss,
                                                                            long long rows, float scale,
                                                                            float* __restrict__ out) {
     __shared__ double part[TL_CE_SUM_LANES];
@@ -586,7 +586,7 @@ extern "C" __global__ void __launch_bounds__(LB, MINB) NAME(const float* x, cons
     FN<V>(x, lse, dloss, dstep, dsc, rows, cols, tg, b, ab, dx);                                  \
 }
 
-TL_CE_BWD(tl_ce_bwd_reg4, ce_bwd_reg, 4, 256, 4)
-TL_CE_BWD(tl_ce_bwd_reg1, ce_bwd_reg, 1, 256, 2)
-TL_CE_BWD(tl_ce_bwd_tile4, ce_bwd_tiles, 4, 256, 4)
-TL_CE_BWD(tl_ce_bwd_tile1, ce_bwd_tiles, 1, 256, 2)
+TL_CE_BWD(tl_cross_entropy_rows_bwd_reg4, ce_bwd_reg, 4, 256, 4)
+TL_CE_BWD(tl_cross_entropy_rows_bwd_reg1, ce_bwd_reg, 1, 256, 2)
+TL_CE_BWD(tl_cross_entropy_rows_bwd_tile4, ce_bwd_tiles, 4, 256, 4)
+TL_CE_BWD(tl_cross_entropy_rows_bwd_tile1, ce_bwd_tiles, 1, 256, 2)

@@ -7,20 +7,23 @@ except cross_entropy_reduce (two) and the split long-row path (two):
 * gelu / gelu_tanh and their backward passes: grid-stride float4 loops, erfcf / expf (no fast math).
 * cross_entropy_rows: every path reads each logit once and writes loss and lse only (8 bytes per
   row), never a (rows, cols) intermediate. Rows of at most 1024 columns: a warp per row, the row
-  held in registers (tl_ce_reg4: float4 loads when cols % 4 == 0 and x is 16-byte aligned; else
-  tl_ce_reg1). Longer rows: a block of 512 threads per row with an online (running max, rescaled
-  sum) pass (tl_ce_block4 / tl_ce_block1), or, for few rows (rows * nsplit blocks needed to fill
-  the device), nsplit blocks per row and a warp per row combining them (tl_ce_part* +
-  tl_ce_split_fin). Fixed-order accumulation (float trees per thread, double across threads) and
-  launch parameters (block size, nsplit, segment) that depend on (rows, cols) only: bitwise
-  repeatable in both reduction modes, no atomics.
+  held in registers (tl_cross_entropy_rows_reg4: float4 loads when cols % 4 == 0 and x is 16-byte
+  aligned; else tl_cross_entropy_rows_reg1). Longer rows: a block of 512 threads per row with an
+  online (running max, rescaled sum) pass (tl_cross_entropy_rows_block4 /
+  tl_cross_entropy_rows_block1), or, for few rows (rows * nsplit blocks needed to fill the device),
+  nsplit blocks per row and a warp per row combining them (tl_cross_entropy_rows_part* +
+  tl_cross_entropy_rows_split_fin). Fixed-order accumulation (float trees per thread, double across
+  threads) and launch parameters (block size, nsplit, segment) that depend on (rows, cols) only:
+  bitwise repeatable in both reduction modes, no atomics.
 * cross_entropy_reduce: the row kernels above write the losses to a workspace, then one block sums
-  them in double in a fixed order (tl_ce_sum_scale, 256 lanes; the CPU repeats the order) and writes
-  fl32(sum * scale): two launches for what took a row kernel, a reduction and a scale.
+  them in double in a fixed order (tl_cross_entropy_reduce_sum_scale, 256 lanes; the CPU repeats the
+  order) and writes fl32(sum * scale): two launches for what took a row kernel, a reduction and a
+  scale.
 * cross_entropy_rows_bwd: one pass (read x, write dx): a warp per row with the row's loads all in
-  flight (tl_ce_bwd_reg4/1, cols <= 1024), else tiles of 16 values per thread over (row, tile)
-  (tl_ce_bwd_tile4/1). cross_entropy_reduce_bwd is the same launch reading dloss[0] for every row,
-  scaled in float32 in the kernel (dloss step 0 and a scale; the rows primitive passes step 1, scale 1).
+  flight (tl_cross_entropy_rows_bwd_reg4/1, cols <= 1024), else tiles of 16 values per thread over
+  (row, tile) (tl_cross_entropy_rows_bwd_tile4/1). cross_entropy_reduce_bwd is the same launch
+  reading dloss[0] for every row, scaled in float32 in the kernel (dloss step 0 and a scale; the
+  rows primitive passes step 1, scale 1).
 
 The targets go up through a pinned staging buffer and an asynchronous copy on the current stream
 (staging.upload_u32).
@@ -48,7 +51,7 @@ _SPLIT_MAX = 32        # the combining warp takes one segment per lane
 # then hands out work as blocks finish (a grid-stride loop over fewer blocks leaves a tail of up to
 # one row per block). The grid never changes results: each item's order depends on blockDim only.
 _GRID_MAX = 65535
-_SUM_LANES = 256       # threads of tl_ce_sum_scale (TL_CE_SUM_LANES)
+_SUM_LANES = 256       # threads of tl_cross_entropy_reduce_sum_scale (TL_CE_SUM_LANES)
 
 
 def _unary(kname: str):
@@ -112,13 +115,13 @@ def _rows_fwd(x, rows, cols, targets, label_smoothing, loss, lse) -> None:
     vec = "4" if cols % 4 == 0 and _aligned(x) else "1"
     if cols <= _REG_MAX:
         # a warp per row, the row in registers: one DRAM read, terms shifted by the true maximum
-        kernel(_FILE, f"tl_ce_reg{vec}")((grid_for(rows * 32),), (BLOCK,),
+        kernel(_FILE, f"tl_cross_entropy_rows_reg{vec}")((grid_for(rows * 32),), (BLOCK,),
                                           (x, I64(rows), I64(cols), tg, ls, loss, lse))
         return
     nsplit, seg = _split(rows, cols)
     if nsplit == 1:
         # a block per row, one online pass (the row is read once, not once per reduction)
-        kernel(_FILE, f"tl_ce_block{vec}")((min(rows, _GRID_MAX),), (_ROW_BLOCK,),
+        kernel(_FILE, f"tl_cross_entropy_rows_block{vec}")((min(rows, _GRID_MAX),), (_ROW_BLOCK,),
                                             (x, I64(rows), I64(cols), tg, ls, loss, lse))
         return
     # few long rows: nsplit blocks per row write (max, sum, smoothing sum) states, a warp per row
@@ -127,9 +130,9 @@ def _rows_fwd(x, rows, cols, targets, label_smoothing, loss, lse) -> None:
     pm = cupy.empty(work, dtype=cupy.float32)
     ps = cupy.empty(work, dtype=cupy.float64)
     pq = cupy.empty(work, dtype=cupy.float64)
-    kernel(_FILE, f"tl_ce_part{vec}")((min(work, _GRID_MAX),), (_ROW_BLOCK,),
+    kernel(_FILE, f"tl_cross_entropy_rows_part{vec}")((min(work, _GRID_MAX),), (_ROW_BLOCK,),
                                        (x, I64(rows), I64(cols), I64(nsplit), I64(seg), ls, pm, ps, pq))
-    kernel(_FILE, "tl_ce_split_fin")((grid_for(rows * 32),), (BLOCK,),
+    kernel(_FILE, "tl_cross_entropy_rows_split_fin")((grid_for(rows * 32),), (BLOCK,),
                                      (x, I64(rows), I64(cols), I64(nsplit), I64(seg), tg, ls, pm, ps, pq, loss, lse))
 
 
@@ -141,7 +144,7 @@ def cross_entropy_reduce(x, rows, cols, targets, label_smoothing, scale):
         lw, lse = empty(rows), empty(rows)
         if rows:
             _rows_fwd(x, rows, cols, targets, label_smoothing, lw, lse)
-    kernel(_FILE, "tl_ce_sum_scale")((1,), (_SUM_LANES,), (lw, I64(rows), F32(scale), out))
+    kernel(_FILE, "tl_cross_entropy_reduce_sum_scale")((1,), (_SUM_LANES,), (lw, I64(rows), F32(scale), out))
     give_back(lw)  # the row losses: a workspace
     return out, lse
 
@@ -167,9 +170,9 @@ def _bwd_rows(x, lse, dloss, dstep, dsc, rows, cols, targets, label_smoothing):
     vec = "4" if cols % 4 == 0 and _aligned(x, dx) else "1"
     if cols <= _REG_MAX:
         # a warp per row, every load of the row issued before the first use
-        kernel(_FILE, f"tl_ce_bwd_reg{vec}")((grid_for(rows * 32),), (BLOCK,), args)
+        kernel(_FILE, f"tl_cross_entropy_rows_bwd_reg{vec}")((grid_for(rows * 32),), (BLOCK,), args)
     else:
         # (row, tile) work items of BLOCK * 16 columns: all loads of a tile in flight, few rows still fill the GPU
         tiles = rows * -(-cols // (BLOCK * 16))
-        kernel(_FILE, f"tl_ce_bwd_tile{vec}")((min(tiles, _GRID_MAX),), (BLOCK,), args)
+        kernel(_FILE, f"tl_cross_entropy_rows_bwd_tile{vec}")((min(tiles, _GRID_MAX),), (BLOCK,), args)
     return dx

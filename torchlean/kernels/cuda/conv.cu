@@ -281,10 +281,11 @@ __device__ __forceinline__ void col2im(const float* __restrict__ dcols, float* _
 }
 
 #define TL_CONV_COL2IM(SUFFIX, R)                                                              \
-    extern "C" __global__ void tl_conv_col2im_##SUFFIX(const float* __restrict__ dcols,           \
-                                                      float* __restrict__ dx,                     \
-                                                      const float* __restrict__ bias,             \
-                                                      const TlConvGeom g, long long B, long long C) { \
+    extern "C" __global__ void tl_conv_bwd_input_col2im_##SUFFIX(const float* __restrict__ dcols, \
+                                                                float* __restrict__ dx,           \
+                                                                const float* __restrict__ bias,   \
+                                                                const TlConvGeom g, long long B,  \
+                                                                long long C) {                    \
         col2im<R>(dcols, dx, bias, g, B, C);                                                       \
     }
 TL_CONV_COL2IM(r1, 1)
@@ -308,19 +309,6 @@ extern "C" __global__ void tl_conv_swap01(const float* __restrict__ src, float* 
     }
 }
 
-// The weights of the equivalent forward conv for a stride-1 input gradient: from w (A0, A1, L)
-// (out_c, in_c, K) to dst (A1, A0, L) with the kernel reversed along every axis (the reversed
-// row-major index): dst[(a1*A0 + a0)*L + l] = src[(a0*A1 + a1)*L + L-1-l]. A pure copy.
-extern "C" __global__ void tl_conv_flip_weight(const float* __restrict__ src, float* __restrict__ dst,
-                                               long long A0, long long A1, long long L) {
-    const long long total = A0 * A1 * L;
-    for (long long e = TL_TID; e < total; e += TL_STRIDE) {
-        long long t = tl_div(e, L), l = e - t * L;
-        long long a1 = tl_div(t, A0), a0 = t - a1 * A0;
-        dst[e] = src[(a0 * A1 + a1) * L + (L - 1 - l)];
-    }
-}
-
 // y viewed as (N, C, L): y[(n*C + c)*L + l] = bias[c].
 extern "C" __global__ void tl_conv_bias_fill(float* __restrict__ y, const float* __restrict__ bias,
                                              long long C, long long L, long long total) {
@@ -333,10 +321,10 @@ extern "C" __global__ void tl_conv_bias_fill(float* __restrict__ y, const float*
 // ---- bwd_weight partials ------------------------------------------------------------------------
 // s = (first ? 0 : acc[j]) + part[0*MN + j] + part[1*MN + j] + ... + part[(G-1)*MN + j], in double
 // and in that order; then out[j] = float(s) on the last chunk, else acc[j] = s.
-extern "C" __global__ void tl_conv_sum_partials(const float* __restrict__ part, long long G,
-                                                long long MN, double* __restrict__ acc,
-                                                long long first, long long last,
-                                                float* __restrict__ out) {
+extern "C" __global__ void tl_conv_bwd_weight_sum_partials(const float* __restrict__ part, long long G,
+                                                           long long MN, double* __restrict__ acc,
+                                                           long long first, long long last,
+                                                           float* __restrict__ out) {
     for (long long e = TL_TID; e < MN; e += TL_STRIDE) {
         double s = first ? 0.0 : acc[e];
         for (long long q = 0; q < G; ++q) s += (double)part[q * MN + e];

@@ -8,12 +8,11 @@ row order matches the weights W (out_c, C*K). Per chunk:
   is filled in first and the GEMM adds to it) when P (output positions per image) is large;
   otherwise one GEMM W @ cols -> (out_c, nb*P), then a permute to (nb, out_c, P) that adds the
   bias on the way (per-image GEMMs with few columns tile badly; the permute is cheap).
-- conv_bwd_input at stride 1 (``_BWD_INPUT_AS_CONV``): a forward conv of dy with the weights
-  flipped along every kernel axis and in/out channels swapped (a tiny copy), padding k-1-p: im2col
-  of dy + GEMM, no col2im. Otherwise (and at stride > 1):
 - conv_bwd_input: dcols = W^T @ dy (per image from dy as it is, or one GEMM on dy permuted to
   (out_c, nb*P)), then the col2im GATHER: every dx element sums its (kk, p) taps in a fixed order
-  (no atomics, so deterministic mode costs nothing).
+  (no atomics, so deterministic mode costs nothing). Not a forward conv of dy with flipped weights
+  at stride 1: that route multiplies dy's zero padding by the weights (0 * inf = NaN where the spec
+  drops those taps), so an inf weight would give NaN near the border where the spec gives a number.
 - conv_bwd_weight: dW = sum over the chunk of dy_n @ cols_n^T, split along the contraction axis
   into groups (per image when P is large, else equal segments of dy permuted to (out_c, nb*P))
   so that the small (out_c, C*K) result still fills the GPU; one batched GEMM writes a partial
@@ -21,10 +20,9 @@ row order matches the weights W (out_c, C*K). Per chunk:
   fixed order.
 - conv_transpose: conv_bwd_input with the channel roles swapped; the bias starts the gather.
 
-im2col for ranks 1-3 uses a 32-bit kernel (``_FAST_IM2COL``) when every index fits in an int: each
-thread writes 4 consecutive columns as one float4 (when nb*P % 4 == 0) and walks the taps and its
-channels with no division. bwd_weight's groups can be forced to G equal segments per chunk
-(``_WEIGHT_GROUPS``; 0 keeps the rule below).
+im2col for ranks 1-3 uses a 32-bit kernel (tl_conv_im2col_fast_*) when every index fits in an int:
+each thread writes 4 consecutive columns as one float4 (when nb*P % 4 == 0) and walks the taps and
+its channels with no division.
 
 A 1x1 kernel at stride 1 without padding needs no columns: x itself is (C, P) per image, and the
 per-image GEMMs use it directly. Chunks keep the workspace under ``_WORKSPACE`` bytes (at least
@@ -36,8 +34,8 @@ GPU, so results are the same bits on every run, in fast and deterministic mode a
 
 Bytes moved (float32), per chunk of nb images, X = C*K*nb*P (the columns): im2col writes X and
 reads the input (C*S*nb, mostly from L2); the GEMM reads X; col2im reads X and writes dx. So one
-conv costs about 2X of traffic beyond the GEMM's own; at ResNet's 64->64 3x3 on 56x56, batch 32,
-X is 231 MB: ~50 us each way at ~4.8 TB/s, against ~150 us for the 7.4 GFLOP GEMM at ~50 TFLOP/s.
+conv costs about 2X of traffic beyond the GEMM's own, which at ResNet-like shapes stays well below
+the GEMM's time.
 """
 
 from __future__ import annotations
@@ -57,21 +55,12 @@ __all__ = ["conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose"]
 _FILE = "conv.cu"
 _WORKSPACE = 256 << 20   # bytes of columns (and partials) per call, at most; one image may exceed it
 _IMAGE_MIN_P = 1024      # per-image GEMMs (no permute) when an image has at least this many outputs
-_IMAGE_MAX_P = 8192      # ... and at most this many (unless pointwise): one wide GEMM was faster for
-                         # conv3d 16x32x32 on an H200 (0.391 vs 0.439 ms), per-image for 56x56
+_IMAGE_MAX_P = 8192      # ... and at most this many (unless pointwise): beyond it one wide GEMM
+                         # over the chunk tiles better than many per-image ones
 _SEGMENT_MIN = 512       # bwd_weight: contraction length of one group, at least
 _TARGET_TILES = 256      # bwd_weight: aim for this many 128x128 output tiles over all groups
 _CHANNEL_GROUP = 4       # channels per thread pass in col2im (TL_CONV_CG in conv.cu)
 _MAX_RANK = 8
-# Switches (benchmarks/conv_cuda.py --sweep times the alternatives; every choice is a function of the
-# shape and these constants only, so results stay bitwise repeatable):
-_FAST_IM2COL = True        # ranks 1-3 with 32-bit indices: the im2col_fast kernels (float4 stores)
-# stride 1: dx = conv(dy, flipped W^T, padding k-1-p) (no col2im). Off: the zero padding of dy then
-# meets the weights (0 * inf = NaN where the spec drops those taps), so an inf weight would give NaN
-# near the border where the spec and the CPU give a number. Measured 0.27 ms against 0.36 ms at
-# the ResNet shape on an H200; kept for the sweep in benchmarks/conv_cuda.py.
-_BWD_INPUT_AS_CONV = False
-_WEIGHT_GROUPS = 0         # bwd_weight: 0 = the rule below; G > 0 = G equal segments per chunk
 _INT32_MAX = 2**31 - 1
 _SUFFIX = {1: "r1", 2: "r2", 3: "r3"}
 
@@ -81,11 +70,12 @@ _GEOM = np.dtype([("r", I64), ("S", I64), ("P", I64), ("K", I64), ("inp", I64, (
                   ("p", I64, (_MAX_RANK,))])
 
 
-def _gemm(*args, **kwargs):
+def _gemm(a, b, c, m, n, k, lda, ldb, ldc, trans_a=False, trans_b=False, batch=1,
+          stride_a=0, stride_b=0, stride_c=0, beta=0.0, name="gemm"):
     # Imported on first use: linalg loads cuBLAS, which needs the CUDA libraries this module's
     # import must not (the module is imported on machines without a GPU).
     from .linalg import gemm
-    return gemm(*args, **kwargs)
+    return gemm(a, b, c, m, n, k, lda, ldb, ldc, trans_a, trans_b, batch, stride_a, stride_b, stride_c, beta, name)
 
 
 def _launch(name: str, grid, args) -> None:
@@ -93,8 +83,8 @@ def _launch(name: str, grid, args) -> None:
 
 
 def _at(a, offset: int):
-    """The flat array from ``offset`` on: ``a`` itself at 0 (a CuPy slice costs ~1.3 us of host
-    time, and most calls are one chunk)."""
+    """The flat array from ``offset`` on: ``a`` itself at 0 (a CuPy slice costs host time, and most
+    calls are one chunk)."""
     return a if offset == 0 else a[offset:]
 
 
@@ -185,8 +175,8 @@ def _fits32(g, nb: int, c: int) -> bool:
 class _Launch:
     """One kernel launch whose function, grid and trailing scalar arguments depend on the shape
     alone, built once per (device, shape) by the cached constructors below: a call passes only the
-    arrays. (Building names, grids and NumPy scalars on every call cost ~5-10 us of host time per
-    conv, which bounds a small network's step on an H200.)"""
+    arrays. (Building names, grids and NumPy scalars on every call costs host time per conv, which
+    bounds a small network's training step.)"""
 
     __slots__ = ("fn", "grid", "tail")
 
@@ -203,7 +193,7 @@ _BLOCK = (BLOCK,)
 # The device is part of every key: kernels and SM counts are per device.
 @lru_cache(maxsize=1024)
 def _im2col_launch(device: int, g: _Geometry, nb: int, c: int, rank: int, p: int) -> _Launch:
-    if _FAST_IM2COL and rank <= 3 and g.fits32(nb, c):
+    if rank <= 3 and g.fits32(nb, c):
         v = 4 if (nb * p) % 4 == 0 else 1
         return _Launch(f"tl_conv_im2col_fast_r{rank}v{v}", _grid2(nb * p // v, c), (g.arg, np.int32(nb), np.int32(c)))
     return _Launch(f"tl_conv_im2col_{_SUFFIX.get(rank, 'rn')}", _grid2(nb * p, c), (g.arg, I64(nb), I64(c)))
@@ -215,7 +205,7 @@ def _im2col(x, cols, g: _Geometry, nb: int, c: int, rank: int, p: int) -> None:
 
 @lru_cache(maxsize=1024)
 def _col2im_launch(device: int, g: _Geometry, nb: int, c: int, rank: int, s: int) -> _Launch:
-    return _Launch(f"tl_conv_col2im_{_SUFFIX.get(rank, 'rn')}", _grid2(nb * s, _cdiv(c, _CHANNEL_GROUP)),
+    return _Launch(f"tl_conv_bwd_input_col2im_{_SUFFIX.get(rank, 'rn')}", _grid2(nb * s, _cdiv(c, _CHANNEL_GROUP)),
                    (g.arg, I64(nb), I64(c)))
 
 
@@ -309,17 +299,6 @@ def _bwd_input(dy, w, bias, batch, in_c, out_c, spatial, out, kernel_, stride, p
               stride_b=out_c * P, stride_c=in_c * P, beta=0.0 if bias is None else 1.0,
               name="conv_bwd_input")
         return dx
-    if _BWD_INPUT_AS_CONV and all(st == 1 for st in stride):
-        # Stride 1: dx[n,c,q] = sum_{o,k} w[o,c,k] dy[n,o,q + p - k], a forward conv of dy (out_c
-        # channels on `out`) with weights w'[c,o,k'] = w[o,c,K-1-k'] (every axis reversed) and
-        # padding k-1-p (negative when p >= k: im2col's bounds test covers it), onto `spatial`.
-        wt = empty(out_c * in_c * K)
-        _launch("tl_conv_flip_weight", (grid_for(wt.size),), (w, wt, I64(out_c), I64(in_c), I64(K)))
-        pad2 = tuple(k - 1 - p for k, p in zip(kernel_, padding))
-        dx = _forward(dy, wt, bias, batch, out_c, in_c, tuple(out), tuple(spatial), kernel_,
-                      (1,) * len(kernel_), pad2, "conv_bwd_input")
-        give_back(wt)
-        return dx
     dcols = empty(ck * nb_max * P)
     dyp = None if per_image else empty(out_c * nb_max * P)
     g = _geom(tuple(spatial), tuple(out), kernel_, stride, padding)
@@ -374,9 +353,9 @@ def _weight_plan(batch, in_c, out_c, spatial, kernel_, stride, padding) -> tuple
     if mn == 0 or batch == 0:  # the caller returns before using the rest
         return out, S, P, ck, mn, False, False, 0, 1, 0
     pw = _pointwise(kernel_, stride, padding, spatial, out)
-    # Per-image partials only for pointwise convs (no columns): on an H200 the segment rule was as fast
-    # or faster everywhere else (ResNet 3x3: 0.340 vs 0.350 ms; conv3d: 0.567 vs 1.174 ms).
-    per_image = pw and P >= _IMAGE_MIN_P and not _WEIGHT_GROUPS
+    # Per-image partials only for pointwise convs (no columns): everywhere else the segment rule
+    # fills the GPU as well or better (per-image partials leave few, small GEMMs for small P).
+    per_image = pw and P >= _IMAGE_MIN_P
     pointwise = per_image and pw
     if per_image:  # one partial per image; columns unless x serves as its own
         seg, per = P, (0 if pointwise else ck * P) + mn
@@ -384,15 +363,16 @@ def _weight_plan(batch, in_c, out_c, spatial, kernel_, stride, padding) -> tuple
         part_max = nb_max
     else:          # equal segments of the chunk's (image, position) axis
         nb_max = _chunk(batch, (ck + out_c) * P)
-        seg = _cdiv(nb_max * P, _WEIGHT_GROUPS) if _WEIGHT_GROUPS else _segments(nb_max * P, out_c, ck)
+        seg = _segments(nb_max * P, out_c, ck)
         part_max = _cdiv(nb_max * P, seg)
     return out, S, P, ck, mn, per_image, pointwise, seg, nb_max, part_max
 
 
 @lru_cache(maxsize=1024)
 def _sum_partials_args(device: int, groups: int, mn: int, first: bool, last: bool) -> tuple:
-    """(function, grid, (G, MN), (first, last)) of tl_conv_sum_partials, whose scalars sit between arrays."""
-    return kernel(_FILE, "tl_conv_sum_partials"), (grid_for(mn),), (I64(groups), I64(mn)), (I64(first), I64(last))
+    """(function, grid, (G, MN), (first, last)) of tl_conv_bwd_weight_sum_partials, whose scalars sit
+    between arrays."""
+    return kernel(_FILE, "tl_conv_bwd_weight_sum_partials"), (grid_for(mn),), (I64(groups), I64(mn)), (I64(first), I64(last))
 
 
 def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding):

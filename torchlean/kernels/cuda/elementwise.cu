@@ -104,7 +104,6 @@ TL_UNARY(tl_exp, NO_PARAMS, expf(x))
 TL_UNARY(tl_log, NO_PARAMS, logf(x))
 TL_UNARY(tl_inv, NO_PARAMS, 1.f / x)
 TL_UNARY(tl_relu, NO_PARAMS, (x != x) ? x : (x > 0.f ? x : 0.f))
-TL_UNARY(tl_copy, NO_PARAMS, x)
 TL_UNARY(tl_sigmoid_k, NO_PARAMS, tl_sigmoid(x))
 TL_UNARY(tl_tanh, NO_PARAMS, tanhf(x))
 TL_UNARY(tl_softplus_k, NO_PARAMS, tl_softplus(x))
@@ -165,7 +164,7 @@ extern "C" __global__ void tl_min_bwd(const float* a, const float* b, const floa
 }
 
 // fill: the backend's `full`
-extern "C" __global__ void tl_fill(float* __restrict__ ys, long long n, float v) {
+extern "C" __global__ void tl_elementwise_fill(float* __restrict__ ys, long long n, float v) {
     long long n4 = n >> 2;
     float4* y4 = reinterpret_cast<float4*>(ys);
     for (long long i = TL_TID; i < n4; i += TL_STRIDE) y4[i] = make_float4(v, v, v, v);

@@ -20,12 +20,24 @@ def _grid(n: int) -> tuple[int]:
     return (grid_for((n + 3) >> 2),)  # one thread per float4
 
 
-def _unary(kname: str, n_scalars: int = 0):
-    def fn(x, *scalars):
+def _unary(kname: str):
+    def fn(x):
         n = x.size
         y = empty(n)
         if n:
-            kernel(_FILE, kname)(_grid(n), (BLOCK,), (x, y, I64(n), *[F32(s) for s in scalars]))
+            kernel(_FILE, kname)(_grid(n), (BLOCK,), (x, y, I64(n)))
+        return y
+
+    fn.__name__ = kname[3:]
+    return fn
+
+
+def _unary_scalar(kname: str):
+    def fn(x, c):
+        n = x.size
+        y = empty(n)
+        if n:
+            kernel(_FILE, kname)(_grid(n), (BLOCK,), (x, y, I64(n), F32(c)))
         return y
 
     fn.__name__ = kname[3:]
@@ -33,15 +45,39 @@ def _unary(kname: str, n_scalars: int = 0):
 
 
 def _binary(kname: str):
-    def fn(a, b, *scalars):
+    def fn(a, b):
         n = a.size
         y = empty(n)
         if n:
-            kernel(_FILE, kname)(_grid(n), (BLOCK,), (a, b, y, I64(n), *[F32(s) for s in scalars]))
+            kernel(_FILE, kname)(_grid(n), (BLOCK,), (a, b, y, I64(n)))
         return y
 
     fn.__name__ = kname[3:]
     return fn
+
+
+def clamp(x, lo, hi):
+    n = x.size
+    y = empty(n)
+    if n:
+        kernel(_FILE, "tl_clamp")(_grid(n), (BLOCK,), (x, y, I64(n), F32(lo), F32(hi)))
+    return y
+
+
+def clamp_bwd(x, dy, lo, hi):
+    n = x.size
+    y = empty(n)
+    if n:
+        kernel(_FILE, "tl_clamp_bwd")(_grid(n), (BLOCK,), (x, dy, y, I64(n), F32(lo), F32(hi)))
+    return y
+
+
+def axpy(a, b, c):
+    n = a.size
+    y = empty(n)
+    if n:
+        kernel(_FILE, "tl_axpy")(_grid(n), (BLOCK,), (a, b, y, I64(n), F32(c)))
+    return y
 
 
 abs = _unary("tl_abs")
@@ -54,14 +90,12 @@ sigmoid = _unary("tl_sigmoid_k")
 tanh = _unary("tl_tanh")
 softplus = _unary("tl_softplus_k")
 safe_log = _unary("tl_safe_log")
-scale = _unary("tl_scale")
-add_scalar = _unary("tl_add_scalar")
-clamp = _unary("tl_clamp")
+scale = _unary_scalar("tl_scale")
+add_scalar = _unary_scalar("tl_add_scalar")
 
 abs_bwd = _binary("tl_abs_bwd")
 sqrt_bwd = _binary("tl_sqrt_bwd")
 relu_bwd = _binary("tl_relu_bwd")
-clamp_bwd = _binary("tl_clamp_bwd")
 sigmoid_bwd = _binary("tl_sigmoid_bwd")
 tanh_bwd = _binary("tl_tanh_bwd")
 softplus_bwd = _binary("tl_softplus_bwd")
@@ -72,7 +106,6 @@ mul = _binary("tl_mul")
 div = _binary("tl_div")
 max = _binary("tl_max")
 min = _binary("tl_min")
-axpy = _binary("tl_axpy")
 
 
 def copy(x):
@@ -102,5 +135,5 @@ min_bwd = _pair_bwd("tl_min_bwd")
 def fill(n: int, value: float) -> cupy.ndarray:
     y = empty(n)
     if n:
-        kernel(_FILE, "tl_fill")(_grid(n), (BLOCK,), (y, I64(n), F32(value)))
+        kernel(_FILE, "tl_elementwise_fill")(_grid(n), (BLOCK,), (y, I64(n), F32(value)))
     return y

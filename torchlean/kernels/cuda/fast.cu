@@ -34,10 +34,10 @@ __device__ __forceinline__ double mse_thread_sum(const float* __restrict__ x, co
     return acc;
 }
 
-// out[0] = (float)(sum / div) in ONE launch (reduce.cu's tl_sum pattern: every block writes its
+// out[0] = (float)(sum / div) in ONE launch (reduce.cu's tl_reduce_sum pattern: every block writes its
 // partial, the last block to finish (an integer counter, never a float atomic) adds the partials
 // in block order and resets the counter). div is n for the mean (NaN for n = 0), 1 for the sum.
-extern "C" __global__ void tl_mse_fwd(const float* __restrict__ x, const float* __restrict__ t, long long n,
+extern "C" __global__ void tl_mse_loss_fwd(const float* __restrict__ x, const float* __restrict__ t, long long n,
                                       int vec, double* partials, unsigned int* counter,
                                       float* __restrict__ out, double div) {
     __shared__ double scratch[32];
@@ -71,7 +71,7 @@ extern "C" __global__ void tl_mse_fwd(const float* __restrict__ x, const float* 
 // sub, mul and scale. float4 loads and stores when all three arrays are 16-byte aligned.
 __device__ __forceinline__ float mse_d(float x, float t, float g, float c) { return ((x - t) * g) * c; }
 
-extern "C" __global__ void tl_mse_bwd(const float* __restrict__ x, const float* __restrict__ t,
+extern "C" __global__ void tl_mse_loss_bwd(const float* __restrict__ x, const float* __restrict__ t,
                                       const float* __restrict__ g, long long n, float c, int vec,
                                       float* __restrict__ out) {
     float g0 = g[0];
@@ -98,7 +98,7 @@ extern "C" __global__ void tl_mse_bwd(const float* __restrict__ x, const float* 
 // out (m, n) float32 = (float)(c (m, n) double + (double)bias[col]): the bias added in double and
 // ONE rounding. has_bias = 0: just the rounding. m * n < 2^32 (checked by the runtime), so the
 // column is a 32-bit remainder.
-extern "C" __global__ void tl_gemm64_epilogue(const double* __restrict__ c, const float* __restrict__ bias,
+extern "C" __global__ void tl_fast_gemm_fp64_epilogue(const double* __restrict__ c, const float* __restrict__ bias,
                                               int has_bias, long long m, long long n,
                                               float* __restrict__ out) {
     long long total = m * n;
@@ -112,14 +112,14 @@ extern "C" __global__ void tl_gemm64_epilogue(const double* __restrict__ c, cons
 
 // float32 -> float64, exactly. Our kernels keep subnormals (-ftz=false); CuPy's astype kernels are
 // built with -ftz=true and would flush subnormal float32 inputs to 0 before the DGEMM.
-extern "C" __global__ void tl_widen_f64(const float* __restrict__ x, long long n, double* __restrict__ y) {
+extern "C" __global__ void tl_fast_gemm_widen_f64(const float* __restrict__ x, long long n, double* __restrict__ y) {
     for (long long i = TL_TID; i < n; i += TL_STRIDE) y[i] = (double)x[i];
 }
 
 // out (m, n) += bias on every row, in place on the GEMM's fresh output: fl(fl(A B) + b), the value
 // cuBLAS's beta = 1 epilogue gives over bias-filled rows, in one launch with four arguments
 // (the general strided gather that filled the rows took several times the host time).
-extern "C" __global__ void tl_add_bias_rows(float* __restrict__ out, const float* __restrict__ bias,
+extern "C" __global__ void tl_fast_gemm_add_bias_rows(float* __restrict__ out, const float* __restrict__ bias,
                                             long long m, long long n) {
     const long long total = m * n;
     for (long long i = TL_TID; i < total; i += TL_STRIDE) out[i] = out[i] + bias[i % n];

@@ -2,16 +2,16 @@
 
 * fast_gemm, fp32: ONE SGEMM (linalg.gemm: the transposes are cuBLAS flags, no copies; TF32 only
   when ``set_allow_tf32(True)``, like bmm), then the bias added in place on its fresh output
-  (tl_add_bias_rows: fl(fl(A B) + b), what a beta = 1 epilogue over bias rows gives). Linear with
+  (tl_fast_gemm_add_bias_rows: fl(fl(A B) + b), what a beta = 1 epilogue over bias rows gives). Linear with
   a bias is this: bmm_nt + broadcast + add moved the (m, n) output six times in three launches;
   this moves it three times in two.
-* fast_gemm, fp64: a and b widened to float64 (tl_widen_f64, subnormals kept), ONE cublasDgemm into a float64
+* fast_gemm, fp64: a and b widened to float64 (tl_fast_gemm_widen_f64, subnormals kept), ONE cublasDgemm into a float64
   (m, n) scratch (FP64 tensor cores on Hopper), then one epilogue kernel adds the bias in double
-  and rounds to float32 once (tl_gemm64_epilogue).
-* mse_loss_fwd: ONE launch of tl_mse_fwd, a fixed-order float64 reduction (reduce.cu's tl_sum
+  and rounds to float32 once (tl_fast_gemm_fp64_epilogue).
+* mse_loss_fwd: ONE launch of tl_mse_loss_fwd, a fixed-order float64 reduction (reduce.cu's tl_reduce_sum
   pattern: block partials, the last block adds them in block order; no float atomics); the grid
   depends on n alone, so the result is bitwise repeatable with or without deterministic mode.
-* mse_loss_bwd: ONE elementwise launch (tl_mse_bwd), float4 when the arrays are 16-byte aligned.
+* mse_loss_bwd: ONE elementwise launch (tl_mse_loss_bwd), float4 when the arrays are 16-byte aligned.
 
 ``matmul_f64(a, b)`` (not a primitive): DGEMM of host float64 arrays for ``torchlean.fast_matmul``.
 """
@@ -23,7 +23,7 @@ import numpy as np
 
 from ...errors import ArgumentError
 from ..caches import register_table
-from .launch import BLOCK, F32, I64, empty, grid_for, kernel
+from .launch import BLOCK, BlockPartials, F32, I64, empty, grid_for, kernel
 
 __all__ = ["fast_gemm", "linear_bwd", "mse_loss_fwd", "mse_loss_bwd"]
 
@@ -86,7 +86,7 @@ def _widen(x):
     """float32 -> float64 with subnormals kept (CuPy's astype runs with flush-to-zero)."""
     y = cupy.empty(x.size, dtype=cupy.float64)
     if x.size:
-        kernel(_FILE, "tl_widen_f64")((grid_for(x.size),), (BLOCK,), (x, I64(x.size), y))
+        kernel(_FILE, "tl_fast_gemm_widen_f64")((grid_for(x.size),), (BLOCK,), (x, I64(x.size), y))
     return y
 
 
@@ -99,12 +99,12 @@ def fast_gemm(a, b, bias, m, k, n, trans_a, trans_b, fp64):
         out = _linalg().gemm(a, b, empty(m * n), m, n, k, m if trans_a else k, k if trans_b else n, n,
                              trans_a=bool(trans_a), trans_b=bool(trans_b), name="fast_gemm")
         if bias is not None:
-            kernel(_FILE, "tl_add_bias_rows")((grid_for(m * n),), (BLOCK,), (out, bias, I64(m), I64(n)))
+            kernel(_FILE, "tl_fast_gemm_add_bias_rows")((grid_for(m * n),), (BLOCK,), (out, bias, I64(m), I64(n)))
         return out
     c64 = _dgemm(_widen(a), _widen(b), m, k, n, trans_a, trans_b, "fast_gemm")
     out = empty(m * n)
     has = bias is not None
-    kernel(_FILE, "tl_gemm64_epilogue")((grid_for(m * n),), (BLOCK,), (
+    kernel(_FILE, "tl_fast_gemm_fp64_epilogue")((grid_for(m * n),), (BLOCK,), (
         c64, bias if has else out, np.int32(has), I64(m), I64(n), out))
     return out
 
@@ -118,29 +118,29 @@ def linear_bwd(g, x, w, rows, n_in, n_out):
     return lin.bmm(g, w, 1, rows, n_out, n_in), lin.bmm_tn(g, x, 1, n_out, rows, n_in), reduce_sum_axis0(g, rows, n_out)
 
 
-_workspaces: dict[tuple[int, int], tuple] = {}
+_workspaces: dict[tuple[int, int], BlockPartials] = {}
+register_table("cuda", _workspaces, BlockPartials.nbytes)  # counted as cached, dropped by collect(True)
 
 
-# counted as cached, dropped by collect(True): the partials and the 8-byte counter
-register_table("cuda", _workspaces, lambda ws: ws[0].nbytes + 8)
-
-
-def _workspace():
-    """Per (device, stream): block partials and the zeroed completion counter tl_mse_fwd resets."""
+def _workspace() -> BlockPartials:
+    """Per (device, stream): block partials and the zeroed completion counter tl_mse_loss_fwd resets."""
     key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr)
     ws = _workspaces.get(key)
     if ws is None:
-        mem = cupy.zeros(_MAX_BLOCKS + 1, dtype=cupy.float64)
-        ws = _workspaces[key] = (mem[:_MAX_BLOCKS], mem[_MAX_BLOCKS:].view(cupy.uint32))
+        ws = _workspaces[key] = BlockPartials(_MAX_BLOCKS)
     return ws
 
 
 def mse_loss_fwd(input, target, n, mean):
     out = empty(1)
     blocks = min(_MAX_BLOCKS, max(1, _cdiv(n, BLOCK * _PER_THREAD)))
-    partials, counter = _workspace() if blocks > 1 else (out, out)
+    if blocks > 1:
+        ws = _workspace()
+        partials, counter = ws.partials, ws.counter
+    else:
+        partials = counter = out  # one block writes out directly: the workspace is never touched
     div = (float(n) if n else float("nan")) if mean else 1.0
-    kernel(_FILE, "tl_mse_fwd")((blocks,), (BLOCK,), (
+    kernel(_FILE, "tl_mse_loss_fwd")((blocks,), (BLOCK,), (
         input, target, I64(n), np.int32(_aligned(input, target)), partials, counter, out, np.float64(div)))
     return out
 
@@ -155,7 +155,7 @@ def mse_loss_bwd(input, target, g, n, mean):
     if n == 0:
         return out
     vec = _aligned(input, target, out)
-    kernel(_FILE, "tl_mse_bwd")((grid_for(_cdiv(n, 4) if vec else n),), (BLOCK,), (
+    kernel(_FILE, "tl_mse_loss_bwd")((grid_for(_cdiv(n, 4) if vec else n),), (BLOCK,), (
         input, target, g, I64(n), F32(mse_coefficient(n, mean)), np.int32(vec), out))
     return out
 

@@ -75,7 +75,7 @@ extern "C" __global__ void tl_scatter_add_rows_atomic(const float* __restrict__ 
 }
 
 // out[off + j] += row[j] for j < cols (scatter_add_row: one row, no conflicts).
-extern "C" __global__ void tl_add_row(float* __restrict__ out, const float* __restrict__ row, long long off,
+extern "C" __global__ void tl_scatter_add_row(float* __restrict__ out, const float* __restrict__ row, long long off,
                                       long long cols) {
     for (long long j = TL_TID; j < cols; j += TL_STRIDE) out[off + j] = out[off + j] + row[j];
 }
@@ -97,7 +97,7 @@ extern "C" __global__ void tl_add_row(float* __restrict__ out, const float* __re
 // order[p] at level 0 when the indices were not already sorted (ORDERED), else p itself.
 // FINAL: out[jt[j] * cols + c] = float((double)out[...] + acc); else partial[j * cols + c] = acc.
 template <typename S, bool ORDERED, bool FINAL>
-__device__ __forceinline__ void tl_seg_body(const S* __restrict__ src, const unsigned int* __restrict__ order,
+__device__ __forceinline__ void tl_scatter_add_seg_body(const S* __restrict__ src, const unsigned int* __restrict__ order,
                                             const unsigned int* __restrict__ js, const unsigned int* __restrict__ je,
                                             const unsigned int* __restrict__ jt, long long njobs, long long cols,
                                             float* __restrict__ out, double* __restrict__ partial) {
@@ -124,12 +124,12 @@ __device__ __forceinline__ void tl_seg_body(const S* __restrict__ src, const uns
                                     const unsigned int* __restrict__ js, const unsigned int* __restrict__ je,  \
                                     const unsigned int* __restrict__ jt, long long njobs, long long cols,      \
                                     float* __restrict__ out, double* __restrict__ partial) {                   \
-        tl_seg_body<S, ORDERED, FINAL>(src, order, js, je, jt, njobs, cols, out, partial);                   \
+        tl_scatter_add_seg_body<S, ORDERED, FINAL>(src, order, js, je, jt, njobs, cols, out, partial);                   \
     }
 
-TL_SEG(tl_seg_f_ord_final, float, true, true)
-TL_SEG(tl_seg_f_ord_part, float, true, false)
-TL_SEG(tl_seg_f_id_final, float, false, true)
-TL_SEG(tl_seg_f_id_part, float, false, false)
-TL_SEG(tl_seg_d_id_final, double, false, true)
-TL_SEG(tl_seg_d_id_part, double, false, false)
+TL_SEG(tl_scatter_add_seg_f_ord_final, float, true, true)
+TL_SEG(tl_scatter_add_seg_f_ord_part, float, true, false)
+TL_SEG(tl_scatter_add_seg_f_id_final, float, false, true)
+TL_SEG(tl_scatter_add_seg_f_id_part, float, false, false)
+TL_SEG(tl_scatter_add_seg_d_id_final, double, false, true)
+TL_SEG(tl_scatter_add_seg_d_id_part, double, false, false)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
-from ...runtime.determinism import deterministic_reductions
-from .elementwise import copy  # a device memcpy (ndarray.copy: CuPy elementwise, ~20 us host)
+from ..flags import deterministic_reductions
+from .elementwise import copy  # a device memcpy (ndarray.copy runs a CuPy elementwise kernel, dearer on the host)
 from .launch import BLOCK, I64, empty, grid_for, kernel
 from .staging import upload_u32
 
@@ -132,11 +132,11 @@ def _scatter_deterministic(out, values, indices, limit: int, cols: int) -> None:
             ps, pe = next(it), next(it)
             nj = len(part[0])
             nxt = cupy.empty(nj * cols, dtype=cupy.float64)
-            _launch(f"tl_seg_{kind}_part", nj * cols,
+            _launch(f"tl_scatter_add_seg_{kind}_part", nj * cols,
                     (src, order_dev, ps, pe, ps, I64(nj), I64(cols), out, nxt))
         nf = len(final[0])
         if nf:
-            _launch(f"tl_seg_{kind}_final", nf * cols,
+            _launch(f"tl_scatter_add_seg_{kind}_final", nf * cols,
                     (src, order_dev, fs, fe, ft, I64(nf), I64(cols), out, out if nxt is None else nxt))
         src = nxt
 
@@ -157,7 +157,7 @@ def scatter_add(x, values, n, indices, k):
 def scatter_add_row(mat, row_vec, rows, cols, i):
     out = copy(mat)
     if i < rows and cols:
-        _launch("tl_add_row", cols, (out, row_vec, I64(i * cols), I64(cols)))
+        _launch("tl_scatter_add_row", cols, (out, row_vec, I64(i * cols), I64(cols)))
     return out
 
 

@@ -93,8 +93,24 @@ class HostStruct(CPointer):
     """A kernel argument passed by value from host bytes it owns: CuPy copies the bytes a CPointer
     names at launch. Used for shape descriptors cached per plan (one argument instead of many
     scalars, each of which CuPy converts on every launch; and no structured array, whose
-    __array_interface__ CuPy would rebuild per launch, ~15 us). Keep the object as long as the plan."""
+    __array_interface__ CuPy would rebuild on every launch). Keep the object as long as the plan."""
 
     def __init__(self, arr: np.ndarray) -> None:
         super().__init__(arr.ctypes.data)
         self.arr = arr
+
+
+class BlockPartials:
+    """The workspace of a one-launch fixed-order sum (reduce.cu's tl_reduce_sum pattern): float64
+    block partials and the zeroed completion counter that the last block resets. One per (device,
+    stream), so two streams never share a counter."""
+
+    __slots__ = ("partials", "counter")
+
+    def __init__(self, blocks: int) -> None:
+        mem = cupy.zeros(blocks + 1, dtype=cupy.float64)
+        self.partials = mem[:blocks]
+        self.counter = mem[blocks:].view(cupy.uint32)
+
+    def nbytes(self) -> int:
+        return self.partials.nbytes + 8  # the partials and the 8-byte counter

@@ -1,6 +1,6 @@
 // Layout kernels: one strided gather (broadcast, permute, axis swaps) and a tiled 2-D transpose.
 //
-// tl_strided_m{MODE}_r{R}: out[i] = x[offset(i)] for i in [0, n), where the output is row-major
+// tl_layout_strided_m{MODE}_r{R}: out[i] = x[offset(i)] for i in [0, n), where the output is row-major
 // over dims d0..d{R-1} and offset(i) = sum_k coord_k(i) * s_k (s_k = 0 on broadcast axes). Each
 // thread divides once to find its first coordinates, then walks its grid-stride sequence with a
 // mixed-radix add (no division per element). Writes are always coalesced.
@@ -8,11 +8,11 @@
 //   MODE 1: float4 -> float4: dims, strides and n are in float4 units (innermost stride 1).
 //   MODE 2: float -> float4 splat: the innermost axis has stride 0 and d{R-1}, n count float4s;
 //           strides count floats.
-// tl_strided_tab_m{MODE}: as R = 8, but axis 0's offsets come from a table (tab[c0]); the host
+// tl_layout_strided_tab_m{MODE}: as R = 8, but axis 0's offsets come from a table (tab[c0]); the host
 // uses it when more than 8 axes remain after collapsing (axis 0 enumerates the outer axes).
 
 template <int MODE, int R, bool TAB>
-__device__ __forceinline__ void tl_strided_body(const float* __restrict__ x, float* __restrict__ out,
+__device__ __forceinline__ void tl_layout_strided_body(const float* __restrict__ x, float* __restrict__ out,
                                                 const long long* __restrict__ tab, long long n,
                                                 const long long (&d)[8], const long long (&s)[8]) {
     long long i = TL_TID;
@@ -64,18 +64,18 @@ struct TlStrided {
 };
 
 #define TL_STRIDED(MODE, R)                                                                        \
-    extern "C" __global__ void tl_strided_m##MODE##_r##R(const float* __restrict__ x,             \
+    extern "C" __global__ void tl_layout_strided_m##MODE##_r##R(const float* __restrict__ x,             \
                                                          float* __restrict__ out, const TlStrided a) { \
-        tl_strided_body<MODE, R, false>(x, out, nullptr, a.n, a.d, a.s);                          \
+        tl_layout_strided_body<MODE, R, false>(x, out, nullptr, a.n, a.d, a.s);                          \
     }
 #define TL_STRIDED_ALL_R(MODE) \
     TL_STRIDED(MODE, 1) TL_STRIDED(MODE, 2) TL_STRIDED(MODE, 3) TL_STRIDED(MODE, 4) \
     TL_STRIDED(MODE, 5) TL_STRIDED(MODE, 6) TL_STRIDED(MODE, 7) TL_STRIDED(MODE, 8)
 #define TL_STRIDED_TAB(MODE)                                                                       \
-    extern "C" __global__ void tl_strided_tab_m##MODE(const float* __restrict__ x,                \
+    extern "C" __global__ void tl_layout_strided_tab_m##MODE(const float* __restrict__ x,                \
                                                       float* __restrict__ out,                     \
                                                       const long long* __restrict__ tab, const TlStrided a) { \
-        tl_strided_body<MODE, 8, true>(x, out, tab, a.n, a.d, a.s);                               \
+        tl_layout_strided_body<MODE, 8, true>(x, out, tab, a.n, a.d, a.s);                               \
     }
 
 TL_STRIDED_ALL_R(0)
@@ -91,7 +91,7 @@ TL_STRIDED_TAB(2)
 // any grid (within the hardware limits) is correct.
 #define TL_TILE 32
 #define TL_TILE_ROWS 8
-extern "C" __global__ void tl_transpose(const float* __restrict__ x, float* __restrict__ out,
+extern "C" __global__ void tl_layout_transpose(const float* __restrict__ x, float* __restrict__ out,
                                         long long batch, long long rows, long long cols) {
     __shared__ float tile[TL_TILE][TL_TILE + 1];
     const long long tiles_x = (cols + TL_TILE - 1) / TL_TILE;

@@ -4,8 +4,8 @@ Every op here is a gather ``out[i] = x[offset(i)]`` over a row-major output. The
 as (output dims, input stride per output axis; 0 on broadcast axes), drops size-1 axes and merges
 adjacent axes that are contiguous in both, so typical cases reach the device as rank 1 to 3. Then:
 - identity: a device copy;
-- a (batched) 2-D transpose with both sides >= 16: the shared-memory tiled kernel ``tl_transpose``;
-- otherwise the strided kernel ``tl_strided_*`` (coalesced writes; float4 loads and stores when
+- a (batched) 2-D transpose with both sides >= 16: the shared-memory tiled kernel ``tl_layout_transpose``;
+- otherwise the strided kernel ``tl_layout_strided_*`` (coalesced writes; float4 loads and stores when
   the innermost axis is contiguous, float4 splat stores when it is a broadcast, in both cases
   when its length is a multiple of 4). More than 8 collapsed axes: the outer axes' offsets come
   from a small host-built table (one pass, no NotImplementedError).
@@ -20,7 +20,7 @@ from functools import lru_cache
 import cupy
 import numpy as np
 
-from .elementwise import copy  # a device memcpy (ndarray.copy: CuPy elementwise, ~20 us host)
+from .elementwise import copy  # a device memcpy (ndarray.copy runs a CuPy elementwise kernel, dearer on the host)
 from .launch import BLOCK, I64, HostStruct, empty, grid_for, kernel
 
 __all__ = [
@@ -78,7 +78,7 @@ def _transpose_plan(batch: int, rows: int, cols: int) -> tuple:
     tiles_x = (cols + 31) // 32
     tiles_y = (rows + 31) // 32
     grid = (min(tiles_x, _GRID_X_MAX), min(tiles_y, _GRID_YZ_MAX), min(batch, _GRID_YZ_MAX))
-    return ("tl_transpose", grid, (32, 8, 1), (I64(batch), I64(rows), I64(cols)), None)
+    return ("tl_layout_transpose", grid, (32, 8, 1), (I64(batch), I64(rows), I64(cols)), None)
 
 
 def _as_transpose(od, st):
@@ -101,7 +101,7 @@ def _strided_plan(od, st, n_units: int, mode: int) -> tuple:
     if rank <= _MAX_RANK:
         d = od + [1] * (_MAX_RANK - rank)
         s = st + [0] * (_MAX_RANK - rank)
-        return (f"tl_strided_m{mode}_r{rank}", (grid_for(n_units),), (BLOCK,), _shape_arg(n_units, d, s), None)
+        return (f"tl_layout_strided_m{mode}_r{rank}", (grid_for(n_units),), (BLOCK,), _shape_arg(n_units, d, s), None)
     # More axes than the kernel's argument list: axis 0 of the launch enumerates the first
     # rank-7 axes in row-major order, with their offsets from a table built here.
     head = rank - (_MAX_RANK - 1)
@@ -110,7 +110,7 @@ def _strided_plan(od, st, n_units: int, mode: int) -> tuple:
         tab = (tab[:, None] + np.arange(d, dtype=np.int64) * s).reshape(-1)
     d = [int(tab.size)] + od[head:]
     s = [0] + st[head:]
-    return (f"tl_strided_tab_m{mode}", (grid_for(n_units),), (BLOCK,), _shape_arg(n_units, d, s), tab)
+    return (f"tl_layout_strided_tab_m{mode}", (grid_for(n_units),), (BLOCK,), _shape_arg(n_units, d, s), tab)
 
 
 def _shape_arg(n_units: int, d: list, s: list) -> tuple:

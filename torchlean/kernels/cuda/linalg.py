@@ -9,14 +9,14 @@ import numpy as np
 from cupy_backends.cuda.libs import cublas
 
 from ...errors import ArgumentError
-from ...runtime.precision import allow_tf32
+from ..flags import allow_tf32
 from .launch import empty
 
 __all__ = ["bmm", "bmm_nt", "bmm_tn"]  # primitives; gemm is a helper for other backend modules
 
 _ONE = np.ones(1, dtype=np.float32)
 _ZERO = np.zeros(1, dtype=np.float32)
-# Host addresses of the scalars, read once: ndarray.ctypes builds a new object per access (~1 us).
+# Host addresses of the scalars, read once: ndarray.ctypes builds a new object per access.
 _ONE_PTR, _ZERO_PTR = _ONE.ctypes.data, _ZERO.ctypes.data
 _R_32F = 0                      # cudaDataType CUDA_R_32F
 _COMPUTE_32F = 68               # cublasComputeType_t CUBLAS_COMPUTE_32F: true float32 FMAs

@@ -46,7 +46,7 @@ __device__ __forceinline__ double rstd_d(double var, float eps) {
 #define LN_REG4 8
 #define LN_REG 32
 
-extern "C" __global__ void tl_ln_fwd_warp4(const float* __restrict__ x, const float* __restrict__ gamma,
+extern "C" __global__ void tl_layer_norm_fwd_warp4(const float* __restrict__ x, const float* __restrict__ gamma,
                                            const float* __restrict__ beta, long long rows, long long cols,
                                            float eps, float* __restrict__ y, float* __restrict__ mean,
                                            float* __restrict__ var) {
@@ -90,7 +90,7 @@ extern "C" __global__ void tl_ln_fwd_warp4(const float* __restrict__ x, const fl
     }
 }
 
-extern "C" __global__ void tl_ln_fwd_warp(const float* __restrict__ x, const float* __restrict__ gamma,
+extern "C" __global__ void tl_layer_norm_fwd_warp(const float* __restrict__ x, const float* __restrict__ gamma,
                                           const float* __restrict__ beta, long long rows, long long cols,
                                           float eps, float* __restrict__ y, float* __restrict__ mean,
                                           float* __restrict__ var) {
@@ -124,7 +124,7 @@ extern "C" __global__ void tl_ln_fwd_warp(const float* __restrict__ x, const flo
 }
 
 // Longer rows: a block per row, three passes over the row (it stays in L1/L2 between them).
-extern "C" __global__ void tl_ln_fwd_block(const float* __restrict__ x, const float* __restrict__ gamma,
+extern "C" __global__ void tl_layer_norm_fwd_block(const float* __restrict__ x, const float* __restrict__ gamma,
                                            const float* __restrict__ beta, long long rows, long long cols,
                                            float eps, float* __restrict__ y, float* __restrict__ mean,
                                            float* __restrict__ var) {
@@ -154,7 +154,7 @@ extern "C" __global__ void tl_ln_fwd_block(const float* __restrict__ x, const fl
 // Rows of at most 128 columns: a warp per row, 4 columns per lane (j = lane + 32 t); the 8 warps
 // of a block combine their partials through shared memory in warp order. blockDim.x == 256.
 #define LNB_WARP_COLS 128
-extern "C" __global__ void __launch_bounds__(256) tl_ln_bwd_warp(
+extern "C" __global__ void __launch_bounds__(256) tl_layer_norm_bwd_warp(
         const float* __restrict__ x, const float* __restrict__ gamma, const float* __restrict__ mean,
         const float* __restrict__ var, const float* __restrict__ dy, long long rows, long long cols, float eps,
         long long ngroups, float* __restrict__ dx, float* __restrict__ part_g, float* __restrict__ part_b) {
@@ -294,16 +294,16 @@ extern "C" __global__ void __launch_bounds__(256) NAME(                         
         long long rows, long long cols, float eps, float* dx, float* part_g, float* part_b) {        \
     ln_bwd_block<PER, VEC>(x, gamma, mean, var, dy, rows, cols, eps, dx, part_g, part_b);            \
 }
-TL_LN_BWD_BLOCK(4, true, tl_ln_bwd_block4_v)
-TL_LN_BWD_BLOCK(8, true, tl_ln_bwd_block8_v)
-TL_LN_BWD_BLOCK(16, true, tl_ln_bwd_block16_v)
-TL_LN_BWD_BLOCK(4, false, tl_ln_bwd_block4)
-TL_LN_BWD_BLOCK(8, false, tl_ln_bwd_block8)
-TL_LN_BWD_BLOCK(16, false, tl_ln_bwd_block16)
+TL_LN_BWD_BLOCK(4, true, tl_layer_norm_bwd_block4_v)
+TL_LN_BWD_BLOCK(8, true, tl_layer_norm_bwd_block8_v)
+TL_LN_BWD_BLOCK(16, true, tl_layer_norm_bwd_block16_v)
+TL_LN_BWD_BLOCK(4, false, tl_layer_norm_bwd_block4)
+TL_LN_BWD_BLOCK(8, false, tl_layer_norm_bwd_block8)
+TL_LN_BWD_BLOCK(16, false, tl_layer_norm_bwd_block16)
 
 // Rows of more than 256*16 columns: dx by a block per row (two passes over the row), and the
-// column partials by tl_ln_bwd_cols (a thread per column and chunk of rows) in a second launch.
-extern "C" __global__ void tl_ln_bwd_rows(const float* __restrict__ x, const float* __restrict__ gamma,
+// column partials by tl_layer_norm_bwd_cols (a thread per column and chunk of rows) in a second launch.
+extern "C" __global__ void tl_layer_norm_bwd_rows(const float* __restrict__ x, const float* __restrict__ gamma,
                                           const float* __restrict__ mean, const float* __restrict__ var,
                                           const float* __restrict__ dy, long long rows, long long cols,
                                           float eps, float* __restrict__ dx) {
@@ -331,7 +331,7 @@ extern "C" __global__ void tl_ln_bwd_rows(const float* __restrict__ x, const flo
 }
 
 // part_g[s, j] = sum of dy * xhat and part_b[s, j] = sum of dy over rows [s chunk, (s+1) chunk).
-extern "C" __global__ void tl_ln_bwd_cols(const float* __restrict__ x, const float* __restrict__ mean,
+extern "C" __global__ void tl_layer_norm_bwd_cols(const float* __restrict__ x, const float* __restrict__ mean,
                                           const float* __restrict__ var, const float* __restrict__ dy,
                                           long long rows, long long cols, float eps, long long nchunks,
                                           long long chunk, float* __restrict__ part_g, float* __restrict__ part_b) {
@@ -384,8 +384,8 @@ extern "C" __global__ void tl_norm_colsum2(const float* __restrict__ part_g, con
 //   block; partial[u].
 // Columns layout (I < 64): x viewed as (B, C*I); thread (j, s) sums rows b in [s rc, (s+1) rc)
 //   of column j; partial[s * C*I + j].
-// tl_bn_finish_* (a warp per channel) adds a channel's partials in index order and writes the
-// outputs and the per-channel coefficients of the elementwise pass (tl_bn_apply*).
+// tl_batch_norm_finish and tl_batch_norm_bwd_finish (a warp per channel) adds a channel's partials in index order and writes the
+// outputs and the per-channel coefficients of the elementwise pass (tl_batch_norm_apply*).
 
 __device__ __forceinline__ double bn_shift(const float* x, long long c, long long inner) {
     float k = x[c * inner];
@@ -455,20 +455,20 @@ __device__ void bn_stats_cols(const float* __restrict__ x, const float* __restri
     }
 }
 
-extern "C" __global__ void tl_bn_stats_planes(const float* x, long long B, long long C, long long I,
+extern "C" __global__ void tl_batch_norm_stats_planes(const float* x, long long B, long long C, long long I,
                                               long long S, long long pc, double2* part) {
     bn_stats_planes<false>(x, nullptr, nullptr, B, C, I, S, pc, part);
 }
-extern "C" __global__ void tl_bn_stats_cols(const float* x, long long B, long long C, long long I,
+extern "C" __global__ void tl_batch_norm_stats_cols(const float* x, long long B, long long C, long long I,
                                             long long S, long long rc, double2* part) {
     bn_stats_cols<false>(x, nullptr, nullptr, B, C, I, S, rc, part);
 }
-extern "C" __global__ void tl_bn_bwd_stats_planes(const float* x, const float* dy, const float* mean,
+extern "C" __global__ void tl_batch_norm_bwd_stats_planes(const float* x, const float* dy, const float* mean,
                                                   long long B, long long C, long long I, long long S,
                                                   long long pc, double2* part) {
     bn_stats_planes<true>(x, dy, mean, B, C, I, S, pc, part);
 }
-extern "C" __global__ void tl_bn_bwd_stats_cols(const float* x, const float* dy, const float* mean,
+extern "C" __global__ void tl_batch_norm_bwd_stats_cols(const float* x, const float* dy, const float* mean,
                                                 long long B, long long C, long long I, long long S,
                                                 long long rc, double2* part) {
     bn_stats_cols<true>(x, dy, mean, B, C, I, S, rc, part);
@@ -491,7 +491,7 @@ __device__ __forceinline__ double2 bn_channel_sum(const double2* __restrict__ pa
 }
 
 // Forward: mean, biased var (outputs) and coef[c] = (mean, r gamma, beta) for y = (x - a) s + t.
-extern "C" __global__ void tl_bn_finish(const double2* __restrict__ part, const float* __restrict__ x,
+extern "C" __global__ void tl_batch_norm_finish(const double2* __restrict__ part, const float* __restrict__ x,
                                         const float* __restrict__ gamma, const float* __restrict__ beta,
                                         long long C, long long I, long long S, long long L, long long stride_s,
                                         long long base_mult, double n, float eps, float* __restrict__ mean,
@@ -515,7 +515,7 @@ extern "C" __global__ void tl_bn_finish(const double2* __restrict__ part, const 
 
 // Backward: dbeta = sum dy, dgamma = r sum dy (x - mean), and coef[c] = (mean, r^2 sum dy (x -
 // mean) / n, sum dy / n, gamma r) for dx = k ((dy - m1) - (x - mean) b2).
-extern "C" __global__ void tl_bn_bwd_finish(const double2* __restrict__ part, const float* __restrict__ gamma,
+extern "C" __global__ void tl_batch_norm_bwd_finish(const double2* __restrict__ part, const float* __restrict__ gamma,
                                             const float* __restrict__ mean, const float* __restrict__ var,
                                             long long C, long long S, long long L, long long stride_s,
                                             long long base_mult, double n, float eps, float* __restrict__ dgamma,
@@ -535,7 +535,7 @@ extern "C" __global__ void tl_bn_bwd_finish(const double2* __restrict__ part, co
 }
 
 // Eval mode: coef[c] = (mean, r gamma, beta) from the given statistics.
-extern "C" __global__ void tl_bn_infer_coef(const float* __restrict__ mean, const float* __restrict__ var,
+extern "C" __global__ void tl_batch_norm_infer_coef(const float* __restrict__ mean, const float* __restrict__ var,
                                             const float* __restrict__ gamma, const float* __restrict__ beta,
                                             long long C, float eps, double* __restrict__ coef) {
     for (long long c = TL_TID; c < C; c += TL_STRIDE) {
@@ -596,19 +596,19 @@ __device__ void bn_apply_cols(const float* __restrict__ x, const float* __restri
         out[b * ci + j] = bn_elem<APPLY2>(x[b * ci + j], APPLY2 ? dy[b * ci + j] : 0.f, cf);
 }
 
-extern "C" __global__ void tl_bn_apply_planes(const float* x, const double* coef, long long B, long long C,
+extern "C" __global__ void tl_batch_norm_apply_planes(const float* x, const double* coef, long long B, long long C,
                                               long long I, float* out) {
     bn_apply_planes<false>(x, nullptr, coef, B, C, I, out);
 }
-extern "C" __global__ void tl_bn_apply_cols(const float* x, const double* coef, long long B, long long C,
+extern "C" __global__ void tl_batch_norm_apply_cols(const float* x, const double* coef, long long B, long long C,
                                             long long I, float* out) {
     bn_apply_cols<false>(x, nullptr, coef, B, C, I, out);
 }
-extern "C" __global__ void tl_bn_bwd_apply_planes(const float* x, const float* dy, const double* coef,
+extern "C" __global__ void tl_batch_norm_bwd_apply_planes(const float* x, const float* dy, const double* coef,
                                                   long long B, long long C, long long I, float* out) {
     bn_apply_planes<true>(x, dy, coef, B, C, I, out);
 }
-extern "C" __global__ void tl_bn_bwd_apply_cols(const float* x, const float* dy, const double* coef,
+extern "C" __global__ void tl_batch_norm_bwd_apply_cols(const float* x, const float* dy, const double* coef,
                                                 long long B, long long C, long long I, float* out) {
     bn_apply_cols<true>(x, dy, coef, B, C, I, out);
 }

@@ -75,10 +75,10 @@ def layer_norm(x, gamma, beta, rows, cols, eps):
         return y, mean, var
     args = (x, _p(gamma), _p(beta), I64(rows), I64(cols), F32(eps), y, mean, var)
     if cols <= _LN_WARP_COLS:
-        name = "tl_ln_fwd_warp4" if cols % 4 == 0 and _aligned(x, y) else "tl_ln_fwd_warp"
+        name = "tl_layer_norm_fwd_warp4" if cols % 4 == 0 and _aligned(x, y) else "tl_layer_norm_fwd_warp"
         _launch(name, grid_for(rows * 32), BLOCK, args)
     else:  # one block per row, in any grid: a row's result does not depend on which block runs it
-        _launch("tl_ln_fwd_block", min(rows, sm_count() * 8), 512, args)
+        _launch("tl_layer_norm_fwd_block", min(rows, sm_count() * 8), 512, args)
     return y, mean, var
 
 
@@ -100,20 +100,20 @@ def layer_norm_bwd(x, gamma, mean, var, dy, rows, cols, eps):
         groups = min(rows, _LNB_MAX_WARPS)
         nparts = _cdiv(groups, 8)
         part, part1 = _parts(nparts, cols)
-        _launch("tl_ln_bwd_warp", nparts, 256, common + (I64(groups), dx, part, part1))
+        _launch("tl_layer_norm_bwd_warp", nparts, 256, common + (I64(groups), dx, part, part1))
     elif cols <= _LNB_BLOCK_COLS:
         per = 4 if cols <= 1024 else 8 if cols <= 2048 else 16
         vec = "_v" if cols % 4 == 0 and _aligned(x, dy, dx) else ""
         nparts = min(rows, _LNB_MAX_BLOCKS)
         part, part1 = _parts(nparts, cols)
-        _launch(f"tl_ln_bwd_block{per}{vec}", nparts, 256, common + (dx, part, part1))
+        _launch(f"tl_layer_norm_bwd_block{per}{vec}", nparts, 256, common + (dx, part, part1))
     else:
-        _launch("tl_ln_bwd_rows", min(rows, sm_count() * 4), 512, common + (dx,))
+        _launch("tl_layer_norm_bwd_rows", min(rows, sm_count() * 4), 512, common + (dx,))
         nparts = max(1, min(rows, _cdiv(_BN_TARGET_THREADS, cols)))
         chunk = _cdiv(rows, nparts)
         nparts = _cdiv(rows, chunk)
         part, part1 = _parts(nparts, cols)
-        _launch("tl_ln_bwd_cols", grid_for(nparts * cols), BLOCK,
+        _launch("tl_layer_norm_bwd_cols", grid_for(nparts * cols), BLOCK,
                 (x, mean, var, dy, I64(rows), I64(cols), F32(eps), I64(nparts), I64(chunk), part, part1))
     _launch("tl_norm_colsum2", (min(_cdiv(cols, 32), 4096), 2), 256,
             (part, part1, I64(nparts), I64(cols), dgamma, dbeta))
@@ -145,14 +145,13 @@ def _plan(batch: int, channels: int, inner: int):
 class _BNLaunches:
     """batch_norm's (or its backward's) three launches for one (device, shape): functions, grids,
     blocks and every scalar argument built once (``_bn_launches`` caches them), so that a call only
-    passes its arrays: ~10 us less host time per call on an H200, where a small network's step is
-    bound by host time."""
+    passes its arrays: less host time per call, where a small network's step is bound by host time."""
 
     __slots__ = ("stats", "stats_grid", "stats_block", "stats_dims", "nparts", "addr", "finish",
                  "finish_grid", "finish_dims", "apply", "apply_grid", "apply_block", "apply_dims", "n")
 
     def __init__(self, bwd: bool, batch: int, channels: int, inner: int) -> None:
-        pre = "tl_bn_bwd" if bwd else "tl_bn"
+        pre = "tl_batch_norm_bwd" if bwd else "tl_batch_norm"
         planes, s, per, addr, nparts = _plan(batch, channels, inner)
         self.nparts = nparts
         self.stats_dims = (I64(batch), I64(channels), I64(inner), I64(s), I64(per))
@@ -247,9 +246,9 @@ def batch_norm_infer(x, mean, var, gamma, beta, batch, channels, inner, eps):
     if y.size == 0:
         return y
     coef = empty_as(3 * channels, "d")
-    _launch("tl_bn_infer_coef", grid_for(channels), BLOCK,
+    _launch("tl_batch_norm_infer_coef", grid_for(channels), BLOCK,
             (mean, var, _p(gamma), _p(beta), I64(channels), F32(eps), coef))
-    _apply("tl_bn_apply", (x,), coef, batch, channels, inner, y)
+    _apply("tl_batch_norm_apply", (x,), coef, batch, channels, inner, y)
     give_back(coef)
     return y
 

@@ -71,7 +71,7 @@ def adam_step_many_inplace(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, e
     """adam_step_many with the output pointers the inputs p, m, v (tl_adam_step_many reads each
     element, or float4, before one thread writes it; its pointers are not __restrict__). An
     unaligned tensor runs the one-tensor kernel into scratch, copied back (a device memcpy).
-    Each pointer is read once (a CuPy attribute chain, ~0.2 us, four per tensor)."""
+    Each pointer is read once (a CuPy attribute chain, four per tensor)."""
     coef = (wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode)
     pp, pg, pm, pv = ([a.data.ptr for a in arrays] for arrays in (ps, gs, ms, vs))
     sizes = [p.size for p in ps]
@@ -92,12 +92,24 @@ def adam_step_many_inplace(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, e
 # built and uploaded only in the first period. Kernels only read the tables; an evicted one goes
 # back to the free list (its last reader is queued on this stream), for the next upload.
 _TABLES_KEPT = 16
-_tables: dict[tuple[int, int], OrderedDict] = {}
+
+
+class _Table:
+    """One launch's uploaded table (``_table``): the device array, its tensor count T and the total
+    number of quads (float4 groups) over those tensors, which sizes the grid."""
+
+    __slots__ = ("dev", "tensors", "quads")
+
+    def __init__(self, dev: cupy.ndarray, tensors: int, quads: int) -> None:
+        self.dev, self.tensors, self.quads = dev, tensors, quads
+
+
+_tables: dict[tuple[int, int], OrderedDict] = {}  # (device, stream) -> key -> [_Table per launch]
 
 
 def _table_bytes(device=None) -> int:
-    return sum(dev.nbytes for key, kept in list(_tables.items()) if device is None or key[0] == device
-               for plans in list(kept.values()) for dev, _, _ in plans)
+    return sum(table.dev.nbytes for key, kept in list(_tables.items()) if device is None or key[0] == device
+               for plans in list(kept.values()) for table in plans)
 
 
 def _clear_tables() -> int:
@@ -126,13 +138,14 @@ def _launch_many(batch, ptrs7, sizes, coef):
         if len(kept) > _TABLES_KEPT:
             old = kept.popitem(last=False)[1]
             while old:
-                dev_table = old.pop()[0]
+                dev_table = old.pop().dev
                 give_back(dev_table)  # unless something else still holds it (the counts refuse)
                 del dev_table
     else:
         kept.move_to_end(key)
     wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode = coef
-    for dev, t, total in plans:
+    for table in plans:
+        dev, t, total = table.dev, table.tensors, table.quads
         base = dev.data.ptr
         kernel(_FILE, "tl_adam_step_many")(
             (grid_for(total),), (BLOCK,),
@@ -140,8 +153,8 @@ def _launch_many(batch, ptrs7, sizes, coef):
              F32(beta2), F32(w2), F32(bc2_sqrt), F32(eps), F32(neg_step_size), _I32(mode)))
 
 
-def _table(idx, ptrs7, sizes):
-    """(device table, T, quads) for the tensors idx: 7T pointers, T + 1 quad prefix sums, T sizes,
+def _table(idx, ptrs7, sizes) -> _Table:
+    """The launch table of the tensors idx: 7T pointers, T + 1 quad prefix sums, T sizes,
     uploaded asynchronously (stream-ordered: dropping it after the launch is safe)."""
     t = len(idx)
     table = np.empty(7 * t + 2 * t + 1, dtype=np.int64)
@@ -151,7 +164,7 @@ def _table(idx, ptrs7, sizes):
     quads = table[7 * t:8 * t + 1]
     quads[0] = 0
     np.cumsum((table[8 * t + 1:] + 3) // 4, out=quads[1:])
-    return upload_i64(table), t, int(quads[-1])
+    return _Table(upload_i64(table), t, int(quads[-1]))
 
 
 def sgd_step(p, g, buf, n, wd, momentum, keep, neg_lr, mode):

@@ -70,7 +70,7 @@ __device__ __forceinline__ double thread_sum(const float* __restrict__ x, long l
 // integer atomic counter, which never touches the float values) adds the partials in index
 // order and resets the counter for the next call. So the sum is deterministic at the cost of no
 // extra launch, and no float atomics are needed (they would also flush subnormals to zero).
-extern "C" __global__ void tl_sum(const float* __restrict__ x, long long n, double* partials,
+extern "C" __global__ void tl_reduce_sum(const float* __restrict__ x, long long n, double* partials,
                                   unsigned int* counter, float* __restrict__ out, float div) {
     double s = block_reduce<SumOp>(thread_sum(x, n));
     if (gridDim.x == 1) {
@@ -226,7 +226,7 @@ __device__ void cols_tile(const float* __restrict__ x, long long outer, long lon
 // launch. Block b owns channel b: warp w walks rows a = w, w + nwarps, ... (each a contiguous run
 // of C floats, as float4 when vec), lanes striding the run; then a block tree. The order of the
 // adds depends on the shape and the block size alone.
-extern "C" __global__ void tl_sum_outer_inner(const float* __restrict__ x, long long A, long long B,
+extern "C" __global__ void tl_reduce_from_broadcast_outer_inner(const float* __restrict__ x, long long A, long long B,
                                               long long C, int vec, float* __restrict__ out) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     for (long long b = blockIdx.x; b < B; b += gridDim.x) {
@@ -250,27 +250,27 @@ extern "C" __global__ void tl_sum_outer_inner(const float* __restrict__ x, long 
 }
 
 #define TL_STRIDED(SUFFIX, OP)                                                                   \
-extern "C" __global__ void tl_rows_warp_##SUFFIX(const float* x, long long outer, long long len, \
+extern "C" __global__ void tl_reduce_rows_warp_##SUFFIX(const float* x, long long outer, long long len, \
                                                  float* out) {                                   \
     rows_warp<OP>(x, outer, len, out);                                                           \
 }                                                                                                \
-extern "C" __global__ void tl_rows_block_##SUFFIX(const float* x, long long outer, long long len,\
+extern "C" __global__ void tl_reduce_rows_block_##SUFFIX(const float* x, long long outer, long long len,\
         long long split, long long chunk, OP::T* partials, float* out) {                         \
     rows_block<OP>(x, outer, len, split, chunk, partials, out);                                  \
 }                                                                                                \
-extern "C" __global__ void tl_rows_finish_##SUFFIX(const OP::T* partials, long long outer,       \
+extern "C" __global__ void tl_reduce_rows_finish_##SUFFIX(const OP::T* partials, long long outer,       \
                                                    long long split, float* out) {                \
     rows_finish<OP>(partials, outer, split, out);                                                \
 }                                                                                                \
-extern "C" __global__ void tl_cols_##SUFFIX(const float* x, long long outer, long long len,      \
+extern "C" __global__ void tl_reduce_cols_##SUFFIX(const float* x, long long outer, long long len,      \
         long long inner, long long split, long long chunk, OP::T* partials, float* out) {        \
     cols<OP>(x, outer, len, inner, split, chunk, partials, out);                                 \
 }                                                                                                \
-extern "C" __global__ void tl_cols_finish_##SUFFIX(const OP::T* partials, long long oi,         \
+extern "C" __global__ void tl_reduce_cols_finish_##SUFFIX(const OP::T* partials, long long oi,         \
                                                    long long split, float* out) {                \
     cols_finish<OP>(partials, oi, split, out);                                                   \
 }                                                                                                \
-extern "C" __global__ void tl_cols_tile_##SUFFIX(const float* x, long long outer, long long len, \
+extern "C" __global__ void tl_reduce_cols_tile_##SUFFIX(const float* x, long long outer, long long len, \
                                                  long long inner, float* out) {                  \
     cols_tile<OP>(x, outer, len, inner, out);                                                    \
 }
@@ -415,31 +415,33 @@ __device__ void softmax_rows_bwd_reg(const float* __restrict__ y, const float* _
     }
 }
 
-extern "C" __global__ void tl_softmax_reg(const float* x, long long rows, long long cols, float* y) {
+extern "C" __global__ void tl_softmax_rows_reg(const float* x, long long rows, long long cols, float* y) {
     softmax_rows_reg<false>(x, rows, cols, y);
 }
-extern "C" __global__ void tl_log_softmax_reg(const float* x, long long rows, long long cols, float* y) {
+extern "C" __global__ void tl_log_softmax_rows_reg(const float* x, long long rows, long long cols, float* y) {
     softmax_rows_reg<true>(x, rows, cols, y);
 }
-extern "C" __global__ void tl_softmax_reg_bwd(const float* y, const float* dy, long long rows,
-                                              long long cols, float* dx) {
+extern "C" __global__ void tl_softmax_rows_bwd_reg(const float* y, const float* dy, long long rows,
+                                                   long long cols, float* dx) {
     softmax_rows_bwd_reg<false>(y, dy, rows, cols, dx);
 }
-extern "C" __global__ void tl_log_softmax_reg_bwd(const float* y, const float* dy, long long rows,
-                                                  long long cols, float* dx) {
+extern "C" __global__ void tl_log_softmax_rows_bwd_reg(const float* y, const float* dy, long long rows,
+                                                       long long cols, float* dx) {
     softmax_rows_bwd_reg<true>(y, dy, rows, cols, dx);
 }
 
-#define TL_SOFTMAX(NAME, BG, LOG)                                                                \
-extern "C" __global__ void NAME(const float* x, long long rows, long long cols, float* y) {      \
+// PRIM is softmax_rows or log_softmax_rows; VARIANT warp (a warp per row) or block (a block per row).
+#define TL_SOFTMAX(PRIM, VARIANT, BG, LOG)                                                       \
+extern "C" __global__ void tl_##PRIM##_##VARIANT(const float* x, long long rows, long long cols, \
+                                                 float* y) {                                     \
     softmax_rows_impl<BG, LOG>(x, rows, cols, y);                                                \
 }                                                                                                \
-extern "C" __global__ void NAME##_bwd(const float* y, const float* dy, long long rows,           \
-                                      long long cols, float* dx) {                               \
+extern "C" __global__ void tl_##PRIM##_bwd_##VARIANT(const float* y, const float* dy,            \
+                                                     long long rows, long long cols, float* dx) { \
     softmax_rows_bwd_impl<BG, LOG>(y, dy, rows, cols, dx);                                       \
 }
 
-TL_SOFTMAX(tl_softmax_warp, false, false)
-TL_SOFTMAX(tl_softmax_block, true, false)
-TL_SOFTMAX(tl_log_softmax_warp, false, true)
-TL_SOFTMAX(tl_log_softmax_block, true, true)
+TL_SOFTMAX(softmax_rows, warp, false, false)
+TL_SOFTMAX(softmax_rows, block, true, false)
+TL_SOFTMAX(log_softmax_rows, warp, false, true)
+TL_SOFTMAX(log_softmax_rows, block, true, true)

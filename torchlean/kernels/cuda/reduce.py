@@ -2,7 +2,7 @@
 
 Every path here is a fixed-order reduction whose launch shape depends on the problem shape only,
 so results are bitwise repeatable whether or not deterministic reductions are on: none of these
-needs atomics to be fast (reduce_sum finishes in one launch; see tl_sum in reduce.cu).
+needs atomics to be fast (reduce_sum finishes in one launch; see tl_reduce_sum in reduce.cu).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import cupy
 import numpy as np
 
 from ..caches import register_table
-from .elementwise import copy  # a device memcpy (ndarray.copy: CuPy elementwise, ~20 us host)
-from .launch import BLOCK, F32, I64, empty, empty_as, give_back, grid_for, kernel, sm_count
+from .elementwise import copy  # a device memcpy (ndarray.copy runs a CuPy elementwise kernel, dearer on the host)
+from .launch import BLOCK, BlockPartials, F32, I64, empty, empty_as, give_back, grid_for, kernel, sm_count
 
 __all__ = [
     "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",
@@ -30,7 +30,7 @@ _ROW_CHUNK = 4096            # a block's share of a long row when rows are too f
 _TARGET_BLOCKS = 1024
 _TARGET_THREADS = 1 << 18
 _ACC = {"sum": np.float64, "max": np.float32}
-_TILE_MAX_LEN = 8192         # inner > 1: an axis up to this long is one tl_cols_tile launch (no partials)
+_TILE_MAX_LEN = 8192         # inner > 1: an axis up to this long is one tl_reduce_cols_tile launch (no partials)
 _OUTER_INNER_MAX = 1 << 18   # (A, B, C) -> B in one launch when a block's A*C elements are at most this
 
 
@@ -38,20 +38,16 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-_sum_workspace: dict[tuple[int, int], tuple] = {}
+_sum_workspace: dict[tuple[int, int], BlockPartials] = {}
+register_table("cuda", _sum_workspace, BlockPartials.nbytes)  # counted as cached, dropped by collect(True)
 
 
-# counted as cached, dropped by collect(True): the partials and the 8-byte counter
-register_table("cuda", _sum_workspace, lambda ws: ws[0].nbytes + 8)
-
-
-def _workspace():
-    """Per (device, stream): block partials and the zeroed completion counter tl_sum resets."""
+def _workspace() -> BlockPartials:
+    """Per (device, stream): block partials and the zeroed completion counter tl_reduce_sum resets."""
     key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr)
     ws = _sum_workspace.get(key)
     if ws is None:
-        mem = cupy.zeros(_MAX_SUM_BLOCKS + 1, dtype=cupy.float64)
-        ws = _sum_workspace[key] = (mem[:_MAX_SUM_BLOCKS], mem[_MAX_SUM_BLOCKS:].view(cupy.uint32))
+        ws = _sum_workspace[key] = BlockPartials(_MAX_SUM_BLOCKS)
     return ws
 
 
@@ -59,13 +55,17 @@ def _sum(x, div: float):
     n = x.size
     out = empty(1)
     blocks = min(_MAX_SUM_BLOCKS, max(1, _cdiv(n, BLOCK * _PER_THREAD)))
-    partials, counter = _workspace() if blocks > 1 else (out, out)
-    kernel(_FILE, "tl_sum")((blocks,), (BLOCK,), (x, I64(n), partials, counter, out, F32(div)))
+    if blocks > 1:
+        ws = _workspace()
+        partials, counter = ws.partials, ws.counter
+    else:
+        partials = counter = out  # one block writes out directly: the workspace is never touched
+    kernel(_FILE, "tl_reduce_sum")((blocks,), (BLOCK,), (x, I64(n), partials, counter, out, F32(div)))
     return out
 
 
 def reduce_sum(x):
-    # One fixed-order launch in both modes: determinism costs nothing here (see tl_sum).
+    # One fixed-order launch in both modes: determinism costs nothing here (see tl_reduce_sum).
     return _sum(x, 1.0)
 
 
@@ -89,7 +89,7 @@ def strided_reduce(x, outer: int, length: int, inner: int, op: str = "sum"):
     out = empty(n_out)
     if inner == 1:
         if length <= _WARP_ROW_MAX:
-            kernel(_FILE, f"tl_rows_warp_{op}")((grid_for(outer * 32),), (BLOCK,),
+            kernel(_FILE, f"tl_reduce_rows_warp_{op}")((grid_for(outer * 32),), (BLOCK,),
                                                (x, I64(outer), I64(length), out))
             return out
         split = max(1, min(_cdiv(length, _ROW_CHUNK), _cdiv(_TARGET_BLOCKS, outer)))
@@ -97,10 +97,10 @@ def strided_reduce(x, outer: int, length: int, inner: int, op: str = "sum"):
         split = _cdiv(length, chunk)
         partials = _partials(outer * split, op) if split > 1 else out
         grid = min(outer * split, sm_count() * 32)
-        kernel(_FILE, f"tl_rows_block_{op}")((grid,), (BLOCK,), (
+        kernel(_FILE, f"tl_reduce_rows_block_{op}")((grid,), (BLOCK,), (
             x, I64(outer), I64(length), I64(split), I64(chunk), partials, out))
         if split > 1:
-            kernel(_FILE, f"tl_rows_finish_{op}")((grid_for(outer),), (BLOCK,),
+            kernel(_FILE, f"tl_reduce_rows_finish_{op}")((grid_for(outer),), (BLOCK,),
                                                  (partials, I64(outer), I64(split), out))
             give_back(partials)
         return out
@@ -110,16 +110,16 @@ def strided_reduce(x, outer: int, length: int, inner: int, op: str = "sum"):
             # One launch: a block per 32 columns, its warps splitting the axis (the warp count
             # depends on the length alone, so the order of the adds is fixed by the shape).
             warps = min(32, _cdiv(length, 8))
-            kernel(_FILE, f"tl_cols_tile_{op}")((min(outer * _cdiv(inner, 32), 65535),), (32 * warps,), (
+            kernel(_FILE, f"tl_reduce_cols_tile_{op}")((min(outer * _cdiv(inner, 32), 65535),), (32 * warps,), (
                 x, I64(outer), I64(length), I64(inner), out))
             return out
         split = max(1, min(_cdiv(length, 64), _cdiv(_TARGET_THREADS, n_out)))
     chunk = _cdiv(length, split)
     partials = _partials(n_out * split, op) if split > 1 else out
-    kernel(_FILE, f"tl_cols_{op}")((grid_for(n_out * split),), (BLOCK,), (
+    kernel(_FILE, f"tl_reduce_cols_{op}")((grid_for(n_out * split),), (BLOCK,), (
         x, I64(outer), I64(length), I64(inner), I64(split), I64(chunk), partials, out))
     if split > 1:
-        kernel(_FILE, f"tl_cols_finish_{op}")((grid_for(n_out),), (BLOCK,),
+        kernel(_FILE, f"tl_reduce_cols_finish_{op}")((grid_for(n_out),), (BLOCK,),
                                              (partials, I64(n_out), I64(split), out))
         give_back(partials)
     return out
@@ -175,7 +175,7 @@ def _broadcast_adjoint_plan(in_dims: tuple, out_dims: tuple, axis_map: tuple) ->
     if order != tuple(range(len(used))):
         perm = (tuple(aligned[j] for j, a in enumerate(axis_map) if a != 0), order)
     # Summed axes on both sides of one kept run, (A, B, C) -> B (a per-channel sum such as a conv
-    # bias gradient): one tl_sum_outer_inner launch instead of a pass per side.
+    # bias gradient): one tl_reduce_from_broadcast_outer_inner launch instead of a pass per side.
     direct = None
     if perm is None and len(steps) == 2 and steps[0][2] == 1 and steps[1][0] == 1:
         (ab, c, _), (_, a, b) = steps
@@ -192,7 +192,8 @@ def reduce_from_broadcast(dout, in_dims, out_dims, axis_map):
         out = empty(b)
         if b:
             vec = np.int32(c % 4 == 0 and dout.data.ptr % 16 == 0)
-            kernel(_FILE, "tl_sum_outer_inner")((min(b, 65535),), (1024,), (dout, I64(a), I64(b), I64(c), vec, out))
+            kernel(_FILE, "tl_reduce_from_broadcast_outer_inner")((min(b, 65535),), (1024,),
+                                                                  (dout, I64(a), I64(b), I64(c), vec, out))
         return out
     d = dout
     for outer, length, inner in steps:
@@ -211,11 +212,11 @@ def _softmax(kind: str, x, rows: int, cols: int):
     if rows * cols == 0:
         return y
     if cols <= 1024 and cols % 4 == 0:
-        kernel(_FILE, f"tl_{kind}_reg")((grid_for(rows * 32),), (BLOCK,), (x, I64(rows), I64(cols), y))
+        kernel(_FILE, f"tl_{kind}_rows_reg")((grid_for(rows * 32),), (BLOCK,), (x, I64(rows), I64(cols), y))
     elif cols <= 1024:
-        kernel(_FILE, f"tl_{kind}_warp")((grid_for(rows * 32),), (BLOCK,), (x, I64(rows), I64(cols), y))
+        kernel(_FILE, f"tl_{kind}_rows_warp")((grid_for(rows * 32),), (BLOCK,), (x, I64(rows), I64(cols), y))
     else:
-        kernel(_FILE, f"tl_{kind}_block")((min(rows, sm_count() * 8),), (512,), (x, I64(rows), I64(cols), y))
+        kernel(_FILE, f"tl_{kind}_rows_block")((min(rows, sm_count() * 8),), (512,), (x, I64(rows), I64(cols), y))
     return y
 
 
@@ -224,11 +225,11 @@ def _softmax_bwd(kind: str, y, dy, rows: int, cols: int):
     if rows * cols == 0:
         return dx
     if cols <= 1024 and cols % 4 == 0:
-        kernel(_FILE, f"tl_{kind}_reg_bwd")((grid_for(rows * 32),), (BLOCK,), (y, dy, I64(rows), I64(cols), dx))
+        kernel(_FILE, f"tl_{kind}_rows_bwd_reg")((grid_for(rows * 32),), (BLOCK,), (y, dy, I64(rows), I64(cols), dx))
     elif cols <= 1024:
-        kernel(_FILE, f"tl_{kind}_warp_bwd")((grid_for(rows * 32),), (BLOCK,), (y, dy, I64(rows), I64(cols), dx))
+        kernel(_FILE, f"tl_{kind}_rows_bwd_warp")((grid_for(rows * 32),), (BLOCK,), (y, dy, I64(rows), I64(cols), dx))
     else:
-        kernel(_FILE, f"tl_{kind}_block_bwd")((min(rows, sm_count() * 8),), (512,),
+        kernel(_FILE, f"tl_{kind}_rows_bwd_block")((min(rows, sm_count() * 8),), (512,),
                                               (y, dy, I64(rows), I64(cols), dx))
     return dx
 

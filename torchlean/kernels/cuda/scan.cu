@@ -4,19 +4,19 @@
 //
 // Chunked scan over time. Time is cut into C chunks of T steps; thread (c, j) (j fastest, so a
 // warp reads consecutive channels: coalesced) handles chunk c of channel j.
-//   pass 1 (tl_scan_*_agg): the chunk's affine map h_out = P h_in + l: l = the local scan from 0
+//   pass 1 (tl_selective_scan_*_agg): the chunk's affine map h_out = P h_in + l: l = the local scan from 0
 //          and P = the product of the chunk's coefficients, kept as a float mantissa and an int
 //          exponent (each factor is split by frexpf first), so P never overflows or underflows;
-//   pass 2 (tl_scan_carry_*): per channel, the carry into every chunk, by applying the chunk maps
+//   pass 2 (tl_selective_scan_carry_*): per channel, the carry into every chunk, by applying the chunk maps
 //          in order (one thread per channel when chunks are few; else a block per channel: each
 //          thread composes a run of chunk maps, thread 0 walks the runs, each thread rescans its run);
-//   pass 3 (tl_scan_*_apply): each chunk rescans from its carry and writes the outputs.
+//   pass 3 (tl_selective_scan_*_apply): each chunk rescans from its carry and writes the outputs.
 // Applying a map to a carry that is exactly 0 returns l without multiplying: l IS the
 // sequential result from a zero carry (bitwise), and an infinite P then gives no 0 * inf.
 // With C = 1 only pass 3 runs (a plain sequential loop per channel).
 // The backward runs the same scheme backwards in time for the adjoint g[t] = dH[t] + a[t+1] g[t+1],
 // and pass 3 writes dX (and the var form's dA, dB) and per-chunk double partials of the diag
-// form's dA, dB, which tl_scan_reduce_partials adds in chunk order: no atomics, every result is
+// form's dA, dB, which tl_selective_scan_diag_bwd_reduce_partials adds in chunk order: no atomics, every result is
 // bitwise repeatable.
 
 #define SCAN_EMAX 4096  // |exponent| beyond which ldexpf saturates anyway (float32 spans 2^-149..2^128)
@@ -39,7 +39,7 @@ __device__ __forceinline__ float scan_apply(float m, int e, float l, float h) {
 }
 
 // ==== forward =======================================================================================
-extern "C" __global__ void tl_scan_fwd_agg(const float* __restrict__ A, const float* __restrict__ B,
+extern "C" __global__ void tl_selective_scan_fwd_agg(const float* __restrict__ A, const float* __restrict__ B,
                                            const float* __restrict__ X, long long L, long long S, long long cs,
                                            long long T, long long C, float* __restrict__ Pm,
                                            int* __restrict__ Pe, float* __restrict__ Lc) {
@@ -60,7 +60,7 @@ extern "C" __global__ void tl_scan_fwd_agg(const float* __restrict__ A, const fl
     }
 }
 
-extern "C" __global__ void tl_scan_fwd_apply(const float* __restrict__ A, const float* __restrict__ B,
+extern "C" __global__ void tl_selective_scan_fwd_apply(const float* __restrict__ A, const float* __restrict__ B,
                                              const float* __restrict__ X, const float* __restrict__ h0,
                                              const float* __restrict__ cin, long long L, long long S, long long cs,
                                              long long T, long long C, float* __restrict__ H) {
@@ -80,7 +80,7 @@ extern "C" __global__ void tl_scan_fwd_apply(const float* __restrict__ A, const 
 // Forward order (reverse = 0): chunk 0 gets `start` (h0), chunk c + 1 gets map_c(carry of c).
 // Backward order (reverse = 1): chunk C - 1 gets 0, chunk c - 1 gets map_c(carry of c).
 // cin[c * S + j] receives the carry into chunk c.
-extern "C" __global__ void tl_scan_carry_seq(const float* __restrict__ Pm, const int* __restrict__ Pe,
+extern "C" __global__ void tl_selective_scan_carry_seq(const float* __restrict__ Pm, const int* __restrict__ Pe,
                                              const float* __restrict__ Lc, const float* __restrict__ start,
                                              long long S, long long C, int reverse, float* __restrict__ cin) {
     for (long long j = TL_TID; j < S; j += TL_STRIDE) {
@@ -96,7 +96,7 @@ extern "C" __global__ void tl_scan_carry_seq(const float* __restrict__ Pm, const
 #define SCAN_CARRY_THREADS 256
 
 // A block per channel; thread r owns the run of chunks [r K, r K + K) in walk order.
-extern "C" __global__ void tl_scan_carry_block(const float* __restrict__ Pm, const int* __restrict__ Pe,
+extern "C" __global__ void tl_selective_scan_carry_block(const float* __restrict__ Pm, const int* __restrict__ Pe,
                                                const float* __restrict__ Lc, const float* __restrict__ start,
                                                long long S, long long C, int reverse, float* __restrict__ cin) {
     __shared__ float sm[SCAN_CARRY_THREADS], sl[SCAN_CARRY_THREADS], sc[SCAN_CARRY_THREADS];
@@ -142,7 +142,7 @@ extern "C" __global__ void tl_scan_carry_block(const float* __restrict__ Pm, con
 // ==== backward =======================================================================================
 // Chunk c's map takes g[t1] (the adjoint at the first step of chunk c + 1) to g[t0]:
 // g[t] = a[t+1] g[t+1] + dH[t] for t = t1-1 .. t0, with no multiplication at t = L - 1.
-extern "C" __global__ void tl_scan_bwd_agg(const float* __restrict__ A, const float* __restrict__ dH,
+extern "C" __global__ void tl_selective_scan_bwd_agg(const float* __restrict__ A, const float* __restrict__ dH,
                                            long long L, long long S, long long cs, long long T, long long C,
                                            float* __restrict__ Pm, int* __restrict__ Pe, float* __restrict__ Lc) {
     for (long long i = TL_TID; i < C * S; i += TL_STRIDE) {
@@ -168,7 +168,7 @@ extern "C" __global__ void tl_scan_bwd_agg(const float* __restrict__ A, const fl
 
 // var = (cs != 0). diag: partA, partB (C * S doubles) get the chunk's sums of g Hprev and g X
 // (written straight to dA, dB as floats when C == 1); var: dA, dB are per token.
-extern "C" __global__ void tl_scan_bwd_apply(const float* __restrict__ A, const float* __restrict__ B,
+extern "C" __global__ void tl_selective_scan_bwd_apply(const float* __restrict__ A, const float* __restrict__ B,
                                              const float* __restrict__ X, const float* __restrict__ h0,
                                              const float* __restrict__ H, const float* __restrict__ dH,
                                              const float* __restrict__ cin, long long L, long long S, long long cs,
@@ -210,7 +210,7 @@ extern "C" __global__ void tl_scan_bwd_apply(const float* __restrict__ A, const 
 }
 
 // dA[j] = sum_c partA[c S + j] in chunk order (and dB), rounded once.
-extern "C" __global__ void tl_scan_reduce_partials(const double* __restrict__ partA,
+extern "C" __global__ void tl_selective_scan_diag_bwd_reduce_partials(const double* __restrict__ partA,
                                                    const double* __restrict__ partB, long long S, long long C,
                                                    float* __restrict__ dA, float* __restrict__ dB) {
     for (long long j = TL_TID; j < S; j += TL_STRIDE) {

@@ -57,9 +57,9 @@ def _carries(Pm, Pe, Lc, start, S: int, C: int, reverse: bool):
     cin = empty(C * S)
     args = (Pm, Pe, Lc, start, I64(S), I64(C), np.int32(1 if reverse else 0), cin)
     if C <= _CARRY_SEQ_MAX_C or S >= _CARRY_SEQ_MIN_S:
-        _launch("tl_scan_carry_seq", S, args)
+        _launch("tl_selective_scan_carry_seq", S, args)
     else:
-        kernel(_FILE, "tl_scan_carry_block")((min(S, 65535),), (_CARRY_THREADS,), args)
+        kernel(_FILE, "tl_selective_scan_carry_block")((min(S, 65535),), (_CARRY_THREADS,), args)
     return cin
 
 
@@ -78,10 +78,10 @@ def _fwd(A, B, X, h0, L, S, var):
         cin = h0  # never read: chunk 0 starts from h0
     else:
         Pm, Pe, Lc = _maps(C, S)
-        _launch("tl_scan_fwd_agg", C * S, (A, B, X) + dims + (Pm, Pe, Lc))
+        _launch("tl_selective_scan_fwd_agg", C * S, (A, B, X) + dims + (Pm, Pe, Lc))
         cin = _carries(Pm, Pe, Lc, h0, S, C, reverse=False)
         del Pm, Pe, Lc
-    _launch("tl_scan_fwd_apply", C * S, (A, B, X, h0, cin) + dims + (H,))
+    _launch("tl_selective_scan_fwd_apply", C * S, (A, B, X, h0, cin) + dims + (H,))
     return H
 
 
@@ -105,7 +105,7 @@ def _bwd(A, B, X, h0, H, dH, L, S, var):
         cin = dH  # never read: the last chunk starts from no carry
     else:
         Pm, Pe, Lc = _maps(C, S)
-        _launch("tl_scan_bwd_agg", C * S, (A, dH) + dims + (Pm, Pe, Lc))
+        _launch("tl_selective_scan_bwd_agg", C * S, (A, dH) + dims + (Pm, Pe, Lc))
         cin = _carries(Pm, Pe, Lc, h0, S, C, reverse=True)
         del Pm, Pe, Lc
     part_a = part_b = None
@@ -113,11 +113,11 @@ def _bwd(A, B, X, h0, H, dH, L, S, var):
         part_a = cupy.empty(C * S, dtype=cupy.float64)
         part_b = cupy.empty(C * S, dtype=cupy.float64)
     null = np.uint64(0)
-    _launch("tl_scan_bwd_apply", C * S,
+    _launch("tl_selective_scan_bwd_apply", C * S,
             (A, B, X, h0, H, dH, cin) + dims + (dA, dB, dX, dh0, null if part_a is None else part_a,
                                                  null if part_b is None else part_b))
     if part_a is not None:
-        _launch("tl_scan_reduce_partials", S, (part_a, part_b, I64(S), I64(C), dA, dB))
+        _launch("tl_selective_scan_diag_bwd_reduce_partials", S, (part_a, part_b, I64(S), I64(C), dA, dB))
     return dA, dB, dX, dh0
 
 

@@ -6,7 +6,7 @@
 // the copy also applies the 1/n scale (folded here, where it costs nothing) and zeroes the
 // imaginary parts of bin 0 and (even n) bin n/2, which the convention ignores (cuFFT's C2R
 // assumes them 0 rather than guaranteeing to ignore them).
-extern "C" __global__ void tl_irfft_prep(const float* __restrict__ spec, float* __restrict__ out, long long rows,
+extern "C" __global__ void tl_irfft1d_packed_prep(const float* __restrict__ spec, float* __restrict__ out, long long rows,
                                          long long bins, long long n, float scale) {
     const long long total = rows * bins * 2;
     for (long long i = TL_TID; i < total; i += TL_STRIDE) {
@@ -19,7 +19,7 @@ extern "C" __global__ void tl_irfft_prep(const float* __restrict__ spec, float* 
 
 // The real block matrices of the per-mode complex mixing, (modes, 2w, 2w) row-major:
 // [[w_re, w_im], [-w_im, w_re]], so that the row vector [Re X | Im X] times block k is [Re Y | Im Y].
-extern "C" __global__ void tl_spectral_blocks(const float* __restrict__ wr, const float* __restrict__ wi,
+extern "C" __global__ void tl_spectral_conv1d_rfft_weight_blocks(const float* __restrict__ wr, const float* __restrict__ wi,
                                               float* __restrict__ wb, long long modes, long long width) {
     const long long w2 = 2 * width;
     const long long total = modes * w2 * w2;
@@ -39,7 +39,7 @@ extern "C" __global__ void tl_spectral_blocks(const float* __restrict__ wr, cons
 
 // Weight gradients from the per-mode products P_k = [Xr Xi]^T [dYr dYi] (modes, 2w, 2w):
 // dw_re = P00 + P11, dw_im = P01 - P10 (each w x w block).
-extern "C" __global__ void tl_spectral_combine_dw(const float* __restrict__ p, float* __restrict__ dwr,
+extern "C" __global__ void tl_spectral_conv1d_rfft_bwd_w_combine(const float* __restrict__ p, float* __restrict__ dwr,
                                                   float* __restrict__ dwi, long long modes, long long width) {
     const long long w2 = 2 * width;
     const long long total = modes * width * width;

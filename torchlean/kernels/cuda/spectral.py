@@ -18,7 +18,7 @@
   three GEMMs plus one tiny kernel (the block weights).
   Backward: dx = Bf^T ((Bi^T dy) W^T) (the same three GEMMs with transpose flags), and the weight
   gradient P_k = [Xr Xi]_k^T [dYr dYi]_k (one GEMM over modes, the batch sum inside cuBLAS in a
-  fixed order: no atomics), combined by tl_spectral_combine_dw into dw_re = P00 + P11,
+  fixed order: no atomics), combined by tl_spectral_conv1d_rfft_bwd_w_combine into dw_re = P00 + P11,
   dw_im = P01 - P10.
 * route "fft" (many modes, or forced): cupy.fft rfft along grid, a complex batched matmul
   (cuBLAS CGEMM) over the retained modes, a zero-filled half spectrum, irfft.
@@ -76,12 +76,13 @@ def _clear_plans() -> int:
 register("cuda", _plan_bytes, _clear_plans)
 
 
-def gemm(*args, **kwargs):
+def gemm(a, b, c, m, n, k, lda, ldb, ldc, trans_a=False, trans_b=False, batch=1,
+         stride_a=0, stride_b=0, stride_c=0, beta=0.0, name="gemm"):
     # Imported on first use: linalg loads cuBLAS, which needs CUDA libraries absent on CPU-only
     # machines, and this module must import everywhere.
     from .linalg import gemm as _gemm
 
-    return _gemm(*args, **kwargs)
+    return _gemm(a, b, c, m, n, k, lda, ldb, ldc, trans_a, trans_b, batch, stride_a, stride_b, stride_c, beta, name)
 
 
 def _launch(name: str, n_items: int, args) -> None:
@@ -122,7 +123,7 @@ def irfft1d_packed(spec, batch, n):
     if n == 1:  # x_0 = Re X_0
         return cupy.ascontiguousarray(spec.reshape(batch, 2)[:, 0])
     tmp = empty(batch * bins * 2)
-    _launch("tl_irfft_prep", tmp.size, (spec, tmp, I64(batch), I64(bins), I64(n), F32(1.0 / n)))
+    _launch("tl_irfft1d_packed_prep", tmp.size, (spec, tmp, I64(batch), I64(bins), I64(n), F32(1.0 / n)))
     out = empty(batch * n)
     _plan(n, _C2R, batch).fft(tmp, out, _INVERSE)
     return out
@@ -142,9 +143,9 @@ def _bases(grid: int, modes: int):
     key = (grid, modes, dev)
     b = _bases_dev.get(key)
     if b is None:
-        from ..cpu.spectral import _make_bases  # float64 angles, exactly reduced, rounded once
+        from ..spectral_basis import make_bases  # float64 angles, exactly reduced, rounded once
 
-        bf, bi = _make_bases(grid, modes)  # (not the CPU's cache: no host copy is kept)
+        bf, bi = make_bases(grid, modes)  # (not the CPU's cache: no host copy is kept)
         b = (cupy.asarray(bf).reshape(-1), cupy.asarray(bi).reshape(-1))
         _bases_dev.put(key, b, b[0].nbytes + b[1].nbytes, device=dev)
     return b
@@ -152,7 +153,7 @@ def _bases(grid: int, modes: int):
 
 def _blocks(w_re, w_im, modes, width):
     wb = empty(modes * 4 * width * width)
-    _launch("tl_spectral_blocks", wb.size, (w_re, w_im, wb, I64(modes), I64(width)))
+    _launch("tl_spectral_conv1d_rfft_weight_blocks", wb.size, (w_re, w_im, wb, I64(modes), I64(width)))
     return wb
 
 
@@ -258,7 +259,7 @@ def spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, grid, width, modes, batch=1):
     gemm(xs, gs, p, w2, w2, batch, modes * w2, modes * w2, w2, trans_a=True, batch=modes, stride_a=w2,
          stride_b=w2, stride_c=w2 * w2, name="spectral_conv1d_rfft_bwd_w")
     dwr, dwi = empty(n_w), empty(n_w)
-    _launch("tl_spectral_combine_dw", n_w, (p, dwr, dwi, I64(modes), I64(width)))
+    _launch("tl_spectral_conv1d_rfft_bwd_w_combine", n_w, (p, dwr, dwi, I64(modes), I64(width)))
     return dwr, dwi
 
 

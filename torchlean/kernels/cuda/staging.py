@@ -7,13 +7,12 @@ the caller may modify its array as soon as we return), copied to a new device ar
 current stream, and an event is recorded after the copy; a slot is reused only after its event has
 completed (normally long ago: there are _NSTAGE slots), and a slot grows only then, so no pinned
 memory is freed or overwritten while a copy from it may still be pending. A pageable
-``cupy.asarray`` costs ~16-30 us of host time per small upload (pinned allocation, event
-bookkeeping), and ~210 us for a 400 KB batch inside a training step on the H200; this ~5 us plus
-the host copy into the slot.
+``cupy.asarray`` costs several times the host time per upload (a pinned allocation and event
+bookkeeping on every call); a slot costs one host copy and one asynchronous memcpy.
 
 The last few uploads are kept (``_RECENT`` per device) with a host copy of what they hold: an
 embedding's forward gather and its backward scatter-add upload the same indices, and the second
-finds them here (a host comparison, ~1-2 us) instead of copying them again. Device index arrays
+finds them here (a host comparison) instead of copying them again. Device index arrays
 are only ever read by kernels, so sharing one between launches is safe.
 """
 
@@ -34,8 +33,44 @@ _RECENT = 4
 _MAX_RECENT = 1 << 16  # elements: larger arrays are not kept (the comparison would cost too much)
 _F32_MAX = 4 << 20    # bytes: larger uploads of any type take cupy.asarray (pinned slots stay <= 8 x 4 MiB)
 _lock = threading.Lock()
-_stages: dict[int, list] = {}
-_recent: dict[int, list] = {}
+
+
+class _Slot:
+    """One pinned host buffer of the ring, with the event recorded after the last copy from it. It
+    keeps a byte view of its memory and the host address: building them per call (np.frombuffer,
+    ndarray.ctypes) would cost host time inside every training step."""
+
+    __slots__ = ("mem", "cap", "event", "view", "addr")
+
+    def __init__(self, cap: int) -> None:
+        self.mem = cupy.cuda.alloc_pinned_memory(cap)
+        self.cap = cap  # bytes
+        self.event = cupy.cuda.Event(block=False, disable_timing=True)
+        self.view = np.frombuffer(self.mem, dtype=np.uint8, count=cap)
+        self.addr = self.view.ctypes.data
+
+
+class _Ring:
+    """A device's _NSTAGE slots (None until first used) and the index of the next one to use."""
+
+    __slots__ = ("next", "slots")
+
+    def __init__(self) -> None:
+        self.next = 0
+        self.slots: list[_Slot | None] = [None] * _NSTAGE
+
+
+class _Kept:
+    """A recent upload: a host copy of the values and the device array that holds them."""
+
+    __slots__ = ("host", "dev")
+
+    def __init__(self, host: np.ndarray, dev: cupy.ndarray) -> None:
+        self.host, self.dev = host, dev
+
+
+_stages: dict[int, _Ring] = {}
+_recent: dict[int, list[_Kept]] = {}
 
 
 def _stage(host: np.ndarray, n: int, dtype) -> cupy.ndarray:
@@ -47,22 +82,17 @@ def _stage(host: np.ndarray, n: int, dtype) -> cupy.ndarray:
     stream = cupy.cuda.get_current_stream()
     ring = _stages.get(dev)
     if ring is None:
-        ring = _stages[dev] = [1] + [None] * _NSTAGE  # [next slot (1-based), slots...]
-    i = ring[0]
-    ring[0] = i % _NSTAGE + 1
-    slot = ring[i]
+        ring = _stages[dev] = _Ring()
+    i = ring.next
+    ring.next = (i + 1) % _NSTAGE
+    slot = ring.slots[i]
     if slot is not None:
-        slot[2].synchronize()  # the copy that last read this buffer has finished
-    if slot is None or slot[1] < nbytes:
-        cap = max(4096, 1 << (nbytes - 1).bit_length())
-        mem = cupy.cuda.alloc_pinned_memory(cap)
-        # the slot keeps a byte view of its pinned memory and the host address: building them per
-        # call (np.frombuffer, ndarray.ctypes) cost ~10 us of host time inside a training step
-        view = np.frombuffer(mem, dtype=np.uint8, count=cap)
-        slot = ring[i] = [mem, cap, cupy.cuda.Event(block=False, disable_timing=True), view, view.ctypes.data]
-    np.copyto(slot[3][:nbytes].view(dtype), host, casting="unsafe")  # the caller's values fit (checked by the runtime)
-    out.data.copy_from_host_async(slot[4], nbytes, stream)
-    slot[2].record(stream)
+        slot.event.synchronize()  # the copy that last read this buffer has finished
+    if slot is None or slot.cap < nbytes:
+        slot = ring.slots[i] = _Slot(max(4096, 1 << (nbytes - 1).bit_length()))
+    np.copyto(slot.view[:nbytes].view(dtype), host, casting="unsafe")  # the caller's values fit (checked by the runtime)
+    out.data.copy_from_host_async(slot.addr, nbytes, stream)
+    slot.event.record(stream)
     return out
 
 
@@ -79,16 +109,16 @@ def upload_u32(values) -> cupy.ndarray:
         if n <= _MAX_RECENT:
             first, last = host[0], host[-1]
             for entry in recent:
-                kept = entry[0]
+                kept = entry.host
                 # the ends first: new indices (a new batch) nearly always differ there, and a full
-                # comparison costs ~3 us per entry
+                # comparison costs more host time per entry
                 if kept.shape == host.shape and kept[0] == first and kept[-1] == last and np.array_equal(kept, host):
-                    return entry[1]
+                    return entry.dev
         out = _stage(host, n, np.uint32) if 4 * n <= _F32_MAX else cupy.asarray(host.astype(np.uint32))
         if n <= _MAX_RECENT:
-            recent.insert(0, (host.copy(), out))
+            recent.insert(0, _Kept(host.copy(), out))
             if len(recent) > _RECENT:
-                _, old = recent.pop()
+                old = recent.pop().dev
                 give_back(old)  # to the free list, unless a caller still holds it (the counts refuse)
         return out
 
@@ -120,10 +150,10 @@ def _held_bytes(device=None) -> int:
     """The kept uploads (device memory) and the pinned slots (host memory) of ``device``: what a
     forced collect hands back."""
     with _lock:
-        kept = sum(entry[1].nbytes for dev, recent in _recent.items() if device is None or dev == device
+        kept = sum(entry.dev.nbytes for dev, recent in _recent.items() if device is None or dev == device
                    for entry in recent)
-        pinned = sum(slot[1] for dev, ring in _stages.items() if device is None or dev == device
-                     for slot in ring[1:] if slot is not None)
+        pinned = sum(slot.cap for dev, ring in _stages.items() if device is None or dev == device
+                     for slot in ring.slots if slot is not None)
     return kept + pinned
 
 
@@ -133,9 +163,9 @@ def _clear() -> int:
     with _lock:
         _recent.clear()
         for ring in _stages.values():
-            for slot in ring[1:]:
+            for slot in ring.slots:
                 if slot is not None:
-                    slot[2].synchronize()
+                    slot.event.synchronize()
         _stages.clear()
     return freed
 
