@@ -38,7 +38,8 @@ from torchlean.testing.primitive_table import TABLE, run_case
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 F32 = np.float32
-CPU_CONV = sys.modules["torchlean.kernels.cpu.conv"]  # the module (``cpu_backend.conv`` is the function)
+CPU_CONV = sys.modules["torchlean.kernels.cpu.conv"]
+CPU_PARALLEL = sys.modules["torchlean.kernels.cpu.parallel"]  # the module (``cpu_backend.conv`` is the function)
 
 
 # -- independent float64 references ----------------------------------------------------------
@@ -309,10 +310,11 @@ def test_results_are_deterministic(device):
                                                        (3000, 1e9, 1 << 60), (8 << 20, 0.0, 0)])
 def test_cpu_chunking_and_paths(monkeypatch, col_bytes, waste, min_macs):
     """Chunks of one image, of a few images and of the whole batch, with the last-axis unfold forced
-    on wherever it applies (waste 1e9) or off (0), images in parallel threads (min_macs 0) or not,
+    on wherever it applies (waste 1e9) or off (0), the batch cut into parts (min_macs 0) or not,
     must all meet the contracts."""
     rng = np.random.default_rng(col_bytes + int(waste))
-    monkeypatch.setattr(CPU_CONV, "_PARALLEL_MIN_MACS", min_macs)
+    monkeypatch.setattr(CPU_CONV, "_ND_PART_MACS", min_macs)
+    monkeypatch.setattr(CPU_CONV, "_PART_MACS", min_macs)
     geoms = [(5, 3, 4, (7, 6), (3, 2), (1, 1), (1, 1)), (5, 3, 4, (7, 6), (3, 3), (2, 1), (2, 1)),
              (4, 3, 2, (5, 5), (1, 1), (1, 1), (0, 0)), (2, 2, 3, (17, 16), (3, 3), (1, 2), (1, 1)),
              (2, 2, 3, (4, 5, 6), (3, 2, 3), (1, 1, 2), (1, 0, 2))]
@@ -372,11 +374,11 @@ def test_cpu_each_conv_layout_meets_the_contracts(monkeypatch, plan):
 
 
 def test_cpu_images_in_parallel_are_repeatable(monkeypatch):
-    """Parts of the batch in parallel threads: the same answers as one thread (within the contract;
-    BLAS edge tiles may round differently when a chunk holds other images) and bitwise repeatable
-    for a fixed split; OpenBLAS is left at one thread (raising it again wakes its spinning threads),
-    its former count kept as the number of parts."""
-    if CPU_CONV._BLAS is None:
+    """Parts of the batch: the same answers as one part (within the contract; BLAS edge tiles may
+    round differently when a chunk holds other images) and bitwise repeatable for a fixed split;
+    OpenBLAS is left at one thread (raising it again wakes its spinning threads), its former count
+    kept for restore_process_settings()."""
+    if CPU_PARALLEL.blas_threads() is None:
         pytest.skip("NumPy's BLAS is not an OpenBLAS whose thread count we can set")
     rng = np.random.default_rng(9)
     n, ci, co, sp, kn, st, pd = 5, 3, 4, (9, 8), (3, 3), (1, 1), (1, 1)
@@ -384,21 +386,22 @@ def test_cpu_images_in_parallel_are_repeatable(monkeypatch):
     w = rng.standard_normal(co * ci * 9).astype(F32)
     dy = rng.standard_normal(n * co * math.prod(sp)).astype(F32)
     dims = (n, ci, co, sp, kn, st, pd)
-    before = CPU_CONV._BLAS[0]()
+    before = CPU_PARALLEL.blas_threads()
 
     def run():
         return [cpu_backend.conv(x, w, None, *dims), cpu_backend.conv_bwd_input(dy, w, *dims),
                 cpu_backend.conv_bwd_weight(x, dy, *dims)]
 
     serial = run()
-    monkeypatch.setattr(CPU_CONV, "_PARALLEL_MIN_MACS", 0)
-    monkeypatch.setattr(CPU_CONV, "_workers", lambda: 3)
+    monkeypatch.setattr(CPU_CONV, "_ND_PART_MACS", 0)
+    monkeypatch.setattr(CPU_CONV, "_PART_MACS", 0)
+    monkeypatch.setattr(CPU_PARALLEL, "threads", lambda: 3)
     par, again = run(), run()
     for name, a, b, s in zip(("conv", "conv_bwd_input", "conv_bwd_weight"), par, again, serial):
         assert a.tobytes() == b.tobytes(), f"{name}: parallel runs differ"
         np.testing.assert_allclose(a, s, rtol=1e-5, atol=1e-5, err_msg=name)
-    assert CPU_CONV._BLAS[0]() == 1
-    assert CPU_CONV._BLAS_STATE["threads"] in (None, before) or before == 1
+    assert CPU_PARALLEL.blas_threads() == 1
+    assert CPU_PARALLEL.blas_found_threads() in (None, before) or before == 1
 
 
 def _bwd_input_all_phases(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
@@ -645,7 +648,7 @@ def test_cpu_fast_2d_path_keeps_the_nan_rule(special):
 def test_cpu_fast_2d_path_same_bits_for_any_thread_count(monkeypatch):
     """The 2-D path gives the same bits serially and with the batch split over 2 or 3 threads (each
     image its own GEMM; the weight gradient summed in groups fixed by the sizes)."""
-    if CPU_CONV._BLAS is None:
+    if CPU_PARALLEL.blas_threads() is None:
         pytest.skip("NumPy's BLAS is not an OpenBLAS whose thread count we can set")
     x, w, dy, b, dims, _ = _fast_case(np.random.default_rng(12), (7, 5, 6, (9, 8), (3, 3), (1, 1), (1, 1)))
     monkeypatch.setattr(CPU_CONV, "_GROUP_IMAGES", 2)
@@ -654,11 +657,11 @@ def test_cpu_fast_2d_path_same_bits_for_any_thread_count(monkeypatch):
         return [cpu_backend.conv(x, w, b, *dims).tobytes(), cpu_backend.conv_bwd_input(dy, w, *dims).tobytes(),
                 cpu_backend.conv_bwd_weight(x, dy, *dims).tobytes()]
 
-    monkeypatch.setattr(CPU_CONV, "_PARALLEL_MIN_MACS", 1 << 60)
+    monkeypatch.setattr(CPU_CONV, "_PART_MACS", 1 << 60)
     serial = run()
-    monkeypatch.setattr(CPU_CONV, "_PARALLEL_MIN_MACS", 0)
+    monkeypatch.setattr(CPU_CONV, "_PART_MACS", 0)
     for t in (2, 3):
-        monkeypatch.setattr(CPU_CONV, "_workers", lambda t=t: t)
+        monkeypatch.setattr(CPU_PARALLEL, "threads", lambda t=t: t)
         assert run() == serial, f"{t} threads"
 
 
@@ -682,10 +685,9 @@ _OMP_GEOMS = [
 @pytest.mark.parametrize("col_bytes, group", [(8 << 20, 16), (3000, 3)])
 def test_cpu_fast_2d_path_on_numba_threads_gives_the_matmul_bits(monkeypatch, col_bytes, group):
     """The 2-D path's parts on Numba's threads, each image's GEMM a cblas_sgemm from Numba, give
-    exactly the bits of the np.matmul path (gemm._ready() None), in one part or split into 2-4, with
-    chunks of one image or the whole part and weight-gradient groups of 3 or 16 images."""
-    G = sys.modules["torchlean.kernels.cpu.gemm"]
-    if G._ready() is None:
+    exactly the bits of the np.matmul path (parallel.sgemm_address() None), in one part or split into
+    2-4, with chunks of one image or the whole part and weight-gradient groups of 3 or 16 images."""
+    if CPU_PARALLEL.sgemm_address() is None:
         pytest.skip("no cblas_sgemm from Numba here (another BLAS, or Numba's workqueue layer)")
     monkeypatch.setattr(CPU_CONV, "_COL_BYTES", col_bytes)
     monkeypatch.setattr(CPU_CONV, "_GROUP_IMAGES", group)
@@ -706,14 +708,14 @@ def test_cpu_fast_2d_path_on_numba_threads_gives_the_matmul_bits(monkeypatch, co
         x[3], w[1] = np.inf, np.nan if i == 4 else w[1]  # inf/NaN reach both paths alike
         before = len(calls)
         with monkeypatch.context() as m:
-            m.setattr(G, "_ready", lambda: None)
+            m.setattr(CPU_PARALLEL, "sgemm_address", lambda: None)
             want = run(x, w, b, dy, dims)
         assert len(calls) == before, "the np.matmul path took the Numba kernels"
         assert run(x, w, b, dy, dims) == want, f"{geom} default parts"
         for t in (1, 2, 3, 4):
             with monkeypatch.context() as m:
-                m.setattr(CPU_CONV, "_workers", lambda t=t: t)
-                m.setattr(CPU_CONV, "_OMP_PART_MACS", 1)
+                m.setattr(CPU_PARALLEL, "threads", lambda t=t: t)
+                m.setattr(CPU_CONV, "_PART_MACS", 1)
                 got = run(x, w, b, dy, dims)
             for what, a, e in zip(("conv", "conv without bias", "conv_bwd_input", "conv_bwd_weight"), got, want):
                 assert a == e, f"{what} {geom} in {t} parts"
@@ -723,14 +725,19 @@ def test_cpu_fast_2d_path_on_numba_threads_gives_the_matmul_bits(monkeypatch, co
 
 
 def test_cpu_fast_2d_path_parts_follow_size_and_threads(monkeypatch):
-    """One part per Numba thread (_workers()), at most one per image (or group) and one per
-    _OMP_PART_MACS multiply-adds: the cnn's layers (2.4-19M) in two parts on 2 threads, a few images
-    of a small layer in one."""
-    monkeypatch.setattr(CPU_CONV, "_workers", lambda: 2)
-    assert CPU_CONV._omp_parts(64, 2_600_000) == 2 and CPU_CONV._omp_parts(64, 19_000_000) == 2
-    assert CPU_CONV._omp_parts(8, 290_000) == 1 and CPU_CONV._omp_parts(1, 1 << 30) == 1
-    monkeypatch.setattr(CPU_CONV, "_workers", lambda: 8)
-    assert CPU_CONV._omp_parts(64, 3 * CPU_CONV._OMP_PART_MACS) == 3 and CPU_CONV._omp_parts(5, 1 << 30) == 5
+    """One part per Numba thread (parallel.threads()), at most one per image (or group) and one per
+    _PART_MACS multiply-adds: the cnn's layers (2.4-19M) in two parts on 2 threads, a few images
+    of a small layer in one; 16 threads take 16 parts of a large batch."""
+    def parts(images, macs):
+        return CPU_PARALLEL.parts(macs, images, CPU_CONV._PART_MACS)
+
+    monkeypatch.setattr(CPU_PARALLEL, "threads", lambda: 2)
+    assert parts(64, 2_600_000) == 2 and parts(64, 19_000_000) == 2
+    assert parts(8, 290_000) == 1 and parts(1, 1 << 30) == 1
+    monkeypatch.setattr(CPU_PARALLEL, "threads", lambda: 8)
+    assert parts(64, 3 * CPU_CONV._PART_MACS) == 3 and parts(5, 1 << 30) == 5
+    monkeypatch.setattr(CPU_PARALLEL, "threads", lambda: 16)
+    assert parts(64, 19_000_000) == 16 and parts(64, 4 * CPU_CONV._PART_MACS) == 4
 
 
 def _im2col_reference(x, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, bias_row):
@@ -786,32 +793,33 @@ def test_cpu_im2col_col2im_known_answers(geom):
     assert dx.tobytes() == want.reshape(-1).tobytes(), f"col2im {geom}"
 
 
-def test_cpu_worker_threads_pass_errors_and_stay_usable(monkeypatch):
-    """An error in any part reaches the caller after every part has finished; the workers serve the
-    next call; a caller that finds the workers busy (here: a part that itself splits) runs its
-    parts in order in its own thread, with the same answers."""
-    monkeypatch.setattr(CPU_CONV, "_workers", lambda: 3)
-    done = []
+@pytest.mark.parametrize("geom", [(8, 4, 6, (40,), (3,), (1,), (1,)), (8, 3, 4, (9, 8), (3, 3), (1, 1), (1, 1)),
+                                  (8, 2, 3, (5, 6, 7), (3, 2, 3), (1, 1, 2), (1, 0, 2))])
+def test_cpu_conv_runs_on_numbas_threads_only(monkeypatch, geom):
+    """Every rank, cut into as many parts as there are images, starts no Python thread of its own
+    (one pool: Numba's, kernels/cpu/parallel.py). Rank 2 gives the bits of one part (a GEMM per
+    image); the other ranks agree within rounding (a chunk's wide GEMM may round its edge tiles
+    differently when it holds other images, and the weight gradient adds the parts' sums in order)."""
+    import threading
 
-    def fails_in(bad):
-        def part(n0, n1):
-            done.append(n0)
-            if n0 == bad:
-                raise ValueError(f"part {n0}")
-            return n0, n1
-        return part
+    x, w, dy, b, dims, _ = _fast_case(np.random.default_rng(31), geom)
 
-    for bad in (0, 2, 4):
-        done.clear()
-        with pytest.raises(ValueError, match=f"part {bad}"):
-            CPU_CONV._over_images(6, 1, fails_in(bad), 0)
-        assert sorted(done) == [0, 2, 4]
-    assert CPU_CONV._over_images(6, 1, lambda a, b: (a, b), 0) == [(0, 2), (2, 4), (4, 6)]
-    def splits(a, b):
-        return CPU_CONV._over_images(b - a, 1, lambda c, d: (a + c, a + d), 0)
+    def run():
+        return [cpu_backend.conv(x, w, b, *dims), cpu_backend.conv_bwd_input(dy, w, *dims),
+                cpu_backend.conv_bwd_weight(x, dy, *dims)]
 
-    nested = CPU_CONV._over_images(6, 1, splits, 0)
-    assert nested == [[(0, 1), (1, 2)], [(2, 3), (3, 4)], [(4, 5), (5, 6)]]
+    one = run()
+    before = set(threading.enumerate())
+    monkeypatch.setattr(CPU_CONV, "_ND_PART_MACS", 0)
+    monkeypatch.setattr(CPU_CONV, "_PART_MACS", 0)
+    monkeypatch.setattr(CPU_PARALLEL, "threads", lambda: 8)
+    cut = run()
+    assert set(threading.enumerate()) <= before, "a conv started threads of its own"
+    for name, a, e in zip(("conv", "conv_bwd_input", "conv_bwd_weight"), cut, one):
+        if len(geom[3]) != 2:
+            np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-5, err_msg=name)
+        else:
+            assert a.tobytes() == e.tobytes(), f"{name} {geom}"
 
 
 # -- reduce_from_broadcast over (A, K, C) summed over A and C: the conv bias gradient's CPU kernel --

@@ -10,6 +10,7 @@ import pytest
 
 G = importlib.import_module("torchlean.kernels.cpu.gemm")
 layout = importlib.import_module("torchlean.kernels.cpu.layout")
+P = importlib.import_module("torchlean.kernels.cpu.parallel")
 
 SHAPES = [(512, 64, 192), (512, 256, 64), (64, 512, 256), (7, 3, 5), (300, 129, 513), (1, 700, 900),
           (900, 700, 1), (2048, 33, 17), (33, 1000, 1500)]
@@ -24,15 +25,15 @@ def _operands(rng, batch, m, n, k, ta, tb):
 
 
 def _block_counts(m, n, k, counts):
-    """The counts gemm may split (m x k) @ (k x n) into: blocks of at least _BLOCK_MACS (smaller ones
+    """The counts gemm may split (m x k) @ (k x n) into: blocks of at least BLOCK_MACS (smaller ones
     may take OpenBLAS's small-matrix kernels, another order), never a single row or column (GEMV)."""
-    return [nb for nb in counts if nb in (None, 1) or min(m, n) > 1 and m * n * k >= nb * G._BLOCK_MACS]
+    return [nb for nb in counts if nb in (None, 1) or min(m, n) > 1 and m * n * k >= nb * G.BLOCK_MACS]
 
 
 def test_the_fast_path_is_live_here():
     # The machines we measure on (NumPy's OpenBLAS, Numba's OpenMP layer) must take the cblas path:
     # otherwise every test below only compares np.matmul with itself.
-    assert G._ready() is not None
+    assert P.sgemm_address() is not None
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES)
@@ -77,12 +78,12 @@ def test_nan_inf_propagate_like_numpy():
 
 
 def test_blocks_follow_size_and_threads(monkeypatch):
-    monkeypatch.setattr(G, "get_num_threads", lambda: 4)
+    monkeypatch.setattr(P, "threads", lambda: 4)
     assert G.blocks(16, 16, 16) == 1                   # below 2 blocks' worth of work
     assert G.blocks(512, 256, 64) == 4                 # 8M multiply-adds: one block per thread
     assert G.blocks(40, 40, 4096) == 1                 # too few rows and columns to split
     assert G.blocks(1, 4096, 4096) == 1                # a GEMV
-    monkeypatch.setattr(G, "get_num_threads", lambda: 1)
+    monkeypatch.setattr(P, "threads", lambda: 1)
     assert G.blocks(512, 256, 64) == 1
 
 

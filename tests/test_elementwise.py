@@ -1,6 +1,6 @@
-"""exp / tanh at the size where the CPU kernel splits the work over threads
-(kernels/cpu/elementwise.py ``_PAR_MIN``): both sides of the threshold against the spec within
-the contract, and the split result bitwise equal to one NumPy call over the whole array."""
+"""exp / tanh around 2**20 elements, where the CPU kernel used to split the work over Python threads
+(now one NumPy call on the calling thread: kernels/cpu/parallel.py): both sides against the spec
+within the contract, and the result bitwise equal to one NumPy call over the whole array."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from torchlean.testing.primitive_table import SPECIALS, TABLE, run_case
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 F32 = np.float32
-LIMIT = cpu_elementwise._PAR_MIN
+LIMIT = 1 << 20
 
 
 def _x(n):

@@ -180,21 +180,20 @@ def mapped_by_malloc(nbytes):
 
 import torchlean as tl
 from torchlean.kernels import cpu
-from torchlean.kernels.cpu import process
-conv = process._blas()
-out = {"threads_before": conv._BLAS[0]()}
+from torchlean.kernels.cpu import parallel
+out = {"threads_before": parallel.blas_threads()}
 x = tl.randn(96, 96)
 x @ x  # the first GEMM
-out["threads_after_gemm"] = conv._BLAS[0]()
+out["threads_after_gemm"] = parallel.blas_threads()
 out["settings"] = cpu.process_settings()
 out["mapped_with_torchlean"] = mapped_by_malloc(8 << 20)
 out["restored"] = cpu.restore_process_settings()
-out["threads_restored"] = conv._BLAS[0]()
+out["threads_restored"] = parallel.blas_threads()
 out["settings_restored"] = cpu.process_settings()
 out["mapped_restored"] = mapped_by_malloc(8 << 20)
 out["second_restore"] = cpu.restore_process_settings()
 x @ x  # torchlean needs one thread again: the next GEMM sets it
-out["threads_next_gemm"] = conv._BLAS[0]()
+out["threads_next_gemm"] = parallel.blas_threads()
 print(json.dumps(out))
 """
 

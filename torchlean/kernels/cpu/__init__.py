@@ -8,12 +8,10 @@ bitwise repeatable with or without deterministic mode.
 
 import numpy as np
 
-# Numba's threading layer: its default choice (TBB, else OpenMP, else its own workqueue). A parallel
-# region of the OpenMP layer starts in ~1.5 us (5 us after a few ms idle) on the 2-core machine, the
-# workqueue's in 50-100 us; the GEMMs (gemm.py) split only under the first two. (An earlier version
-# forced the workqueue: OpenMP's spinning workers then fought OpenBLAS's, which now stay at one
-# thread.) A user's NUMBA_THREADING_LAYER still wins; "workqueue" is not safe with threads: it aborts
-# the process when two Python threads run parallel kernels at once (docs/design.md).
+# Threads: parallel.py (one pool, Numba's; when kernels split; OpenBLAS at one thread). Numba picks
+# its threading layer (TBB, else OpenMP, else its workqueue); a user's NUMBA_THREADING_LAYER wins,
+# but "workqueue" is not safe with threads: it aborts the process when two Python threads run
+# parallel kernels at once (docs/design.md).
 
 
 # glibc malloc's thresholds: set once, here, for the whole process (process.py says which, why, and

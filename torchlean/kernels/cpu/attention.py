@@ -21,7 +21,7 @@ transposed to (row, d, lane) by 8 x 8 tiles; every loop then runs over the lanes
 where loops over n = 8 keys or d = 16 would not). The arithmetic is the float32 model the contract
 is derived for, operation by operation: q pre-scaled (one rounding), scores as float32 dot products
 over d in order (gamma(d)), the mask (fill -1000, hard, add: one rounding), the row maximum m,
-weights expf(s - m) by classify._exp32 (s - m rounded, then within 1.7u < LIB), their sum l and
+weights expf(s - m) by classify.exp32 (s - m rounded, then within 1.7u < LIB), their sum l and
 sum p v in key order (gamma(n_k)), out = acc / l (one rounding), lse = m + logf(l); no online
 rescaling (R = 0). The backward recomputes P = expf(s - lse) the same way, D and dP as float32 dot
 products, dS = P (dP - D) (0 where filled), dQ = (sum_j dS k_j) scale in key order, dK = sum_i dS
@@ -45,8 +45,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from numba import njit, prange
 
-from .classify import _exp32
-from .conv import _over_images
+from .classify import exp32
 
 __all__ = ["flash_attention_packed_fwd", "flash_attention_packed_bwd",
            "flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
@@ -217,7 +216,7 @@ def _fwd_block(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal,
         for j in range(kend):
             sj = srow[j]
             for l in range(nb):  # (loops kept to one store each: they vectorize)
-                sj[l] = _exp32(sj[l] - mu[l])  # exactly 0 on blocked keys (-inf)
+                sj[l] = exp32(sj[l] - mu[l])  # exactly 0 on blocked keys (-inf)
             for l in range(nb):
                 tot[l] += sj[l]
             vj = vt[j]
@@ -315,7 +314,7 @@ def _bwd_block(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal,
                 for l in range(nb):
                     dj[l] += gc[l] * vc[l]  # dP_ij = dout_i . v_j
             for l in range(nb):
-                p = _exp32(sj[l] - le[l])  # 0 on blocked keys (-inf); NaN stays NaN
+                p = exp32(sj[l] - le[l])  # 0 on blocked keys (-inf); NaN stays NaN
                 sj[l] = _Z32 if (stj[l] == 0) | (le[l] == -_INF32) else p
             for l in range(nb):
                 # blocked or filled: exactly 0 as in the spec, not 0 * (dP - D), NaN when that is not finite
@@ -519,11 +518,11 @@ def _items(n_outer: int, n: int, tile: int, chunk: int):
             for b0 in range(0, n_outer, chunk) for t0 in range(0, n, tile)]
 
 
-def _run_items(items, flops: int, fn) -> None:
-    def part(a, e):
-        for it in items[a:e]:
-            fn(*it)
-    _over_images(len(items), flops, part)
+def _run_items(items, fn) -> None:
+    """The tiles in order, on the calling thread: their NumPy code cannot run on Numba's threads
+    (the backend's one pool, parallel.py), and each tile's BLAS calls are too small to split."""
+    for it in items:
+        fn(*it)
 
 
 def _t(a):
@@ -570,7 +569,7 @@ def flash_attention_fwd(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_m
             out[:] = 0
             lse[:] = -np.inf
         else:
-            _run_items(_items(batch, n_q, TQ, pr.chunk()), 4 * batch * n_q * n_k * d, tile)
+            _run_items(_items(batch, n_q, TQ, pr.chunk()), tile)
     return out.reshape(-1), lse.reshape(-1)
 
 
@@ -639,7 +638,7 @@ def flash_attention_bwd_q(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, sca
         if acc is not None:
             dq[b0:b1, i0:i1] = acc * pr.scale
 
-    _run_items(_items(batch, n_q, TQ, pr.chunk()), 6 * batch * n_q * n_k * d, tile)
+    _run_items(_items(batch, n_q, TQ, pr.chunk()), tile)
     return dq.reshape(-1)
 
 
@@ -676,12 +675,12 @@ def flash_attention_bwd_kv(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, sc
             dk[b0:b1, j0:j1] = ak
             dv[b0:b1, j0:j1] = av
 
-    _run_items(_items(batch, n_k, TK, pr.chunk()), 8 * batch * n_q * n_k * d, tile)
+    _run_items(_items(batch, n_k, TK, pr.chunk()), tile)
     return dk.reshape(-1), dv.reshape(-1)
 
 
-def flash_attention_bwd(*args):
-    batch, n_q, n_k, d = args[7:11]
+def flash_attention_bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    args = (q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
     m = batch * n_q * d
     if _small(batch, n_q, n_k, d) and n_q == n_k:
         # One allocation, dq | dk | dv: the gradient of the q, k, v slices of one tensor (qkv[0],
@@ -691,12 +690,14 @@ def flash_attention_bwd(*args):
     return (flash_attention_bwd_q(*args), *flash_attention_bwd_kv(*args))
 
 
-def flash_attention_bwd_k(*args):
-    return flash_attention_bwd_kv(*args)[0]
+def flash_attention_bwd_k(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    return flash_attention_bwd_kv(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode,
+                                  mask_layout)[0]
 
 
-def flash_attention_bwd_v(*args):
-    return flash_attention_bwd_kv(*args)[1]
+def flash_attention_bwd_v(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+    return flash_attention_bwd_kv(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode,
+                                  mask_layout)[1]
 
 
 # -- packed self-attention ----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ arithmetic, which the cross entropy kernels here repeat operation for operation)
 * exp: our own, because Numba code calling libm's exp runs one element at a time. Cody-Waite
   reduction by ln 2 (split constants, k * hi exact), a Taylor polynomial on |r| <= ln2/2, 2**k
   from the exponent bits. ``_exp`` (float64, degree 8, truncation below 3e-10 relative) for the
-  tanh GELU; ``_exp32`` (float32 throughout, so loops run 16 wide; degree 7; 2**k applied in two
+  tanh GELU; ``exp32`` (float32 throughout, so loops run 16 wide; degree 7; 2**k applied in two
   halves so subnormal results round once; measured within 1.7u, 1.2 ulp) for the cross entropy,
   the erf GELU and the attention kernels.
 * gelu / gelu_bwd (erf form): float32, Phi from erfc(a) = erfcx(a) exp(-a^2) with our own erfcx
@@ -152,7 +152,7 @@ def _gauss_parts(x):
     xc = ax if ax < _F32_20 else _F32_20      # E = 0 beyond (NaN too: it returns through a below)
     hs = xc * xc
     he = _fma32(xc, xc, -hs)                   # exact: xc^2 = hs + he
-    e = _exp32(-(hs * _F32_HALF)) * (_F32_ONE - he * _F32_HALF)
+    e = exp32(-(hs * _F32_HALF)) * (_F32_ONE - he * _F32_HALF)
     a = ax * _F32_INV_SQRT2
     q = (a - _F32_TWO) / (a + _F32_TWO)
     p = _fma32(_P11, q, _P10)
@@ -323,7 +323,7 @@ _F32_ONE, _F32_HALF, _F32_ZERO = F32(1.0), F32(0.5), F32(0.0)
 
 
 @njit(inline="always", error_model="numpy")
-def _exp32(v):
+def exp32(v):
     """expf for float32 v, all float32 (so the loops vectorize 16 wide): Cody-Waite by ln 2, Taylor
     degree 7 on |r| <= ln2/2 (truncation 0.12u), 2**k applied in two halves so that subnormal
     results round once. Measured within 1.7u of exp (and 1 ulp of a subnormal one). 0 below -104,
@@ -345,7 +345,7 @@ def _exp32(v):
 @njit(inline="always", error_model="numpy")
 def _fill_exp(xr, m, buf, n):
     for j in range(n):
-        buf[j] = _exp32(xr[j] - m)  # x - m rounded to float32, as on the GPU
+        buf[j] = exp32(xr[j] - m)  # x - m rounded to float32, as on the GPU
 
 
 @njit(inline="always", error_model="numpy")
@@ -433,7 +433,7 @@ def _ce_fwd(x2, t, ls, loss, lse):
 @njit(cache=True, error_model="numpy")
 def _ce_bwd_row(xr, dr, n, lse, dl, b):
     for j in range(n):
-        dr[j] = dl * (_exp32(xr[j] - lse) - b)  # float32 throughout, as on the GPU
+        dr[j] = dl * (exp32(xr[j] - lse) - b)  # float32 throughout, as on the GPU
 
 
 @njit(cache=True, error_model="numpy")
@@ -446,7 +446,7 @@ def _ce_bwd_rows(x2, lse, dloss, t, b, ab, dx2, r0, r1):
         else:
             le, dl = lse[r], dloss[r]
             _ce_bwd_row(x2[r], dx2[r], n, le, dl, b)
-            dx2[r, tr] = dl * (_exp32(x2[r, tr] - le) - ab)
+            dx2[r, tr] = dl * (exp32(x2[r, tr] - le) - ab)
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
@@ -479,7 +479,7 @@ _SUM_LANES = 256  # the CUDA sum's threads (TL_CE_SUM_LANES): the same order, so
 @njit(cache=True, error_model="numpy")
 def _sum_lanes(v):
     """sum_l (sum_{r = l mod 256} v[r]) in double: lane l adds its rows in order, then the lanes in
-    order, as tl_ce_sum_scale does."""
+    order, as tl_cross_entropy_reduce_sum_scale does."""
     part = np.zeros(_SUM_LANES, dtype=np.float64)
     for r in range(v.shape[0]):
         part[r % _SUM_LANES] += np.float64(v[r])

@@ -20,30 +20,26 @@ otherwise it takes dcol = W^T dy and col2im (a fixed-order sum of the K shifted 
 is as fast at stride > 1 and the only choice with an inf/NaN weight (a padded 0 times an inf
 weight is no term of the adjoint). conv_transpose is conv_bwd_input with the channel roles swapped, plus the bias.
 
-Chunks hold about ``_COL_BYTES`` of columns (at least one image); batches of two or more images
-run as contiguous parts on parallel threads with OpenBLAS at one thread each (see below): in 2-D
-inside one Numba parallel region per call, with cblas_sgemm called from Numba (where gemm.py can),
-elsewhere on our Python worker threads.
+Chunks hold about ``_COL_BYTES`` of columns (at least one image). Threads follow parallel.py's
+policy (one pool, Numba's): rank 2 with enough output positions runs one Numba parallel region per
+call, contiguous parts of the batch each copying its columns and calling cblas_sgemm per image
+(see "2-D with per-image GEMMs"); every other geometry runs its copies on the calling thread and
+its GEMMs through gemm.py, which splits them over the same threads.
 Results are bitwise repeatable from run to run.
 """
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import math
-import os
-import threading
-from contextlib import contextmanager
 
 import numpy as np
-from numba import njit, prange, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit, prange
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from .cblas import NO_TRANS, TRANS
-from .cblas import sgemm as _sgemm
+from . import parallel
+from .cblas import NO_TRANS, TRANS, sgemm
+from .gemm import gemm
 
 __all__ = ["conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose"]
 
@@ -52,218 +48,31 @@ _COL_BYTES = 8 << 20  # one chunk's column matrix: a few MB, so it is written an
 _UNFOLD_MAX_WASTE = 1.5  # the last-axis unfold computes every padded row: at most this many per output row
 
 
-# -- images in parallel ------------------------------------------------------------------------
-# OpenBLAS splits each GEMM over its threads, which must meet at barriers: our GEMMs (64-512
-# rows) gain little from that, and any other load on the machine stalls the barriers badly.
-# Instead, when the batch has >= 2 images, each of T Python threads (T = OpenBLAS's thread count)
-# takes a contiguous part of the batch and runs its copies and GEMMs with OpenBLAS set to one
-# thread (NumPy releases the GIL in both). Every image is computed exactly as in one thread, so
-# results do not depend on the split, except conv_bwd_weight's sum over images, which adds the
-# parts' partial sums in part order (fixed for a given thread count: repeatable run to run).
-def _numpy_openblas():
-    """The OpenBLAS library NumPy calls (a ctypes.CDLL), or None (another BLAS)."""
-    try:
-        with open("/proc/self/maps") as f:
-            libs = sorted({line.split()[-1] for line in f if "openblas" in line.rsplit("/", 1)[-1].lower()})
-    except OSError:
-        return None
-    for path in libs:  # NumPy's own copy (SciPy ships another)
-        if "numpy" in path:
-            try:
-                return ctypes.CDLL(path)
-            except OSError:
-                continue
-    return None
+# -- parts of the batch ----------------------------------------------------------------------------
+# Outside the 2-D path the batch is cut into parallel.parts(macs, batch, _ND_PART_MACS) contiguous
+# parts, run in order on the calling thread (their GEMMs split over Numba's threads in gemm.py).
+# conv and conv_bwd_input give the same bits for any cut; conv_bwd_weight adds the parts' partial
+# sums in part order, so its bits follow the part count (fixed by the sizes and the thread count).
+_ND_PART_MACS = 1 << 23
 
 
-def _find_blas_threads():
-    """(get, set) of the thread count of the OpenBLAS that NumPy calls, or None (another BLAS)."""
-    lib = _numpy_openblas()
-    if lib is None:
-        return None
-    for get, put in (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
-                     ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
-                     ("openblas_get_num_threads", "openblas_set_num_threads")):
-        if hasattr(lib, get) and hasattr(lib, put):
-            g, p_ = getattr(lib, get), getattr(lib, put)
-            g.restype, g.argtypes, p_.restype, p_.argtypes = ctypes.c_int, [], None, [ctypes.c_int]
-            return g, p_
-    return None
+def _by_parts(batch: int, macs: int, fn) -> list:
+    """[fn(n0, n1) for each part of the batch], in order (see above)."""
+    t = parallel.parts(macs, batch, _ND_PART_MACS)
+    return [fn(batch * i // t, batch * (i + 1) // t) for i in range(t)]
 
 
-_BLAS = _find_blas_threads()
-_BLAS_LOCK = threading.Lock()
-_BLAS_STATE = {"threads": None}  # OpenBLAS's thread count before we first set it to one (None: not yet)
-_PARALLEL_MIN_MACS = 1 << 24  # below ~16M multiply-adds the threads cost more than they save
-
-
-_CPUS = os.cpu_count() or 1  # os.cpu_count() reads /sys on every call (~6 us)
-
-
-def _workers() -> int:
-    """How many parts to run at once: OpenBLAS's own thread count before we set it to one (1 where
-    we cannot set it)."""
-    if _BLAS is None:
-        return 1
-    n = _BLAS_STATE["threads"]
-    return max(1, min(_BLAS[0]() if n is None else n, _CPUS))
-
-
-# OpenBLAS is set to one thread on first use and left there (the count it had is kept: it is the
-# number of parts _over_images runs at once). Restoring it after each call was costly: raising
-# the count wakes OpenBLAS's idle threads into a spin-wait (~0.1 s), which then takes a core from
-# our own threads and from Numba's. Measured on 2 cores: a hand-off to a worker thread and back
-# took 45-70 us with the count restored after every call against 4-25 us with it left at one, and
-# two concurrent single-threaded GEMMs ran 15-30% slower (4% with it left at one). Every GEMM of this backend runs inside
-# this context (conv here, bmm in layout.py, fast_gemm in fast.py), so none of them lose anything;
-# NumPy GEMMs elsewhere in the process also run on one thread from then on, until
-# restore_process_settings() (process.py) puts the count back.
-def _blas_one_thread() -> None:
-    """OpenBLAS at one thread from now on (see above), the count it had kept for
-    restore_process_settings(). Nothing to do where NumPy's BLAS is not an OpenBLAS we can set."""
-    if _BLAS is not None and _BLAS[0]() != 1:
-        with _BLAS_LOCK:
-            if _BLAS_STATE["threads"] is None:
-                _BLAS_STATE["threads"] = _BLAS[0]()
-            _BLAS[1](1)
-
-
-@contextmanager
-def _single_threaded_blas():
-    """OpenBLAS at one thread inside, and left so (_blas_one_thread)."""
-    _blas_one_thread()
-    yield
-
-
-# The parts run on plain worker threads, each handed one part through a pair of locks (the
-# cheapest blocking hand-off CPython has), one caller at a time; a concurrent or nested caller runs
-# its parts one after another in its own thread (the same parts, so the same bits). Waking a
-# thread that sleeps costs 10-50 us on a small VM, so the waits spin first: the caller, whose own
-# part is done, spins (in Numba, without the GIL) on the worker's done counter for up to
-# _SPIN_CALLER iterations before it sleeps on the lock; a worker spins on its job counter for up
-# to _SPIN_WORKER iterations after each part (so back-to-back calls find it awake) before it
-# sleeps. The counters are read with an atomic acquire load (an ordinary load could be hoisted
-# out of the loop); one poll is ~0.3 ns. Measured at the CNN's second conv layer: the caller's
-# spin saves ~30 us per call, the worker's another ~5-10 us when calls follow each other.
-_SPIN_CALLER = 1 << 21  # ~0.6 ms
-_SPIN_WORKER = 1 << 16  # ~20 us
-
-
-@intrinsic
-def _load_acquire(typingctx, arr, idx):
-    """arr[idx] by an atomic acquire load (never hoisted out of a loop, sees other threads' stores)."""
-    if not isinstance(arr, types.Array) or not isinstance(idx, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
-        return builder.load_atomic(ptr, "acquire", aryty.dtype.bitwidth // 8)
-
-    return arr.dtype(arr, idx), codegen
-
-
-@njit(cache=True, nogil=True)
-def _spin_until(counter, value, limit):
-    """Whether counter[0] reached value within limit polls (without the GIL)."""
-    for _ in range(limit):
-        if _load_acquire(counter, 0) >= value:
-            return True
-    return False
-
-
-class _Worker:
-    def __init__(self) -> None:
-        self._go = threading.Lock()
-        self._go.acquire()
-        self._done = threading.Lock()
-        self._done.acquire()
-        self._job = None
-        self._out = self._err = None
-        self._posted = np.zeros(1, np.int64)  # jobs handed over
-        self._finished = np.zeros(1, np.int64)  # jobs done
-        threading.Thread(target=self._loop, daemon=True, name="torchlean-conv").start()
-
-    def _loop(self) -> None:
-        seen = 0
-        while True:
-            _spin_until(self._posted, seen + 1, _SPIN_WORKER)
-            self._go.acquire()
-            seen += 1
-            fn, args = self._job
-            self._job = None
-            try:
-                self._out = fn(*args)
-            except BaseException as e:  # handed to the caller by result()
-                self._err = e
-            self._finished[0] = seen
-            self._done.release()
-
-    def submit(self, fn, *args) -> None:
-        self._job = (fn, args)
-        self._posted[0] += 1
-        self._go.release()
-
-    def result(self):
-        _spin_until(self._finished, self._posted[0], _SPIN_CALLER)
-        self._done.acquire()
-        out, err = self._out, self._err
-        self._out = self._err = None
-        if err is not None:
-            raise err
-        return out
-
-
-_POOL: list = []
-_POOL_LOCK = threading.Lock()
-
-
-def _reset_after_fork() -> None:
-    """A forked child has none of the parent's threads: start fresh workers and locks on demand."""
-    global _BLAS_LOCK, _POOL_LOCK
-    _POOL.clear()
-    _BLAS_LOCK = threading.Lock()
-    _POOL_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_after_fork)
-
-
-def _over_images(batch: int, macs: int, fn, min_macs: int | None = None) -> list:
-    """[fn(n0, n1) for each part of the batch], the parts run in parallel when that pays (at least
-    ``min_macs`` multiply-adds, default _PARALLEL_MIN_MACS as it is at the call). OpenBLAS runs at
-    one thread either way: its own threads spin after a GEMM and then fight Numba's threads and the
-    next call's parts for the two cores."""
-    t = min(_workers(), batch) if macs >= (_PARALLEL_MIN_MACS if min_macs is None else min_macs) else 1
-    with _single_threaded_blas():
-        if t <= 1:
-            return [fn(0, batch)]
-        bounds = [batch * i // t for i in range(t + 1)]
-        if not _POOL_LOCK.acquire(blocking=False):  # workers busy (another thread, or nested)
-            return [fn(bounds[i], bounds[i + 1]) for i in range(t)]
-        try:
-            while len(_POOL) < t - 1:
-                _POOL.append(_Worker())
-            workers = _POOL[:t - 1]
-            for i, w in enumerate(workers):
-                w.submit(fn, bounds[i + 1], bounds[i + 2])
-            out, err = [None] * t, None
-            try:
-                out[0] = fn(bounds[0], bounds[1])
-            except BaseException as e:
-                err = e
-            for i, w in enumerate(workers):  # wait for every part, even after an error in another
-                try:
-                    out[i + 1] = w.result()
-                except BaseException as e:
-                    err = err if err is not None else e
-            if err is not None:
-                raise err
-            return out
-        finally:
-            _POOL_LOCK.release()
+def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b for 2-D float32 operands: through gemm.py (the same cblas_sgemm call NumPy makes, split
+    over Numba's threads) when both are C-contiguous or transposed C-contiguous arrays and every
+    dimension exceeds 1; otherwise np.matmul (NumPy hands a dimension of 1 to a GEMV or its own
+    loop, whose bits a GEMM does not reproduce)."""
+    (m, k), n = a.shape, b.shape[1]
+    ta, tb = not a.flags.c_contiguous and a.T.flags.c_contiguous, not b.flags.c_contiguous and b.T.flags.c_contiguous
+    if min(m, n, k) > 1 and a.dtype == F32 and b.dtype == F32 and (ta or a.flags.c_contiguous) \
+            and (tb or b.flags.c_contiguous):
+        return gemm((a.T if ta else a).reshape(-1), (b.T if tb else b).reshape(-1), 1, m, n, k, ta, tb).reshape(m, n)
+    return np.matmul(a, b)
 
 
 def _out(spatial, kernel, stride, padding) -> tuple[int, ...]:
@@ -421,7 +230,7 @@ def _conv_unfold_last(y, x5, w, b, kernel, stride, lo, hi, out) -> None:
     for n0, n1 in _chunks(batch, (c * kl + kr_n * o_n) * rows_n * wo):
         nb = n1 - n0
         col = _last_axis_cols(x5[n0:n1], kl, sl, lo, hi, rows, wo)
-        yk = np.matmul(wr, col.reshape(c * kl, nb * rows_n * wo))  # (*kr, O, nb, *rows, wo)
+        yk = _mm(wr, col.reshape(c * kl, nb * rows_n * wo))  # (*kr, O, nb, *rows, wo)
         st = np.cumprod((1,) + (wo,) + rows[::-1] + (nb, o_n) + kr[::-1])[::-1][1:]  # row-major, in elements
         st_k, st_o, st_n, st_r = st[:nk], st[nk], st[nk + 1], st[nk + 2:nk + 2 + nk]
         view = as_strided(yk, kr + (o_n, nb) + tuple(out),
@@ -438,10 +247,9 @@ def _conv_unfold_last(y, x5, w, b, kernel, stride, lo, hi, out) -> None:
 
 def _conv_into(y: np.ndarray, x5: np.ndarray, w: np.ndarray, b, kernel, stride, lo, hi, out) -> None:
     """y (batch, O, P) = the conv of x5 (batch, C, *S), padded by lo/hi (negative: cropped), with
-    w (O, C, *kernel), plus b. Parts of the batch run in parallel (disjoint slices of y)."""
+    w (O, C, *kernel), plus b, by parts of the batch (disjoint slices of y)."""
     macs = y.size * math.prod(w.shape[1:])
-    _over_images(x5.shape[0], macs,
-                 lambda n0, n1: _conv_part(y[n0:n1], x5[n0:n1], w, b, kernel, stride, lo, hi, out))
+    _by_parts(x5.shape[0], macs, lambda n0, n1: _conv_part(y[n0:n1], x5[n0:n1], w, b, kernel, stride, lo, hi, out))
 
 
 def _conv_part(y: np.ndarray, x5: np.ndarray, w: np.ndarray, b, kernel, stride, lo, hi, out) -> None:
@@ -461,26 +269,34 @@ def _conv_part(y: np.ndarray, x5: np.ndarray, w: np.ndarray, b, kernel, stride, 
     for n0, n1 in _chunks(batch, per_image):
         col = _im2col(x5[n0:n1], kernel, stride, lo, hi, out)
         if n1 - n0 == 1:
-            np.matmul(w2, col, out=y[n0])
+            y[n0] = _mm(w2, col)
         else:
-            y[n0:n1] = np.matmul(w2, col).reshape(o_n, n1 - n0, p_n).transpose(1, 0, 2)
+            y[n0:n1] = _mm(w2, col).reshape(o_n, n1 - n0, p_n).transpose(1, 0, 2)
         if b is not None:
             y[n0:n1] += b[:, None]
 
 
 # -- 2-D with per-image GEMMs (the CNN case) ---------------------------------------------------------
-# Rank 2 with at least _FAST_MIN_P output positions per image: a Numba kernel writes each image's
-# column matrix (C*K (+1), P) straight from x (no padded copy, no strided NumPy copy), and NumPy's
-# stacked matmul (or the same cblas_sgemm called from Numba: "the 2-D per-image GEMMs on Numba's
-# threads" below) runs one GEMM per image, col and y in their natural per-image layouts (y (O, P) is
-# the output itself, no transpose). These small GEMMs stay in cache: ~110 GFLOP/s on one core
-# against ~60 for one wide GEMM over the chunk. The bias is a column of W against a row of ones
-# in col (one more product, b * 1 = b exactly). Every image is computed by the same GEMM call
-# whatever the chunking or the thread split, so conv and conv_bwd_input do not depend on either;
-# conv_bwd_weight sums per-image products in fixed groups of images (sizes alone fix the groups),
-# each group in image order, then the group sums in group order: the same bits for any thread count.
-# Measured at the CNN's second layer (64 x 16 -> 32, 8x8, 3x3), one thread: the GEMMs ~170 us per
-# 32 images (~110 GFLOP/s, about the core's peak); im2col 32 us, col2im 32 us, dy's transpose 18 us.
+# Rank 2 with at least _FAST_MIN_P output positions per image has its own path because its GEMMs
+# are small: a Numba kernel writes each image's column matrix (C*K (+1), P) straight from x (no
+# padded copy, no strided NumPy copy) and one cblas_sgemm per image multiplies it, col and y in their
+# natural per-image layouts (y (O, P) is the output itself, no transpose). A per-image GEMM stays in
+# cache and runs near the core's peak where one wide GEMM over a chunk does not, and the whole call
+# (copies and GEMMs of every image) is ONE Numba parallel region: contiguous parts of the batch (or
+# of the weight gradient's groups), parallel.parts(macs, images, _PART_MACS) of them, each part
+# working through its images in chunks of _COL_BYTES without the GIL. The other ranks cannot take
+# it (their column copies and unfold plans are NumPy code, and their cost model picks wide GEMMs).
+# The bias is a column of W against a row of ones in col (one more product, b * 1 = b exactly).
+# Every image is computed by the same GEMM call whatever the chunking or the split, so conv and
+# conv_bwd_input do not depend on either; conv_bwd_weight sums per-image products in fixed groups of
+# images (sizes alone fix the groups), each group in image order, then the group sums in group
+# order: the same bits for any thread count. The sgemm gets the arguments NumPy's stacked matmul
+# would pass (RowMajor, NoTrans for C-contiguous operands, Trans with ld P for col_n^T), so these
+# are the bits of np.matmul too. Where that is not so (NumPy sends a product with a dimension of 1
+# to a GEMV or its own loop) or no cblas_sgemm is at hand (parallel.sgemm_address() None), the
+# same per-image products run on the calling thread through np.matmul (_per_image_matmul).
+# Nothing inside a region can raise: every buffer is allocated before it (one scratch row per part)
+# and the callers check the shapes.
 _FAST_MIN_P = 16  # fewer output positions per image: one wide GEMM over the chunk does better
 _GROUP_IMAGES = 16  # conv_bwd_weight: at most this many images per group sum
 _DYT_MIN_CK = 32  # conv_bwd_weight: transpose dy from this many col rows (C*K) up
@@ -692,50 +508,7 @@ def _sum_in_order(parts, out):
         out += parts[i]
 
 
-# -- the 2-D per-image GEMMs on Numba's threads ------------------------------------------------
-# Where gemm.py can call OpenBLAS's cblas_sgemm from Numba (gemm._ready(): NumPy's OpenBLAS, Numba's
-# OpenMP layer), each 2-D call is ONE Numba parallel region: a prange over contiguous parts of the
-# batch (or of the weight gradient's groups) cut as _over_images cuts them (part i: images
-# batch*i//t to batch*(i+1)//t, chunks of _COL_BYTES inside), each part running the Numba copy
-# kernels and one cblas_sgemm per image without the GIL. Why not _over_images: Numba's OpenMP
-# workers spin after every parallel region (GOMP's default), and our Python worker thread then
-# fought them for the second core (2 cores: the cnn step went ~3.5 -> ~4.2 ms when gemm.py moved
-# to OpenMP, conv's three primitives about twice as slow). One pool for everything ends that, and a
-# region starts in ~1.5 us where the Python hand-off took 10-50 us. Measured on 2 cores, the cnn
-# step (.brief/step_exp2.py, p25 of 70 steps, runs alternated): ~4.2-4.8 ms before, ~2.8-3.0 ms
-# here, ~3.3-4.4 ms with Numba's workqueue layer (which keeps np.matmul and _over_images); per call
-# in the step: conv ~410 -> ~175 us, conv_bwd_weight ~410 -> ~185 us, conv_bwd_input ~620 -> ~265 us.
-# Same bits as the np.matmul path: NumPy's stacked matmul calls cblas_sgemm once per image when all
-# three GEMM dimensions are > 1 (with a 1 it calls a GEMV or its own loop: those shapes keep
-# np.matmul), and the sgemm here gets the same arguments (RowMajor, the same operands, leading
-# dimensions and transposes: NoTrans for the C-contiguous operands, Trans with ld P for the
-# transposed view col_n^T), so each image is the same call whatever the parts; the weight gradient
-# adds the same per-image products in the same order (_sum_in_order over each group, then over the
-# groups). tests/test_conv.py compares the two paths bitwise. Nothing inside a region can raise:
-# every buffer is allocated before it (one scratch row per part) and the callers check the shapes.
-def _cblas():
-    """(cblas_sgemm address, BLAS integer zero) from gemm._ready(), or None (the np.matmul paths).
-    Imported here, not at the top: gemm.py imports this module."""
-    from .gemm import _ready
-
-    return _ready()
-
-
-# A part has at least _OMP_PART_MACS multiply-adds (~5 us on one core): the region's start and the
-# second thread's wake-up are a few us, where the Python worker's hand-off took 10-50 us (hence
-# _PARALLEL_MIN_MACS = 16M there). Measured on 2 cores, one call serial / in 2 parts: conv of 16
-# images 1 -> 16 channels, 16x16, 3x3 (0.59M multiply-adds) 31 / 24 us, of 8 such images (0.29M:
-# one part) 21 / 19 us, of 4 images 16 -> 32, 8x8 (1.2M) 32 / 22 us; at the cnn's 64 images the
-# first layer's conv 84 / 54 us and weight gradient 74 / 50 us (2.4-2.6M: one part before), the
-# second layer's conv 407 / 225 us.
-_OMP_PART_MACS = 1 << 18
-
-
-def _omp_parts(batch: int, macs: int) -> int:
-    """How many parts (contiguous image ranges, or group ranges) one region runs: one per Numba
-    thread that _workers() counts, at most one per image and one per _OMP_PART_MACS multiply-adds.
-    Sizes and the thread count alone fix it (and no part count changes a bit)."""
-    return max(1, min(_workers(), batch, macs // _OMP_PART_MACS))
+_PART_MACS = 1 << 18  # multiply-adds per part at least: a region's start and wake-ups cost a few us
 
 
 def _sgemm_fits(st, m: int, n: int, k: int) -> bool:
@@ -759,7 +532,7 @@ def _conv2d_part(fn, iz, x, wb, y, col, batch, t, i, nb, in_c, out_c, h, w, kh, 
         m1 = min(n1, m0 + nb)
         _im2col2d(x, m0, m1, in_c, h, w, cb, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bias_row)
         for n in range(m0, m1):
-            _sgemm(fn, iz, _NT, _NT, out_c, p_n, rows, wb.ctypes.data, rows, cb.ctypes.data + 4 * (n - m0) * rows * p_n,
+            sgemm(fn, iz, _NT, _NT, out_c, p_n, rows, wb.ctypes.data, rows, cb.ctypes.data + 4 * (n - m0) * rows * p_n,
                    p_n, y.ctypes.data + 4 * n * out_c * p_n, p_n)
 
 
@@ -788,7 +561,7 @@ def _bwd_input2d_part(fn, iz, dy, w2t, dx, buf, batch, t, i, nb, in_c, out_c, h,
     for m0 in range(batch * i // t, n1, nb):
         m1 = min(n1, m0 + nb)
         for n in range(m0, m1):
-            _sgemm(fn, iz, _NT, _NT, ck, p_n, out_c, w2t.ctypes.data, out_c, dy.ctypes.data + 4 * n * out_c * p_n, p_n,
+            sgemm(fn, iz, _NT, _NT, ck, p_n, out_c, w2t.ctypes.data, out_c, dy.ctypes.data + 4 * n * out_c * p_n, p_n,
                    bb.ctypes.data + 4 * (margin + (n - m0) * ck * p_n), p_n)
         _col2im2d(bb, dx, m0, m1, in_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, margin)
 
@@ -825,11 +598,11 @@ def _bwd_weight2d_part(fn, iz, x, dy, sums, col, gt, prods, batch, group, t, i, 
         if dyt:  # col_n (C*K, P) @ dy_n^T (P, O), dy_n transposed first
             _transpose_images(dy, m0, m1, out_c, p_n, gb)
             for n in range(m1 - m0):
-                _sgemm(fn, iz, _NT, _NT, ck, out_c, p_n, cb.ctypes.data + 4 * n * ck * p_n, p_n,
+                sgemm(fn, iz, _NT, _NT, ck, out_c, p_n, cb.ctypes.data + 4 * n * ck * p_n, p_n,
                        gb.ctypes.data + 4 * n * p_n * out_c, out_c, pb.ctypes.data + 4 * n * ck * out_c, out_c)
         else:     # dy_n (O, P) @ col_n^T (P, C*K): col_n read transposed
             for n in range(m1 - m0):
-                _sgemm(fn, iz, _NT, _TR, out_c, ck, p_n, dy.ctypes.data + 4 * (m0 + n) * out_c * p_n, p_n,
+                sgemm(fn, iz, _NT, _TR, out_c, ck, p_n, dy.ctypes.data + 4 * (m0 + n) * out_c * p_n, p_n,
                        cb.ctypes.data + 4 * n * ck * p_n, p_n, pb.ctypes.data + 4 * n * ck * out_c, ck)
         _sum_in_order(pb[:(m1 - m0) * ck * out_c].reshape(m1 - m0, ck * out_c), sums[gi])
 
@@ -870,12 +643,11 @@ def _conv2d_fast(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, 
     y = np.empty((batch, out_c, p_n), F32)
     x = np.ascontiguousarray(x)
     macs = batch * out_c * rows * p_n
-    st = _cblas()
+    st = parallel.sgemm_address()
     if _sgemm_fits(st, out_c, p_n, rows) and x.dtype == F32 and wb.dtype == F32:
-        t = _omp_parts(batch, macs)
+        t = parallel.parts(macs, batch, _PART_MACS)
         nb = min(max(1, _COL_BYTES // (4 * rows * p_n)), -(-batch // t))  # _chunks' images per chunk
         col = np.empty((t, nb * rows * p_n), F32)
-        _blas_one_thread()
         (_conv2d_par if t > 1 else _conv2d_ser)(st[0], st[1], x.reshape(-1), np.ascontiguousarray(wb), y.reshape(-1),
                                                  col, batch, t, nb, in_c, out_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow,
                                                  int(b is not None))
@@ -888,7 +660,7 @@ def _conv2d_fast(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, 
             _im2col2d(x, m0, m1, in_c, h, wd, col.reshape(-1), kh, kw, sh, sw, ph, pw, oh, ow, int(b is not None))
             np.matmul(wb, col, out=y[m0:m1])
 
-    _over_images(batch, macs, part)
+    part(0, batch)
     return y.reshape(-1)
 
 
@@ -905,12 +677,11 @@ def _bwd_input2d_col2im(dy, w, batch, in_c, out_c, spatial, kernel, stride, padd
 
     margin = _col2im_margin(h, wd, kh, kw, ph, pw, oh, ow)
     macs = batch * out_c * ck * p_n
-    st = _cblas()
+    st = parallel.sgemm_address()
     if _sgemm_fits(st, ck, p_n, out_c) and dy.dtype == F32 and w2t.dtype == F32:
-        t = _omp_parts(batch, macs)
+        t = parallel.parts(macs, batch, _PART_MACS)
         nb = min(max(1, _COL_BYTES // (4 * ck * p_n)), -(-batch // t))  # _chunks' images per chunk
         buf = np.empty((t, nb * ck * p_n + 2 * margin), F32)
-        _blas_one_thread()
         (_bwd_input2d_par if t > 1 else _bwd_input2d_ser)(st[0], st[1], np.ascontiguousarray(dy).reshape(-1), w2t, dx,
                                                            buf, batch, t, nb, in_c, out_c, h, wd, kh, kw, sh, sw, ph,
                                                            pw, oh, ow, margin)
@@ -924,7 +695,7 @@ def _bwd_input2d_col2im(dy, w, batch, in_c, out_c, spatial, kernel, stride, padd
             np.matmul(w2t, g3[m0:m1], out=dcol)
             _col2im2d(buf, dx, m0, m1, in_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow, margin)
 
-    _over_images(batch, macs, part)
+    part(0, batch)
     return dx
 
 
@@ -960,20 +731,19 @@ def _bwd_weight2d_fast(x, dy, batch, in_c, out_c, spatial, kernel, stride, paddi
             _sum_in_order(prods, sums[gi])
 
     macs = batch * out_c * ck * p_n
-    st = _cblas()
+    st = parallel.sgemm_address()
     if _sgemm_fits(st, *((ck, out_c, p_n) if dyt else (out_c, ck, p_n))) and x.dtype == F32 and dy.dtype == F32:
-        t = _omp_parts(n_groups, macs)
+        t = parallel.parts(macs, n_groups, _PART_MACS)
         g_n = min(group, batch)
         col = np.empty((t, g_n * ck * p_n), F32)
         gt = np.empty((t, g_n * p_n * out_c if dyt else 1), F32)
         prods = np.empty((t, g_n * ck * out_c), F32)
-        _blas_one_thread()
         (_bwd_weight2d_par if t > 1 else _bwd_weight2d_ser)(st[0], st[1], x.reshape(-1), dy.reshape(-1),
                                                              sums.reshape(n_groups, ck * out_c), col, gt, prods, batch,
                                                              group, t, in_c, out_c, h, wd, kh, kw, sh, sw, ph, pw, oh,
                                                              ow, dyt)
     else:
-        _over_images(n_groups, macs, part)
+        part(0, n_groups)
     dw = np.empty(sums.shape[1:], F32)
     _sum_in_order(sums, dw)
     return (np.ascontiguousarray(dw.T) if dyt else dw).reshape(-1)
@@ -1032,6 +802,7 @@ def _scatter_axes(d5: np.ndarray, axes, spatial, kernel, stride, padding, out) -
 
 
 def conv(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding):
+    parallel.blas_one_thread()  # every GEMM below, NumPy's included, at one OpenBLAS thread
     out = _out(spatial, kernel, stride, padding)
     sparse = _sparse_axes(kernel, stride, padding)
     if sparse and batch * in_c:
@@ -1099,6 +870,7 @@ def _bwd_input_by_phases(dx5, g5, w5, kernel, stride, padding, spatial, out) -> 
 
 
 def conv_bwd_input(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
+    parallel.blas_one_thread()  # every GEMM below, NumPy's included, at one OpenBLAS thread
     out = _out(spatial, kernel, stride, padding)
     sparse = _sparse_axes(kernel, stride, padding)
     if sparse and batch * in_c * math.prod(spatial) and out_c:
@@ -1121,8 +893,8 @@ def conv_bwd_input(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
             _bwd_input_by_phases(dx.reshape((batch, in_c) + tuple(spatial)), g3.reshape((batch, out_c) + out),
                                  w.reshape((out_c, in_c) + tuple(kernel)), kernel, stride, padding, spatial, out)
             return dx.reshape(-1)
-        _over_images(batch, batch * in_c * k_n * p_n * out_c,
-                     lambda n0, n1: _col2im_part(dx[n0:n1], g3[n0:n1], w, kernel, stride, padding, spatial, out))
+        _by_parts(batch, batch * in_c * k_n * p_n * out_c,
+                  lambda n0, n1: _col2im_part(dx[n0:n1], g3[n0:n1], w, kernel, stride, padding, spatial, out))
     return dx.reshape(-1)
 
 
@@ -1137,7 +909,7 @@ def _col2im_part(dx, g3, w, kernel, stride, padding, spatial, out) -> None:
     every = (slice(None), slice(None))
     for n0, n1 in _chunks(batch, in_c * k_n * p_n):
         nb = n1 - n0
-        dcol = np.matmul(w2t, _rows(g3, n0, n1)).reshape((in_c, k_n, nb) + out)
+        dcol = _mm(w2t, _rows(g3, n0, n1)).reshape((in_c, k_n, nb) + out)
         dxp = np.zeros((nb, in_c) + padded, F32)
         for j, k in enumerate(np.ndindex(*kernel)):
             taps = tuple(slice(ki, ki + (o - 1) * s + 1, s) for ki, s, o in zip(k, stride, out))
@@ -1184,6 +956,7 @@ def _bwd_weight_unfold_last(x5, g3, kernel, stride, padding, out) -> np.ndarray:
 
 
 def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding):
+    parallel.blas_one_thread()  # every GEMM below, NumPy's included, at one OpenBLAS thread
     out = _out(spatial, kernel, stride, padding)
     sparse = _sparse_axes(kernel, stride, padding)
     if sparse and batch * in_c:
@@ -1200,8 +973,8 @@ def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding)
     x5 = x.reshape((batch, in_c) + tuple(spatial))
     g3 = dy.reshape(batch, out_c, p_n)
     with np.errstate(all="ignore"):
-        parts = _over_images(batch, batch * out_c * ck * p_n,
-                             lambda n0, n1: _bwd_weight_part(x5[n0:n1], g3[n0:n1], kernel, stride, padding, out))
+        parts = _by_parts(batch, batch * out_c * ck * p_n,
+                          lambda n0, n1: _bwd_weight_part(x5[n0:n1], g3[n0:n1], kernel, stride, padding, out))
         dwt = parts[0]
         for part in parts[1:]:  # in part order: a fixed order of summation
             dwt += part
@@ -1220,7 +993,7 @@ def _bwd_weight_part(x5, g3, kernel, stride, padding, out) -> np.ndarray:
     single = _identity_cols(kernel, stride, padding, padding) and p_n >= 512
     for n0, n1 in _chunks(batch, _COL_BYTES if single else ck * p_n):
         col = _im2col(x5[n0:n1], kernel, stride, padding, padding, out)
-        part = np.matmul(col, _rows(g3, n0, n1).T)
+        part = _mm(col, _rows(g3, n0, n1).T)
         if dwt is None:
             dwt = part
         else:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .conv import _over_images
-
 F32 = np.float32
 SAFE_LOG_EPS = F32(1e-6)
 _IGNORE = dict(all="ignore")
@@ -18,28 +16,11 @@ __all__ = [
     "softplus_bwd", "safe_log", "safe_log_bwd",
 ]
 
-# Transcendental ufuncs (exp, tanh) on at least this many elements run as contiguous halves on the
-# conv family's thread pool (NumPy releases the GIL in its loops): each element is computed by
-# the same loop either way, so the bits do not depend on the split. Measured on 2 cores: exp of
-# 1.18M elements 1030 -> 860 us idle, 640 -> 430 us with another process busy; below ~1M the
-# hand-off (~40 us) eats the gain. (add/mul/...: memory-bound, no faster on two threads.)
-_PAR_MIN = 1 << 20
-
-
 def _ufunc(f, *args):
-    """f(*args) (1-D float32 arrays and scalars), split over threads when large."""
-    n = args[0].size
-    if n < _PAR_MIN:
-        with np.errstate(**_IGNORE):
-            return f(*args)
-    out = np.empty(n, F32)
-
-    def part(i0, i1):
-        with np.errstate(**_IGNORE):
-            f(*(a[i0:i1] if isinstance(a, np.ndarray) else a for a in args), out=out[i0:i1])
-
-    _over_images(n, n, part, _PAR_MIN)
-    return out
+    """f(*args) (1-D float32 arrays and scalars), NumPy's floating-point warnings off. On the calling
+    thread: NumPy's loops cannot run inside Numba's threads, the backend's one pool (parallel.py)."""
+    with np.errstate(**_IGNORE):
+        return f(*args)
 
 
 def abs(x):

@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from . import parallel
 from .gemm import gemm
-from .conv import _single_threaded_blas
 
 __all__ = ["fast_gemm", "linear_bwd", "mse_loss_fwd", "mse_loss_bwd"]
 
@@ -41,8 +41,8 @@ def fast_gemm(a, b, bias, m, k, n, trans_a, trans_b, fp64):
     with np.errstate(all="ignore"):
         if fp64:  # OpenBLAS at one thread, as every backend GEMM (gemm.py)
             A, B = _view(a, m, k, trans_a), _view(b, k, n, trans_b)
-            with _single_threaded_blas():
-                out64 = np.matmul(A.astype(F64), B.astype(F64))
+            parallel.blas_one_thread()
+            out64 = np.matmul(A.astype(F64), B.astype(F64))
             if bias is not None:
                 out64 += bias.astype(F64)
             return out64.astype(F32).reshape(-1)

@@ -10,7 +10,7 @@ The CPU backend changes two things that belong to the process, not to torchlean:
   where the user tunes malloc (any ``MALLOC_*`` variable or ``GLIBC_TUNABLES``), and off glibc.
 * the thread count of the OpenBLAS that NumPy calls, set to one at torchlean's first GEMM (and
   again at any later one that finds it changed): torchlean splits its GEMMs over Numba's threads
-  instead (docs/design.md, "CPU threads: one pool"). NumPy GEMMs elsewhere in the process then run
+  instead (parallel.py, which owns the controls). NumPy GEMMs elsewhere in the process then run
   on one thread too.
 
 ``process_settings()`` says what is changed now; ``restore_process_settings()`` puts back the
@@ -25,10 +25,11 @@ OpenBLAS's count would start its threads during interpreter shutdown).
 from __future__ import annotations
 
 import ctypes
-import importlib
 import os
 import platform
 from typing import Any
+
+from . import parallel
 
 __all__ = ["process_settings", "restore_process_settings"]
 
@@ -66,18 +67,11 @@ def apply_malloc_settings() -> bool:
     return ok
 
 
-def _blas():
-    """The conv module, which holds the OpenBLAS controls (by import path: the package's ``conv``
-    attribute is the conv function)."""
-    return importlib.import_module(".conv", __package__)
-
-
 def process_settings() -> dict[str, Any]:
     """What torchlean has changed in this process now: ``{"malloc_thresholds": (mmap, trim) bytes
     or None, "openblas_threads": (the count torchlean found, the count now) or None}``."""
-    conv = _blas()
-    found = conv._BLAS_STATE["threads"]
-    blas = None if found is None or conv._BLAS is None else (int(found), int(conv._BLAS[0]()))
+    found, now = parallel.blas_found_threads(), parallel.blas_threads()
+    blas = None if found is None or now is None else (found, now)
     malloc = (_MMAP_BYTES, _TRIM_BYTES) if _malloc_state["applied"] else None
     return {"malloc_thresholds": malloc, "openblas_threads": blas}
 
@@ -86,13 +80,12 @@ def restore_process_settings() -> dict[str, Any]:
     """Undo the changes ``process_settings()`` lists (see the module docstring); returns what was
     restored, in the same form (empty when nothing was changed)."""
     restored: dict[str, Any] = {}
-    conv = _blas()
-    with conv._BLAS_LOCK:
-        found = conv._BLAS_STATE["threads"]
-        if found is not None and conv._BLAS is not None:
-            conv._BLAS[1](int(found))
-            conv._BLAS_STATE["threads"] = None
-            restored["openblas_threads"] = int(found)
+    with parallel.blas_lock():
+        found = parallel.blas_found_threads()
+        if found is not None and parallel.blas_threads() is not None:
+            parallel.set_blas_threads(found)
+            parallel.forget_blas_threads()
+            restored["openblas_threads"] = found
     if _malloc_state["applied"]:
         mallopt = _mallopt()
         if mallopt is not None:

@@ -34,6 +34,7 @@ import numpy as np
 import scipy.fft as sfft
 
 from ..caches import ByteLRU
+from ..spectral_basis import make_bases
 
 __all__ = ["rfft1d_packed", "irfft1d_packed", "spectral_conv1d_rfft_fwd", "spectral_conv1d_rfft_bwd_x",
            "spectral_conv1d_rfft_bwd_wre", "spectral_conv1d_rfft_bwd_wim", "spectral_conv1d_rfft_bwd_w"]
@@ -81,33 +82,13 @@ def irfft1d_packed(spec, batch, n):
 
 # -- spectral convolution --------------------------------------------------------------------------------
 def _bases(grid: int, modes: int) -> tuple[np.ndarray, np.ndarray]:
-    """``_make_bases(grid, modes)``, kept in the basis cache (read-only arrays)."""
+    """``make_bases(grid, modes)``, kept in the basis cache (read-only arrays)."""
     key = (grid, modes)
     hit = _basis_cache.get(key)
     if hit is None:
-        hit = _make_bases(grid, modes)
+        hit = make_bases(grid, modes)
         _basis_cache.put(key, hit, hit[0].nbytes + hit[1].nbytes)
     return hit
-
-
-def _make_bases(grid: int, modes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(Bf (2 modes, grid), Bi (grid, 2 modes)) float32, from float64 angles reduced exactly."""
-    k = np.arange(modes, dtype=np.int64)[:, None]
-    t = np.arange(grid, dtype=np.int64)[None, :]
-    r = (k * t) % grid
-    theta = 2.0 * np.pi * r / grid
-    c, s = np.cos(theta), np.sin(theta)
-    q = (4 * r) % grid == 0  # exact values at quarter turns (sin(pi) = 0, not 1.2e-16)
-    quarter = ((4 * r) // grid) % 4
-    c = np.where(q, np.choose(quarter, [1.0, 0.0, -1.0, 0.0]), c)
-    s = np.where(q, np.choose(quarter, [0.0, 1.0, 0.0, -1.0]), s)
-    ck = np.where((k == 0) | (2 * k == grid), 1.0, 2.0) / grid
-    bf = np.empty((2 * modes, grid), F32)
-    bf[0::2], bf[1::2] = c, -s
-    bi = np.empty((grid, 2 * modes), F32)
-    bi[:, 0::2], bi[:, 1::2] = (ck * c).T, (-ck * s).T
-    bf.flags.writeable = bi.flags.writeable = False
-    return bf, bi
 
 
 def _route(grid: int, modes: int) -> str:
