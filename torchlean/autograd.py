@@ -11,15 +11,15 @@ closure is dropped. Gradients of shared inputs accumulate (``x + x`` has gradien
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from .errors import AutogradError, ShapeError
+from .errors import AutogradError
 from .runtime import primitives as P
 from .runtime.buffer import Buffer, full as _full_buffer, zeros as _zeros_buffer
 
-if TYPE_CHECKING:
-    from .tensor import Tensor
-
+# "Tensor" in the annotations is torchlean.tensor.Tensor. The tape sits below it (tensor.py imports
+# this module): it reads a tensor's tape fields (requires_grad, _node, _retains_grad) and calls
+# its _accumulate_grad, and never names the class.
 VJP = Callable[[Buffer], Sequence["Buffer | None"]]
 
 
@@ -153,8 +153,9 @@ def _topological(root: "Tensor") -> list["Tensor"]:
     return order
 
 
-def backward(root: "Tensor", grad: "Tensor | None" = None, retain_graph: bool = False) -> None:
-    """Accumulate d(root)/d(leaf) into every leaf's ``.grad`` (``root.backward()``)."""
+def backward(root: "Tensor", grad: Buffer | None = None, retain_graph: bool = False) -> None:
+    """Accumulate d(root)/d(leaf) into every leaf's ``.grad``; ``grad`` is d(loss)/d(root), already
+    checked against root by ``Tensor.backward`` (None: ones, for a one-element root)."""
     if not root.requires_grad:
         raise AutogradError("backward: the tensor does not require grad and has no recorded graph")
     if grad is None:
@@ -163,16 +164,7 @@ def backward(root: "Tensor", grad: "Tensor | None" = None, retain_graph: bool = 
                 f"backward: a gradient can be created implicitly only for a one-element output, got shape {root.shape}")
         g = _ones_like(root)
     else:
-        from .tensor import Tensor  # (here, not at the top: tensor.py imports this module)
-
-        if not isinstance(grad, Tensor):
-            raise AutogradError(f"backward: gradient must be a Tensor, got {type(grad).__name__}")
-        if tuple(grad.shape) != tuple(root.shape):
-            raise ShapeError(f"backward: gradient shape {tuple(grad.shape)} does not match output shape {tuple(root.shape)}")
-        if grad.device != root.device:
-            from .errors import DeviceError
-            raise DeviceError(f"backward: gradient on {grad.device} but output on {root.device}")
-        g = grad._float_buffer("backward")
+        g = grad
     order = _topological(root)
     grads: dict[int, Any] = {id(root): g}
     take, add = grads.pop, P.add

@@ -24,86 +24,22 @@ or NumPy's float64 BLAS on the CPU) and agrees with NumPy float64 to ~1e-16 n re
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-from dataclasses import dataclass
-from typing import Any, Iterator, Literal
+from typing import Any
 
 import numpy as np
 
+from . import ops
 from .errors import ArgumentError, DeviceError, ShapeError
+from .ops.fast_options import (PRECISIONS, GpuMatmulPrecision, Options, check_bool, check_precision,  # noqa: F401
+                               get_options, options, set_options, state)
+from .runtime import primitives as P
+from .runtime.buffer import Buffer
+from .runtime.device import cuda_unavailable_reason, get_context
+from .runtime.primitives_fast import matmul_f64_host
+from .tensor import Tensor
 
 __all__ = ["GpuMatmulPrecision", "PRECISIONS", "Options", "get_options", "set_options", "options", "fast_matmul",
            "gpu_matmul_fp64", "matmul"]
-
-GpuMatmulPrecision = Literal["fp32", "fp64"]
-PRECISIONS = ("fp32", "fp64")
-
-
-def check_precision(op: str, precision: Any, name: str = "precision") -> str:
-    if isinstance(precision, str) and precision in PRECISIONS:
-        return precision
-    raise ArgumentError(f"{op}: {name} must be 'fp32' or 'fp64', got {precision!r}")
-
-
-def _check_bool(op: str, name: str, value: Any) -> bool:
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    raise ArgumentError(f"{op}: {name} must be a bool, got {value!r} ({type(value).__name__})")
-
-
-@dataclass(frozen=True)
-class Options:
-    """The seed's Torch.Options: fast_kernels (route linear, mse_loss and 2-D matmul to the fused
-    variants), use_gpu (where those expect their tensors) and fast_gpu_matmul_precision ("fp32" or
-    "fp64")."""
-
-    fast_kernels: bool = False
-    use_gpu: bool = False
-    fast_gpu_matmul_precision: str = "fp32"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "fast_kernels", _check_bool("Options", "fast_kernels", self.fast_kernels))
-        object.__setattr__(self, "use_gpu", _check_bool("Options", "use_gpu", self.use_gpu))
-        check_precision("Options", self.fast_gpu_matmul_precision, "fast_gpu_matmul_precision")
-
-
-_state = {"options": Options()}
-
-
-def get_options() -> Options:
-    """The Options in force (process-global)."""
-    return _state["options"]
-
-
-def set_options(opts: Options) -> Options:
-    """Put ``opts`` in force; returns the previous Options."""
-    if not isinstance(opts, Options):
-        raise ArgumentError(f"set_options: expected a torchlean.Options, got {type(opts).__name__}")
-    prev = _state["options"]
-    _state["options"] = opts
-    return prev
-
-
-@contextlib.contextmanager
-def options(opts: Options | None = None, **fields: Any) -> Iterator[Options]:
-    """``with options(fast_kernels=True): ...``: ``opts`` (default: the Options in force) with
-    ``fields`` replaced, in force for the block; the previous Options come back afterwards, also
-    when the block raises."""
-    base = get_options() if opts is None else opts
-    if not isinstance(base, Options):
-        raise ArgumentError(f"options: expected a torchlean.Options, got {type(base).__name__}")
-    known = {f.name for f in dataclasses.fields(Options)}
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise ArgumentError(f"options: unknown field(s) {', '.join(unknown)}; the fields are {', '.join(sorted(known))}")
-    new = dataclasses.replace(base, **fields) if fields else base
-    prev = set_options(new)
-    try:
-        yield new
-    finally:
-        set_options(prev)
-
 
 # -- fast_matmul over float64 host arrays --------------------------------------------------------
 def _host_matrix(op: str, name: str, x: Any) -> np.ndarray:
@@ -117,8 +53,6 @@ def _host_matrix(op: str, name: str, x: Any) -> np.ndarray:
 
 
 def _cuda_context(op: str):
-    from .runtime.device import cuda_unavailable_reason, get_context
-
     reason = cuda_unavailable_reason()
     if reason is not None:
         raise DeviceError(f"{op}: use_gpu=True but CUDA is not available ({reason}); "
@@ -143,7 +77,7 @@ def fast_matmul(a: np.ndarray, b: np.ndarray, use_gpu: bool = False, precision: 
 def _fast_matmul(op: str, a: Any, b: Any, use_gpu: Any, precision: Any) -> np.ndarray:
     a = _host_matrix(op, "a", a)
     b = _host_matrix(op, "b", b)
-    use_gpu = _check_bool(op, "use_gpu", use_gpu)
+    use_gpu = check_bool(op, "use_gpu", use_gpu)
     precision = check_precision(op, precision)
     m, n = a.shape
     n2, p = b.shape
@@ -154,14 +88,7 @@ def _fast_matmul(op: str, a: Any, b: Any, use_gpu: Any, precision: Any) -> np.nd
         if ctx is None:
             with np.errstate(all="ignore"):
                 return np.matmul(a, b) if n else np.zeros((m, p))
-        from .kernels.cuda import fast as cuda_fast
-        import cupy
-
-        with cupy.cuda.Device(ctx.backend.device):
-            return cuda_fast.matmul_f64(a, b)
-    from .runtime import primitives as P
-    from .runtime.buffer import Buffer
-
+        return matmul_f64_host(a, b, ctx)
     device = "cpu" if ctx is None else ctx.name
     with np.errstate(over="ignore"):
         a32, b32 = a.astype(np.float32), b.astype(np.float32)
@@ -184,10 +111,7 @@ def gpu_matmul_fp64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def matmul(a: Any, b: Any) -> Any:
     """PyTorch matmul; with ``Options.fast_kernels`` on, two 2-D tensors go to ``matmul_fast`` at
     ``Options.fast_gpu_matmul_precision``."""
-    from . import ops
-    from .tensor import Tensor
-
-    opts = _state["options"]
+    opts = state["options"]
     if opts.fast_kernels and isinstance(a, Tensor) and isinstance(b, Tensor) and a.ndim == 2 and b.ndim == 2:
         return ops.matmul_fast(a, b, opts.fast_gpu_matmul_precision)
     return ops.matmul(a, b)

@@ -1,4 +1,9 @@
-"""Layer 3: a PyTorch-style ``Tensor`` over a Buffer and a shape, recorded on the tape.
+"""The ``Tensor`` class and its factories: a Buffer and a shape, recorded on the tape.
+
+This module sits below the ops (docs/architecture.md): it holds the tensor's data, properties,
+conversions, gradient fields and the factories, and imports only the tape and the runtime. The
+operators and methods that compute (``+``, ``@``, ``.sum()``, ``.reshape()``, ``.to()``,
+``add_`` ...) call ops and are bound onto the class by ``torchlean._methods``, one layer up.
 
 Float tensors are float32 Buffers on their device. Integer (int64) and boolean tensors are
 index and mask tensors: they hold a host NumPy array (the seed's kernels take host indices),
@@ -20,7 +25,7 @@ import numpy as np
 
 from . import autograd
 from ._validate import MAX_FLOAT_ELEMENTS, expect_tensor, int64_indices, real_arg, type_name
-from .errors import ArgumentError, AutogradError, DTypeError, OutOfMemoryError, ShapeError
+from .errors import ArgumentError, AutogradError, DeviceError, DTypeError, OutOfMemoryError, ShapeError
 from .runtime import primitives as P
 from .runtime.buffer import Buffer
 from .runtime.device import canonical_device, get_context
@@ -33,7 +38,7 @@ bool_ = np.dtype(np.bool_)
 _DTYPES = {"float32": float32, "float": float32, "int64": int64, "long": int64, "bool": bool_}
 
 
-def _dtype(op: str, dtype: Any) -> np.dtype | None:
+def canonical_dtype(op: str, dtype: Any) -> np.dtype | None:
     if dtype is None:
         return None
     if isinstance(dtype, str) and dtype in _DTYPES:
@@ -104,7 +109,7 @@ class Tensor:
         return self._shape
 
     def size(self, dim: int | None = None) -> Any:
-        return self._shape if dim is None else self._shape[_axis("size", dim, self.ndim)]
+        return self._shape if dim is None else self._shape[dim_index("size", dim, self.ndim)]
 
     @property
     def ndim(self) -> int:
@@ -197,18 +202,6 @@ class Tensor:
     def bool(self) -> "Tensor":
         return Tensor._wrap_host(np.asarray(self.numpy()).astype(np.bool_), self._device)
 
-    def to(self, device: Any = None, dtype: Any = None) -> "Tensor":
-        """A copy on ``device`` (differentiable), optionally converted to ``dtype``."""
-        from . import ops
-
-        out = self
-        if dtype is not None:
-            d = _dtype("to", dtype)
-            out = out.float() if d == float32 else (out.long() if d == int64 else out.bool())
-        if device is not None and canonical_device(device, "to") != out._device:
-            out = ops.to_device(out, device)
-        return out
-
     def cpu(self) -> "Tensor":
         return self.to("cpu")
 
@@ -220,11 +213,6 @@ class Tensor:
         if self._buf is None:
             return self
         return Tensor._wrap(self._buf, self._shape)
-
-    def clone(self) -> "Tensor":
-        from . import ops
-
-        return ops.clone(self)
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         if requires_grad and self._buf is None:
@@ -239,7 +227,16 @@ class Tensor:
         return self
 
     def backward(self, gradient: "Tensor | None" = None, retain_graph: bool = False) -> None:
-        autograd.backward(self, gradient, retain_graph)
+        if gradient is None or not self.requires_grad:
+            autograd.backward(self, None, retain_graph)  # (raises when nothing was recorded)
+            return
+        if not isinstance(gradient, Tensor):
+            raise AutogradError(f"backward: gradient must be a Tensor, got {type(gradient).__name__}")
+        if gradient._shape != self._shape:
+            raise ShapeError(f"backward: gradient shape {gradient._shape} does not match output shape {self._shape}")
+        if gradient._device != self._device:
+            raise DeviceError(f"backward: gradient on {gradient._device} but output on {self._device}")
+        autograd.backward(self, gradient._float_buffer("backward"), retain_graph)
 
     def _accumulate_grad(self, g: Buffer) -> None:
         if self.grad is None:
@@ -255,44 +252,9 @@ class Tensor:
         if new.shape != self._shape:
             raise ShapeError(f"{op}: the result has shape {new.shape}, the tensor has shape {self._shape}")
         if new._device != self._device:
-            from .errors import DeviceError
             raise DeviceError(f"{op}: the update is on {new._device}, the tensor on {self._device}")
         self._buf = new._float_buffer(op)
         return self
-
-    def add_(self, other: Any, alpha: float = 1.0) -> "Tensor":
-        from . import ops
-
-        _inplace_operand("add_", other)
-        if type(alpha) is not float and type(alpha) is not int:
-            alpha = real_arg("add_", "alpha", alpha)
-        if (alpha != 1.0 and isinstance(other, Tensor) and other._shape == self._shape
-                and other._device == self._device and other._buf is not None and self._buf is not None
-                and not (autograd.is_grad_enabled() and (self.requires_grad or other.requires_grad))):
-            # The optimizer step p += alpha * g: one axpy (the same two roundings as scale, then add).
-            self._buf = P.axpy(self._buf, other._buf, alpha)
-            return self
-        if alpha != 1.0:
-            other = other * alpha if isinstance(other, numbers.Real) else ops.mul(other, alpha)
-        return self._assign("add_", ops.add(self, other))
-
-    def sub_(self, other: Any, alpha: float = 1.0) -> "Tensor":
-        _inplace_operand("sub_", other)
-        if type(alpha) is not float and type(alpha) is not int:
-            alpha = real_arg("sub_", "alpha", alpha)
-        return self.add_(other, -alpha)
-
-    def mul_(self, other: Any) -> "Tensor":
-        from . import ops
-
-        _inplace_operand("mul_", other)
-        return self._assign("mul_", ops.mul(self, other))
-
-    def div_(self, other: Any) -> "Tensor":
-        from . import ops
-
-        _inplace_operand("div_", other)
-        return self._assign("div_", ops.div(self, other))
 
     def zero_(self) -> "Tensor":
         return self._assign("zero_", zeros(*self._shape, device=self._device))
@@ -304,25 +266,6 @@ class Tensor:
             value = value.item()
         real_arg("fill_", "value", value)
         return self._assign("fill_", full(self._shape, value, device=self._device))
-
-    def copy_(self, src: "Tensor") -> "Tensor":
-        from . import ops
-
-        if not isinstance(src, Tensor):
-            src = tensor(src, device=self._device)
-        src = src.float().to(self._device)
-        if src.shape != self._shape:
-            if len(src.shape) > len(self._shape) or any(
-                    s != 1 and s != t for s, t in zip(reversed(src.shape), reversed(self._shape))):
-                raise ShapeError(f"copy_: the source of shape {src.shape} does not broadcast to the tensor's "
-                                 f"shape {self._shape}")
-            src = ops.expand(src, self._shape)
-        return self._assign("copy_", Tensor._wrap(P.copy(src._buf), self._shape))
-
-    __iadd__ = add_
-    __isub__ = sub_
-    __imul__ = mul_
-    __itruediv__ = div_
 
     def __repr__(self) -> str:
         vals = np.array2string(self.numpy(), precision=4, separator=", ", threshold=50)
@@ -345,7 +288,7 @@ class Tensor:
         raise TypeError("Tensor: cannot be pickled; use .numpy()")
 
 
-def _axis(op: str, dim: Any, rank: int) -> int:
+def dim_index(op: str, dim: Any, rank: int) -> int:
     if type(dim) is int and -rank <= dim < rank:  # the common case, without the ABC checks below
         return dim % rank
     from .errors import AxisError
@@ -359,7 +302,7 @@ def _axis(op: str, dim: Any, rank: int) -> int:
     return d % rank if rank else 0
 
 
-def _inplace_operand(op: str, other: Any) -> None:
+def inplace_operand(op: str, other: Any) -> None:
     """The other operand of an in-place update: a Tensor, a real number or array-like numbers."""
     if isinstance(other, (Tensor, float, int, np.ndarray, np.number, list, tuple)) and not isinstance(other, bool):
         return
@@ -387,7 +330,7 @@ def _shape_arg(op: str, size: tuple, floats: bool = True) -> tuple[int, ...]:
 
 def _float_dtype(op: str, dtype: Any) -> None:
     """Factories of float tensors take dtype=None or float32 only."""
-    if dtype is not None and _dtype(op, dtype) != float32:
+    if dtype is not None and canonical_dtype(op, dtype) != float32:
         raise DTypeError(f"{op}: creates float32 tensors only, got dtype={dtype!r}")
 
 
@@ -415,7 +358,7 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     Float data becomes float32; integer data int64 and booleans bool (index and mask tensors).
     """
     dev = canonical_device(device, "tensor")
-    d = _dtype("tensor", dtype)
+    d = canonical_dtype("tensor", dtype)
     if isinstance(data, Tensor):
         data = data.numpy()
     if data is None or isinstance(data, (str, bytes)):
@@ -549,7 +492,7 @@ def arange(start: float, end: float | None = None, step: float = 1, device: Any 
         raise ArgumentError("arange: step must be nonzero")
     if (end - start) * step < 0:
         raise ArgumentError(f"arange: the bounds start={start}, end={end} are inconsistent with the sign of step={step}")
-    d = _dtype("arange", dtype)
+    d = canonical_dtype("arange", dtype)
     ints = all(type(v) is int for v in vals)
     if d is None:
         d = int64 if ints else float32

@@ -18,64 +18,20 @@ tanhf without fast-math) are within 4 ulp, i.e. 8u relative; ``torchlean check``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from .. import spec
-
-U = 2.0**-24
-TINY = 2.0**-126
-F32_MAX = float(np.finfo(np.float32).max)
-# A float64 value rounds to float32 infinity when its magnitude reaches this (max + half an ulp).
-F32_OVERFLOW = F32_MAX + 2.0**103
-LIB = 8 * U  # relative error of one float32 library transcendental (4 ulp)
-
-
-def gamma(k: float) -> float:
-    k = max(float(k), 0.0)
-    return k * U / (1.0 - k * U) if k * U < 0.5 else np.inf
-
-
-def ulp32(r: Any) -> np.ndarray:
-    """Spacing of the float32 grid at |r| (2**-149 at 0), computed in float64."""
-    a = np.abs(np.asarray(r, dtype=np.float64))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        e = np.floor(np.log2(np.where((a > 0) & np.isfinite(a), a, 1.0)))
-    e = np.maximum(e, -126.0)
-    return np.where(a > 0, np.ldexp(1.0, (e - 23).astype(np.int64)), 2.0**-149)
-
-
-def _abs(x):
-    return np.abs(np.asarray(x, dtype=np.float64))
-
-
-@dataclass(frozen=True)
-class Contract:
-    """``bound(ref, *spec_args)`` -> allowed |out - ref| per element (a tuple for tuple outputs)."""
-
-    name: str
-    statement: str
-    bound: Callable[..., Any]
-    exact: bool = False
-
-
-CONTRACTS: dict[str, Contract] = {}
-
-
-def _register(name: str, statement: str, bound: Callable[..., Any], exact: bool = False) -> None:
-    CONTRACTS[name] = Contract(name, statement, bound, exact)
-
-
-def _zero(ref, *args):
-    if isinstance(ref, tuple):
-        return tuple(np.zeros_like(np.asarray(r, dtype=np.float64)) for r in ref)
-    return np.zeros_like(np.asarray(ref, dtype=np.float64))
+from .core import (CONTRACTS, F32_MAX, F32_OVERFLOW, LIB, TINY, U, Contract, abs64, gamma, register,  # noqa: F401
+                   sum_bound, ulp32, zero_bound)
+# the families, each registering its primitives' contracts on import (they import .core, never this module)
+from . import attention, classify, conv, fast, norm, optim, pool, scan, spectral  # noqa: F401
 
 
 def _rel(k_u: float, extra_abs: float = TINY):
     """k_u * u * |ref| + TINY: for ops made of a fixed handful of roundings."""
-    return lambda ref, *args: k_u * U * _abs(ref) + extra_abs
+    return lambda ref, *args: k_u * U * abs64(ref) + extra_abs
 
 
 def _half_ulp(ref, *args):
@@ -86,47 +42,45 @@ def _half_ulp(ref, *args):
 for _n in ("abs", "abs_bwd", "copy", "relu", "relu_bwd", "clamp", "clamp_bwd", "max", "min", "reduce_max_axis0", "reduce_max_axis1", "concat1d", "slice1d",
            "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to", "swap_adjacent_at_depth", "permute",
            "transpose2d", "gather_vec", "gather_rows", "rand_uniform", "bernoulli_mask"):
-    _register(_n, "exact (no rounding: a selection, a move, or a sign/0.5 scaling)", _zero, exact=True)
+    register(_n, "exact (no rounding: a selection, a move, or a sign/0.5 scaling)", zero_bound, exact=True)
 
 # -- one correctly rounded IEEE operation -------------------------------------------------
 for _n in ("sqrt", "inv", "div", "add", "sub", "mul", "scale", "add_scalar", "scatter_add_row"):
-    _register(_n, "correctly rounded: |err| <= ulp(ref)/2", _half_ulp)
+    register(_n, "correctly rounded: |err| <= ulp(ref)/2", _half_ulp)
 
 for _n in ("max_bwd", "min_bwd"):
-    _register(_n, "dy, 0 or dy/2: exact but for halving a subnormal dy, |err| <= ulp(ref)/2", _half_ulp)
-_register("axpy", "a + c*b, two roundings: |err| <= u|c b| + ulp(ref)",
-          lambda ref, a, b, c: U * _abs(c * np.asarray(b, dtype=np.float64)) + ulp32(ref))
-_register("exp", "library exp: |err| <= 8u |ref| + TINY", _rel(8))
-_register("log", "library log: |err| <= 8u |ref| + TINY", _rel(8))
-_register("tanh", "library tanh: |err| <= 8u |ref| + TINY", _rel(8))
-_register("sigmoid", "exp, add, divide: |err| <= 16u |ref| + TINY", _rel(16))
-_register("softplus", "max + log1p(exp(-|x|)): |err| <= 24u |ref| + TINY", _rel(24))
-_register("safe_log", "log(softplus + 1e-6): |err| <= 34u + 8u |ref| + TINY",
-          lambda ref, x: 34 * U + 8 * U * _abs(ref) + TINY)
-_register("sqrt_bwd", "dy / (2 sqrt x): |err| <= 3u |ref| + TINY", _rel(3))
-_register("sigmoid_bwd", "dy (y (1 - y)): |err| <= 4u |ref| + TINY", _rel(4))
-_register("tanh_bwd", "dy (1 - y^2), cancellation in 1 - y^2: |err| <= u y^2 |dy| + 3u |ref| + TINY",
-          lambda ref, y, dy: U * _abs(y) ** 2 * _abs(dy) + 3 * U * _abs(ref) + TINY)
-_register("softplus_bwd", "dy sigmoid(x): |err| <= 18u |ref| + TINY", _rel(18))
-_register("safe_log_bwd", "dy sigmoid(x) / (softplus(x) + 1e-6): |err| <= 44u |ref| + TINY", _rel(44))
+    register(_n, "dy, 0 or dy/2: exact but for halving a subnormal dy, |err| <= ulp(ref)/2", _half_ulp)
+register("axpy", "a + c*b, two roundings: |err| <= u|c b| + ulp(ref)",
+          lambda ref, a, b, c: U * abs64(c * np.asarray(b, dtype=np.float64)) + ulp32(ref))
+register("exp", "library exp: |err| <= 8u |ref| + TINY", _rel(8))
+register("log", "library log: |err| <= 8u |ref| + TINY", _rel(8))
+register("tanh", "library tanh: |err| <= 8u |ref| + TINY", _rel(8))
+register("sigmoid", "exp, add, divide: |err| <= 16u |ref| + TINY", _rel(16))
+register("softplus", "max + log1p(exp(-|x|)): |err| <= 24u |ref| + TINY", _rel(24))
+register("safe_log", "log(softplus + 1e-6): |err| <= 34u + 8u |ref| + TINY",
+          lambda ref, x: 34 * U + 8 * U * abs64(ref) + TINY)
+register("sqrt_bwd", "dy / (2 sqrt x): |err| <= 3u |ref| + TINY", _rel(3))
+register("sigmoid_bwd", "dy (y (1 - y)): |err| <= 4u |ref| + TINY", _rel(4))
+register("tanh_bwd", "dy (1 - y^2), cancellation in 1 - y^2: |err| <= u y^2 |dy| + 3u |ref| + TINY",
+          lambda ref, y, dy: U * abs64(y) ** 2 * abs64(dy) + 3 * U * abs64(ref) + TINY)
+register("softplus_bwd", "dy sigmoid(x): |err| <= 18u |ref| + TINY", _rel(18))
+register("safe_log_bwd", "dy sigmoid(x) / (softplus(x) + 1e-6): |err| <= 44u |ref| + TINY", _rel(44))
 
 
 # -- sums: gamma(k) * (the same sum over |terms|) ------------------------------------------
-def _sum_bound(k: int, abs_sum, ref):
-    return gamma(max(k - 1, 0)) * abs_sum + 0.5 * ulp32(ref) * (k > 0)
 
 
-_register("reduce_sum", "any order: |err| <= gamma(n-1) sum|x| + ulp(ref)/2",
-          lambda ref, x: _sum_bound(np.size(x), np.sum(_abs(x)), ref))
-_register("reduce_mean", "sum, then / float32(n): |err| <= gamma(n-1) sum|x| / n + 2 ulp(ref)",
-          lambda ref, x: (gamma(np.size(x) - 1) * np.sum(_abs(x)) / max(np.size(x), 1) + 2 * ulp32(ref))
+register("reduce_sum", "any order: |err| <= gamma(n-1) sum|x| + ulp(ref)/2",
+          lambda ref, x: sum_bound(np.size(x), np.sum(abs64(x)), ref))
+register("reduce_mean", "sum, then / float32(n): |err| <= gamma(n-1) sum|x| / n + 2 ulp(ref)",
+          lambda ref, x: (gamma(np.size(x) - 1) * np.sum(abs64(x)) / max(np.size(x), 1) + 2 * ulp32(ref))
           if np.size(x) else np.zeros(1))
-_register("reduce_sum_axis0", "per column: gamma(rows-1) sum|col| + ulp/2",
-          lambda ref, b, rows, cols: _sum_bound(rows, spec.reduce_sum_axis0(_abs(b), rows, cols), ref))
-_register("reduce_sum_axis1", "per row: gamma(cols-1) sum|row| + ulp/2",
-          lambda ref, b, rows, cols: _sum_bound(cols, spec.reduce_sum_axis1(_abs(b), rows, cols), ref))
-_register("reduce_sum_axis", "per output: gamma(dims[axis]-1) sum|terms| + ulp/2",
-          lambda ref, b, dims, axis: _sum_bound(dims[axis], spec.reduce_sum_axis(_abs(b), dims, axis), ref))
+register("reduce_sum_axis0", "per column: gamma(rows-1) sum|col| + ulp/2",
+          lambda ref, b, rows, cols: sum_bound(rows, spec.reduce_sum_axis0(abs64(b), rows, cols), ref))
+register("reduce_sum_axis1", "per row: gamma(cols-1) sum|row| + ulp/2",
+          lambda ref, b, rows, cols: sum_bound(cols, spec.reduce_sum_axis1(abs64(b), rows, cols), ref))
+register("reduce_sum_axis", "per output: gamma(dims[axis]-1) sum|terms| + ulp/2",
+          lambda ref, b, dims, axis: sum_bound(dims[axis], spec.reduce_sum_axis(abs64(b), dims, axis), ref))
 
 
 def _broadcast_terms(in_dims, out_dims) -> int:
@@ -134,16 +88,16 @@ def _broadcast_terms(in_dims, out_dims) -> int:
     return n_out // n_in if n_in else 0
 
 
-_register("reduce_from_broadcast", "per input element: gamma(k-1) sum|terms| + ulp/2, k = out/in elements",
-          lambda ref, d, ind, outd, amap: _sum_bound(_broadcast_terms(ind, outd),
-                                                      spec.reduce_from_broadcast(_abs(d), ind, outd, amap), ref))
-_register("bmm", "|err| <= gamma(n) (|A| |B|) + n 2**-149 (any order, FMA or not; the last term covers "
+register("reduce_from_broadcast", "per input element: gamma(k-1) sum|terms| + ulp/2, k = out/in elements",
+          lambda ref, d, ind, outd, amap: sum_bound(_broadcast_terms(ind, outd),
+                                                      spec.reduce_from_broadcast(abs64(d), ind, outd, amap), ref))
+register("bmm", "|err| <= gamma(n) (|A| |B|) + n 2**-149 (any order, FMA or not; the last term covers "
           "products that underflow)",
-          lambda ref, a, b, batch, m, n, p: gamma(n) * spec.bmm(_abs(a), _abs(b), batch, m, n, p) + n * 2.0**-149)
-_register("bmm_nt", "as bmm, for a b^T: |err| <= gamma(n) (|A| |B|^T) + n 2**-149",
-          lambda ref, a, b, batch, m, n, p: gamma(n) * spec.bmm_nt(_abs(a), _abs(b), batch, m, n, p) + n * 2.0**-149)
-_register("bmm_tn", "as bmm, for a^T b: |err| <= gamma(n) (|A|^T |B|) + n 2**-149",
-          lambda ref, a, b, batch, m, n, p: gamma(n) * spec.bmm_tn(_abs(a), _abs(b), batch, m, n, p) + n * 2.0**-149)
+          lambda ref, a, b, batch, m, n, p: gamma(n) * spec.bmm(abs64(a), abs64(b), batch, m, n, p) + n * 2.0**-149)
+register("bmm_nt", "as bmm, for a b^T: |err| <= gamma(n) (|A| |B|^T) + n 2**-149",
+          lambda ref, a, b, batch, m, n, p: gamma(n) * spec.bmm_nt(abs64(a), abs64(b), batch, m, n, p) + n * 2.0**-149)
+register("bmm_tn", "as bmm, for a^T b: |err| <= gamma(n) (|A|^T |B|) + n 2**-149",
+          lambda ref, a, b, batch, m, n, p: gamma(n) * spec.bmm_tn(abs64(a), abs64(b), batch, m, n, p) + n * 2.0**-149)
 
 
 def _multiplicity(indices, limit) -> int:
@@ -159,15 +113,15 @@ FLUSH = 2.0**-126
 
 
 def _scatter_bound(hits: int, abs_sum, ref):
-    return _sum_bound(hits + 1, abs_sum, ref) + 2 * hits * FLUSH
+    return sum_bound(hits + 1, abs_sum, ref) + 2 * hits * FLUSH
 
 
-_register("scatter_add", "per slot: gamma(hits) (|x| + sum|v|) + ulp/2 + 2 hits 2^-126, any order (atomics included)",
+register("scatter_add", "per slot: gamma(hits) (|x| + sum|v|) + ulp/2 + 2 hits 2^-126, any order (atomics included)",
           lambda ref, x, v, n, idx, k: _scatter_bound(_multiplicity(idx, n),
-                                                      spec.scatter_add(_abs(x), _abs(v), n, idx, k), ref))
-_register("scatter_add_rows", "per element: gamma(hits) (|mat| + sum|values|) + ulp/2 + 2 hits 2^-126, any order",
+                                                      spec.scatter_add(abs64(x), abs64(v), n, idx, k), ref))
+register("scatter_add_rows", "per element: gamma(hits) (|mat| + sum|values|) + ulp/2 + 2 hits 2^-126, any order",
           lambda ref, mat, v, rows, cols, idx, k: _scatter_bound(
-              _multiplicity(idx, rows), spec.scatter_add_rows(_abs(mat), _abs(v), rows, cols, idx, k), ref))
+              _multiplicity(idx, rows), spec.scatter_add_rows(abs64(mat), abs64(v), rows, cols, idx, k), ref))
 
 
 # -- fused rows ---------------------------------------------------------------------------
@@ -210,7 +164,7 @@ def _softmax_bwd_bound(ref, y, dy, rows, cols):
     y2 = np.asarray(y, dtype=np.float64).reshape(rows, cols)
     d2 = np.asarray(dy, dtype=np.float64).reshape(rows, cols)
     s = np.sum(np.abs(y2 * d2), axis=1, keepdims=True)
-    return (np.abs(y2) * gamma(cols) * s).reshape(-1) + 2 * U * _abs(ref) + TINY
+    return (np.abs(y2) * gamma(cols) * s).reshape(-1) + 2 * U * abs64(ref) + TINY
 
 
 def _log_softmax_bwd_bound(ref, y, dy, rows, cols):
@@ -220,15 +174,15 @@ def _log_softmax_bwd_bound(ref, y, dy, rows, cols):
     with np.errstate(over="ignore"):
         e = np.exp(y2)
     return (e * (gamma(max(cols - 1, 0)) * s_abs + 10 * U * np.abs(d2.sum(axis=1, keepdims=True)))).reshape(-1) \
-        + U * _abs(ref) + TINY
+        + U * abs64(ref) + TINY
 
 
-_register("softmax_rows", "|err_j| <= y_j (u(|x_j - m| + W + 18) + gamma(n-1)) + TINY", _softmax_bound)
-_register("log_softmax_rows", "|err_j| <= u|x_j - m| + u(W + 18) + gamma(n-1) + 8u|lse| + u|y_j|", _log_softmax_bound)
-_register("softmax_rows_bwd", "|err_j| <= |y_j| gamma(n) sum|dy y| + 2u|ref| + TINY", _softmax_bwd_bound)
-_register("log_softmax_rows_bwd", "|err_j| <= e^y_j (gamma(n-1) sum|dy| + 10u|sum dy|) + u|ref| + TINY",
+register("softmax_rows", "|err_j| <= y_j (u(|x_j - m| + W + 18) + gamma(n-1)) + TINY", _softmax_bound)
+register("log_softmax_rows", "|err_j| <= u|x_j - m| + u(W + 18) + gamma(n-1) + 8u|lse| + u|y_j|", _log_softmax_bound)
+register("softmax_rows_bwd", "|err_j| <= |y_j| gamma(n) sum|dy y| + 2u|ref| + TINY", _softmax_bwd_bound)
+register("log_softmax_rows_bwd", "|err_j| <= e^y_j (gamma(n-1) sum|dy| + 10u|sum dy|) + u|ref| + TINY",
           _log_softmax_bwd_bound)
-_register("rand_normal", "within 1 ulp of float32(Box-Muller in float64 with libm) (bitwise equal across devices)",
+register("rand_normal", "within 1 ulp of float32(Box-Muller in float64 with libm) (bitwise equal across devices)",
           lambda ref, n, key: ulp32(ref))
 
 
@@ -274,7 +228,3 @@ def compare(out: Any, ref: Any, tol: Any) -> Verdict:
     return Verdict(False, ratio if np.isfinite(ratio) else np.inf,
                    f"{nbad} of {r.size} elements outside the bound; first at [{i}]: got {o[i]!r}, "
                    f"expected {r[i]!r} +- {t[i]:.3g}")
-
-
-# -- families in their own modules (each registers its primitives' contracts on import) -----------
-from . import conv, pool, norm, classify, spectral, scan, attention, optim, fast  # noqa: E402,F401

@@ -44,7 +44,7 @@ import math
 
 import numpy as np
 
-from . import LIB, TINY, U, _register, gamma
+from .core import LIB, TINY, U, gamma, register
 from ..spec import attention as S
 
 KEY_TILE_MIN = 32
@@ -182,49 +182,49 @@ _FWD = ("(out, lse): eta_ij = gamma(d+4)|scale| sum_k|q_ik k_jk| + 4u(|s'| + |ma
         "E = max eta + gamma(n_k+2): |err out| <= (sum_j p_j (eta_j + gamma) |v_j| + W sum_j p_j|v_j|)(1+4E)/(1-2E) "
         "+ 2u|out| + TINY; |err lse| <= W(1+4E)/(1-E) + LIB log n_k + 4u(|lse| + |m|) + TINY; "
         "rows without an allowed key: out 0, lse -inf exactly")
-_register("flash_attention_fwd", _FWD, fwd_bound)
+register("flash_attention_fwd", _FWD, fwd_bound)
 _BWD_COMMON = ("P = exp(s' - lse) with eta^b = delta + 2u|s' - lse| + 2u|lse| + LIB + 2u; "
                "dS error B = P((eta^b+3u)|dP - D| + gamma(d)(sum|dout v| + sum|dout out|)(1+eta^b)), 0 on "
                "filled/blocked entries")
-_register("flash_attention_bwd_q", "dQ = scale dS K: |err| <= |scale|(B|K| + gamma(n_k+2)|dS||K|) + u|dQ| + "
+register("flash_attention_bwd_q", "dQ = scale dS K: |err| <= |scale|(B|K| + gamma(n_k+2)|dS||K|) + u|dQ| + "
           "TINY(n_k+1); " + _BWD_COMMON, _bwd_q_bound)
-_register("flash_attention_bwd_k", "dK = scale dS^T Q: |err| <= |scale|(B^T|Q| + gamma(n_q+2)|dS|^T|Q|) + u|dK| + "
+register("flash_attention_bwd_k", "dK = scale dS^T Q: |err| <= |scale|(B^T|Q| + gamma(n_q+2)|dS|^T|Q|) + u|dK| + "
           "TINY(n_q+1); " + _BWD_COMMON, _bwd_k_bound)
-_register("flash_attention_bwd_v", "dV = P^T dout: |err| <= ((eta^b P)^T|dout| + gamma(n_q+1) P^T|dout|)(1+4E) + "
+register("flash_attention_bwd_v", "dV = P^T dout: |err| <= ((eta^b P)^T|dout| + gamma(n_q+1) P^T|dout|)(1+4E) + "
           "u|dV| + TINY(n_q+1); " + _BWD_COMMON, _bwd_v_bound)
-_register("flash_attention_bwd_kv", "(dK, dV): the bounds of flash_attention_bwd_k and flash_attention_bwd_v",
+register("flash_attention_bwd_kv", "(dK, dV): the bounds of flash_attention_bwd_k and flash_attention_bwd_v",
           _bwd_kv_bound)
-_register("flash_attention_bwd", "(dQ, dK, dV): the bounds of flash_attention_bwd_q, _bwd_k and _bwd_v",
+register("flash_attention_bwd", "(dQ, dK, dV): the bounds of flash_attention_bwd_q, _bwd_k and _bwd_v",
           _bwd_bound)
 
 
 # -- packed self-attention: the same kernels per (batch, head) pair, only the addressing differs --------
 # (NumPy only: the CuPy variant of the bounds serves the unpacked benchmark checks)
 def _packed_args(qkv, batch, heads, n, d):
-    q, k, v = S._unpack(qkv, batch, heads, n, d)
+    q, k, v = S.unpack(qkv, batch, heads, n, d)
     return q, k, v, int(batch) * int(heads), int(n), int(n), int(d)
 
 
 def packed_fwd_bound(ref, qkv, mask, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
     q, k, v, bh, nq, nk, dd = _packed_args(qkv, batch, heads, n, d)
-    out_ref = S._to_heads(ref[0], batch, heads, n, d)
+    out_ref = S.to_heads(ref[0], batch, heads, n, d)
     out_b, lse_b = fwd_bound((out_ref, ref[1]), q, k, v, mask, bh, nq, nk, dd, scale, causal, mask_mode,
                              mask_layout)
-    return S._from_heads(out_b, batch, heads, n, d), lse_b
+    return S.from_heads(out_b, batch, heads, n, d), lse_b
 
 
 def packed_bwd_bound(ref, qkv, mask, out, lse, dout, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
     q, k, v, bh, nq, nk, dd = _packed_args(qkv, batch, heads, n, d)
     g = np.asarray(ref, dtype=np.float64).reshape(int(batch), int(n), 3, int(heads), int(d)).transpose(2, 0, 3, 1, 4)
-    args = (q, k, v, mask, S._to_heads(out, batch, heads, n, d), lse, S._to_heads(dout, batch, heads, n, d), bh, nq,
+    args = (q, k, v, mask, S.to_heads(out, batch, heads, n, d), lse, S.to_heads(dout, batch, heads, n, d), bh, nq,
             nk, dd, scale, causal, mask_mode, mask_layout)
     bounds = _bwd_bound(tuple(g[i].reshape(-1) for i in range(3)), *args)
     b = np.stack([np.asarray(x).reshape(int(batch), int(heads), int(n), int(d)) for x in bounds])
     return b.transpose(1, 3, 0, 2, 4).reshape(-1)
 
 
-_register("flash_attention_packed_fwd", "(out, lse) of flash_attention_fwd per (batch, head) pair (q, k, v read "
+register("flash_attention_packed_fwd", "(out, lse) of flash_attention_fwd per (batch, head) pair (q, k, v read "
           "from the packed (batch, n, 3, heads, d) buffer, out written (batch, n, heads, d)): the same bound",
           packed_fwd_bound)
-_register("flash_attention_packed_bwd", "dqkv: the bounds of flash_attention_bwd (dQ, dK, dV) per (batch, head) "
+register("flash_attention_packed_bwd", "dqkv: the bounds of flash_attention_bwd (dQ, dK, dV) per (batch, head) "
           "pair, written in qkv's layout", packed_bwd_bound)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-from . import LIB, TINY, U, _abs, _register, gamma
+from .core import LIB, TINY, U, abs64, gamma, register
 from ..spec.classify import GELU_TANH_C, INV_SQRT_2PI, SQRT_2_OVER_PI
 from ..spec.classify import cross_entropy_rows as _spec_rows
 
@@ -72,7 +72,7 @@ def _ce_bound(ref, x, rows, cols, targets, ls):
     with np.errstate(all="ignore"):
         rho = U * w + LIB + gamma(cols - 1) + U
         e_log = _clean(rho * (1.0 + rho) + (LIB + U) * log_s)
-        lse_b = e_log + U * _clean(_abs(lse_ref)) + TINY
+        lse_b = e_log + U * _clean(abs64(lse_ref)) + TINY
         loss_b = (e_log + 4 * U * a + (gamma(cols) + 4 * U) * _clean(b)
                   + gamma(2) * _clean(log_s + a + b) + TINY)
     return np.where(valid, loss_b, 0.0), lse_b
@@ -89,25 +89,25 @@ def _ce_bwd_bound(ref, x, lse, dloss, rows, cols, targets, ls):
     ls = float(ls)
     x2 = np.asarray(x, dtype=np.float64).reshape(rows, cols)
     l2 = np.asarray(lse, dtype=np.float64).reshape(rows, 1)
-    dl = _abs(dloss).reshape(rows, 1)
+    dl = abs64(dloss).reshape(rows, 1)
     t = np.asarray(targets, dtype=np.int64).reshape(-1)
     with np.errstate(all="ignore"):
         dist = np.abs(x2 - l2)
         p = np.exp(x2 - l2)
         c = (1.0 - ls) * (np.arange(cols)[None, :] == t[:, None]) + ls / cols
         inner = _clean(np.where(p > 0, p * (U * dist + LIB), 0.0)) + 3 * U * c + U * _clean(np.abs(p - c))
-        b = _clean(dl * inner) + U * _clean(_abs(ref).reshape(rows, cols)) + TINY
+        b = _clean(dl * inner) + U * _clean(abs64(ref).reshape(rows, cols)) + TINY
     b[t >= cols] = 0.0
     return b.reshape(-1)
 
 
-_register("cross_entropy_rows",
+register("cross_entropy_rows",
           "(loss, lse) per row, no cancellation: |err lse| <= rho(1+rho) + 9u log S + u|lse|, "
           "|err loss| <= rho(1+rho) + 9u log S + 4u a + (gamma(n) + 4u) b + gamma(2)(log S + a + b), "
           "rho = u W + LIB + gamma(n-1) + u, S = sum exp(x - m), W = sum p|x - m|, a = (1-ls)(m - x_t), "
           "b = (ls/n) sum(m - x); ignored rows: loss exactly 0",
           _ce_bound)
-_register("cross_entropy_rows_bwd",
+register("cross_entropy_rows_bwd",
           "|err| <= |dl| (p (u|x - lse| + LIB) + 3u c + u|p - c|) + u|ref| + TINY, p = exp(x - lse), "
           "c = ls/n + (1-ls)[j = t]; ignored rows exactly 0",
           _ce_bwd_bound)
@@ -129,7 +129,7 @@ def _ce_reduce_bound(ref, x, rows, cols, targets, ls, scale):
     with np.errstate(all="ignore"):
         lr = _clean(np.abs(ref_rows[0]))
         total = float(np.sum(loss_b)) + k / (1.0 - k) * float(np.sum(lr + loss_b))
-        b = _clean(abs(float(scale)) * total) + U * _clean(_abs(ref[0])) + TINY
+        b = _clean(abs(float(scale)) * total) + U * _clean(abs64(ref[0])) + TINY
     return np.atleast_1d(b), lse_b
 
 
@@ -139,14 +139,14 @@ def _ce_reduce_bwd_bound(ref, x, lse, dloss, rows, cols, targets, ls, scale):
     rows = int(rows)
     dl = np.full(rows, float(np.asarray(dloss, dtype=np.float64).reshape(-1)[0]) * float(scale))
     with np.errstate(all="ignore"):
-        return _ce_bwd_bound(ref, x, lse, dl, rows, cols, targets, ls) + U * _clean(_abs(ref))
+        return _ce_bwd_bound(ref, x, lse, dl, rows, cols, targets, ls) + U * _clean(abs64(ref))
 
 
-_register("cross_entropy_reduce",
+register("cross_entropy_reduce",
           "(scale sum_r loss_r, lse): |err loss| <= |scale| (sum_r b_r + gamma64(rows+1) sum_r (|loss_r| + b_r)) "
           "+ u|ref| + TINY, b_r the cross_entropy_rows bound of row r; lse as cross_entropy_rows",
           _ce_reduce_bound)
-_register("cross_entropy_reduce_bwd",
+register("cross_entropy_reduce_bwd",
           "cross_entropy_rows_bwd's bound with dloss_r = dloss * scale, + u|ref| (the product rounds)",
           _ce_reduce_bwd_bound)
 
@@ -169,7 +169,7 @@ def _gelu_phi_rel(x):
 def _gelu_bound(ref, x):
     """y = x * Phi(x): Phi's error, then the product (u). Tiny results (x -> -inf) are relative
     to themselves: Phi is evaluated as 0.5 erfc(-x/sqrt 2), never as 1 + erf(x/sqrt 2)."""
-    return _abs(ref) * (_gelu_phi_rel(x) + U) + TINY
+    return abs64(ref) * (_gelu_phi_rel(x) + U) + TINY
 
 
 def _gelu_bwd_bound(ref, x, dy):
@@ -183,7 +183,7 @@ def _gelu_bwd_bound(ref, x, dy):
         xphi = _clean(np.abs(x) * np.exp(-0.5 * x * x) * INV_SQRT_2PI)
         d = _clean(np.abs(cdf + x * np.exp(-0.5 * x * x) * INV_SQRT_2PI))
         inner = cdf * _gelu_phi_rel(x) + xphi * (LIB + 4 * U + U * 0.5 * x * x) + U * d
-    return _clean(_abs(dy) * _clean(inner)) + U * _clean(_abs(ref)) + TINY
+    return _clean(abs64(dy) * _clean(inner)) + U * _clean(abs64(ref)) + TINY
 
 
 def _gelu_tanh_parts(x):
@@ -200,7 +200,7 @@ def _gelu_tanh_bound(ref, x):
     e = expf(-|2z|): relative sensitivity 2|z|(1 - s) to z, LIB for expf, 2u for 1 + e and the
     division; then the product with x (u)."""
     _, az, s, sm = _gelu_tanh_parts(x)
-    return _abs(ref) * (LIB + 4 * U + 12 * U * az * sm) + TINY
+    return abs64(ref) * (LIB + 4 * U + 12 * U * az * sm) + TINY
 
 
 def _gelu_tanh_bwd_bound(ref, x, dy):
@@ -214,14 +214,14 @@ def _gelu_tanh_bwd_bound(ref, x, dy):
         t2 = _clean(np.abs(2.0 * x * dz * s * sm))
         d = _clean(np.abs(s + 2.0 * x * dz * s * sm))
         inner = s * (LIB + 4 * U + 12 * U * az * sm) + t2 * (LIB + 12 * U + 12 * U * az) + U * d
-    return _clean(_abs(dy) * _clean(inner)) + U * _clean(_abs(ref)) + TINY
+    return _clean(abs64(dy) * _clean(inner)) + U * _clean(abs64(ref)) + TINY
 
 
-_register("gelu", "x Phi(x), Phi = 0.5 erfc(-x/sqrt 2): |err| <= |ref| (LIB + u + 2u S(x)) + TINY, "
+register("gelu", "x Phi(x), Phi = 0.5 erfc(-x/sqrt 2): |err| <= |ref| (LIB + u + 2u S(x)) + TINY, "
           "S(x) = |x| phi(x) / Phi(x) (argument rounding amplified; ~x^2 for x -> -inf)", _gelu_bound)
-_register("gelu_bwd", "dy (Phi + x phi): |err| <= |dy| (Phi (LIB + 2u S) + |x phi| (LIB + 4u + u x^2/2) "
+register("gelu_bwd", "dy (Phi + x phi): |err| <= |dy| (Phi (LIB + 2u S) + |x phi| (LIB + 4u + u x^2/2) "
           "+ u|Phi + x phi|) + u|ref| + TINY", _gelu_bwd_bound)
-_register("gelu_tanh", "x sigmoid(2z): |err| <= |ref| (LIB + 4u + 12u |z| (1 - s)) + TINY",
+register("gelu_tanh", "x sigmoid(2z): |err| <= |ref| (LIB + 4u + 12u |z| (1 - s)) + TINY",
           _gelu_tanh_bound)
-_register("gelu_tanh_bwd", "dy (s + 2x z' s(1-s)): |err| <= |dy| (s (LIB + 4u + 12u|z|(1-s)) "
+register("gelu_tanh_bwd", "dy (s + 2x z' s(1-s)): |err| <= |dy| (s (LIB + 4u + 12u|z|(1-s)) "
           "+ |2x z' s(1-s)| (LIB + 12u + 12u|z|) + u|d|) + u|ref| + TINY", _gelu_tanh_bwd_bound)

@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import spec
 from ..spec.conv import out_dims  # the module (``spec.conv`` is the function of that name)
-from . import U, _abs, _register, gamma
+from .core import U, abs64, gamma, register
 
 _SUB = 2.0**-149
 
@@ -43,40 +43,40 @@ def _gamma(k) -> np.ndarray:
 
 
 def _opt_abs(b):
-    return None if b is None else _abs(b)
+    return None if b is None else abs64(b)
 
 
 def _conv(ref, x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding):
     k = in_c * math.prod(kernel) + (b is not None)
-    mag = spec.conv(_abs(x), _abs(w), _opt_abs(b), batch, in_c, out_c, spatial, kernel, stride, padding)
+    mag = spec.conv(abs64(x), abs64(w), _opt_abs(b), batch, in_c, out_c, spatial, kernel, stride, padding)
     return gamma(k) * mag + k * _SUB
 
 
 def _conv_bwd_input(ref, dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
     dims = (batch, in_c, out_c, spatial, kernel, stride, padding)
     count = spec.conv_bwd_input(np.ones(np.size(dy)), np.ones(np.size(w)), *dims)
-    mag = spec.conv_bwd_input(_abs(dy), _abs(w), *dims)
+    mag = spec.conv_bwd_input(abs64(dy), abs64(w), *dims)
     return _gamma(count) * mag + count * _SUB
 
 
 def _conv_bwd_weight(ref, x, dy, batch, in_c, out_c, spatial, kernel, stride, padding):
     k = batch * math.prod(out_dims(spatial, kernel, stride, padding))
-    mag = spec.conv_bwd_weight(_abs(x), _abs(dy), batch, in_c, out_c, spatial, kernel, stride, padding)
+    mag = spec.conv_bwd_weight(abs64(x), abs64(dy), batch, in_c, out_c, spatial, kernel, stride, padding)
     return gamma(k) * mag + k * _SUB
 
 
 def _conv_transpose(ref, x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, output_padding):
     dims = (batch, in_c, out_c, spatial, kernel, stride, padding, output_padding)
     count = spec.conv_transpose(np.ones(np.size(x)), np.ones(np.size(w)), None, *dims) + (b is not None)
-    mag = spec.conv_transpose(_abs(x), _abs(w), _opt_abs(b), *dims)
+    mag = spec.conv_transpose(abs64(x), abs64(w), _opt_abs(b), *dims)
     return _gamma(count) * mag + count * _SUB
 
 
-_register("conv", "per output: gamma(k) (|w| * |x| + |b|) + k 2**-149, k = in_c prod(kernel) (+1 with a bias); "
+register("conv", "per output: gamma(k) (|w| * |x| + |b|) + k 2**-149, k = in_c prod(kernel) (+1 with a bias); "
           "any order", _conv)
-_register("conv_bwd_input", "per dx element: gamma(k) (|w|^T * |dy|) + k 2**-149, k = out_c times the taps that "
+register("conv_bwd_input", "per dx element: gamma(k) (|w|^T * |dy|) + k 2**-149, k = out_c times the taps that "
           "reach it; any order", _conv_bwd_input)
-_register("conv_bwd_weight", "per dw element: gamma(k) (|dy| * |x|) + k 2**-149, k = batch prod(out); any order",
+register("conv_bwd_weight", "per dw element: gamma(k) (|dy| * |x|) + k 2**-149, k = batch prod(out); any order",
           _conv_bwd_weight)
-_register("conv_transpose", "per output: gamma(k) (|w|^T * |x| + |b|) + k 2**-149, k = in_c times the taps that "
+register("conv_transpose", "per output: gamma(k) (|w|^T * |x| + |b|) + k 2**-149, k = in_c times the taps that "
           "reach it (+1 with a bias), as conv_bwd_input; any order", _conv_transpose)

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import U, _abs, _register, _sum_bound, gamma
+from .core import U, abs64, gamma, register, sum_bound
 
 __all__: list[str] = []
 
@@ -61,48 +61,48 @@ def _abs_gemm(a, b, bias, m, k, n, trans_a, trans_b):
     from .. import spec
 
     with np.errstate(all="ignore"):
-        return spec.fast_gemm(_abs(a), _abs(b), None if bias is None else _abs(bias), m, k, n, trans_a, trans_b, 0)
+        return spec.fast_gemm(abs64(a), abs64(b), None if bias is None else abs64(bias), m, k, n, trans_a, trans_b, 0)
 
 
 def _gemm_bound(ref, a, b, bias, m, k, n, trans_a, trans_b, fp64):
     mag = _abs_gemm(a, b, bias, m, k, n, trans_a, trans_b)
     with np.errstate(all="ignore"):
         if fp64:
-            return U * _abs(ref) + 2 * gamma64(k + 1) * mag * (1 + U) + S
+            return U * abs64(ref) + 2 * gamma64(k + 1) * mag * (1 + U) + S
         return gamma(k + 1) * mag + (k + 1) * S
 
 
 def _linear_bwd_bound(ref, g, x, w, rows, n_in, n_out):
     from .. import spec
 
-    ag, ax, aw = _abs(g), _abs(x), _abs(w)
+    ag, ax, aw = abs64(g), abs64(x), abs64(w)
     with np.errstate(all="ignore"):
         mdx, mdw, mdb = spec.linear_bwd(ag, ax, aw, rows, n_in, n_out)
         # dx, dw: a GEMM each, in any order (bmm's bound); db: a column sum (reduce_sum_axis0's).
-        return gamma(n_out) * mdx + n_out * S, gamma(rows) * mdw + rows * S, _sum_bound(rows, mdb, ref[2])
+        return gamma(n_out) * mdx + n_out * S, gamma(rows) * mdw + rows * S, sum_bound(rows, mdb, ref[2])
 
 
 def _mse_fwd_bound(ref, input, target, n, mean):
-    r = _abs(ref)
+    r = abs64(ref)
     with np.errstate(all="ignore"):
         return U * r + gamma64(n + 3) * r * (1 + U) + S
 
 
 def _mse_bwd_bound(ref, input, target, g, n, mean):
-    return gamma(4) * _abs(ref) + 4 * S
+    return gamma(4) * abs64(ref) + 4 * S
 
 
-_register("fast_gemm",
+register("fast_gemm",
           "fp32: |err| <= gamma(k+1) (|A||B| + |bias|) + (k+1) 2^-149 (any order); fp64: float64 GEMM and bias, "
           "one rounding: |err| <= u|ref| + 2 gamma64(k+1) (|A||B| + |bias|) (1+u) + 2^-149",
           _gemm_bound)
-_register("linear_bwd",
+register("linear_bwd",
           "(dx, dw, db) = (g W, g^T x, column sums of g): |err| <= gamma(n_out)|g||W| + n_out 2^-149, "
           "gamma(rows)|g|^T|x| + rows 2^-149, gamma(rows-1) sum|g| + ulp/2 (bmm's, bmm_tn's and reduce_sum_axis0's bounds)",
           _linear_bwd_bound)
-_register("mse_loss_fwd",
+register("mse_loss_fwd",
           "squares and sum in float64, one rounding: |err| <= u|ref| + gamma64(n+3) |ref| (1+u) + 2^-149",
           _mse_fwd_bound)
-_register("mse_loss_bwd",
+register("mse_loss_bwd",
           "fl(fl(fl(x - t) g) fl32(2/n)) (2 for sum): |err| <= gamma(4) |ref| + 4 2^-149",
           _mse_bwd_bound)

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import TINY, U, _register, _sum_bound, gamma
+from .core import TINY, U, gamma, register, sum_bound
 
 SUB = 2.0**-149  # the smallest subnormal: twice the error of a rounding in the subnormal range
 
@@ -129,16 +129,16 @@ def _layer_norm_bwd_bound(ref, x, gamma_, mean, var, dy, rows, cols, eps):
     gg = np.broadcast_to(_vec(gamma_, cols, 1.0), (rows, cols))
     e_dx, dy_xhat = _backward_bounds(xg, gg, np.asarray(mean, np.float64), np.asarray(var, np.float64), dyg, eps)
     e_dgamma = gamma(rows + 6) * dy_xhat.sum(axis=0) + rows * SUB + TINY
-    e_dbeta = _sum_bound(rows, np.abs(dyg).sum(axis=0), ref[2])
+    e_dbeta = sum_bound(rows, np.abs(dyg).sum(axis=0), ref[2])
     return e_dx.reshape(-1), e_dgamma, e_dbeta
 
 
-_register("layer_norm",
+register("layer_norm",
           "per row of n = cols: mean gamma(n+1) sum|x|/n; var gamma(n+4) var + 2 e_mu^2; y |g|((1+gamma(3)) "
           "e_xhat + gamma(3)|xhat|) + u|b|, e_xhat = |xhat| rho_x + e_mu r (1+rho_x), rho_x from the variance's "
           "relative error e_v/(var+eps)",
           _layer_norm_bound)
-_register("layer_norm_bwd",
+register("layer_norm_bwd",
           "dx gamma(n+18) r (|g dy| + sum|g dy|/n + |xhat| sum|g dy xhat|/n); dgamma gamma(rows+6) sum|dy xhat|; "
           "dbeta gamma(rows-1) sum|dy| + ulp/2 (mean, var given)",
           _layer_norm_bwd_bound)
@@ -161,7 +161,7 @@ def _batch_norm_bwd_bound(ref, x, gamma_, mean, var, dy, batch, channels, inner,
     gg = np.broadcast_to(_vec(gamma_, channels, 1.0)[:, None], (channels, n))
     e_dx, dy_xhat = _backward_bounds(xg, gg, np.asarray(mean, np.float64), np.asarray(var, np.float64), dyg, eps)
     e_dgamma = gamma(n + 6) * dy_xhat.sum(axis=1) + n * SUB + TINY
-    e_dbeta = _sum_bound(n, np.abs(dyg).sum(axis=1), ref[2])
+    e_dbeta = sum_bound(n, np.abs(dyg).sum(axis=1), ref[2])
     return _ungroup_channels(e_dx, batch, channels, inner), e_dgamma, e_dbeta
 
 
@@ -176,15 +176,15 @@ def _batch_norm_infer_bound(ref, x, mean, var, gamma_, beta, batch, channels, in
     return _ungroup_channels(e, batch, channels, inner)
 
 
-_register("batch_norm",
+register("batch_norm",
           "per channel of n = batch*inner elements: the layer_norm bounds (mean gamma(n+1) sum|x|/n; var "
           "gamma(n+4) var + 2 e_mu^2; y |g|((1+gamma(3)) e_xhat + gamma(3)|xhat|) + u|b|)",
           _batch_norm_bound)
-_register("batch_norm_bwd",
+register("batch_norm_bwd",
           "per channel of n = batch*inner: dx gamma(n+18) r (|g dy| + sum|g dy|/n + |xhat| sum|g dy xhat|/n); "
           "dgamma gamma(n+6) sum|dy xhat|; dbeta gamma(n-1) sum|dy| + ulp/2 (mean, var given)",
           _batch_norm_bwd_bound)
-_register("batch_norm_infer",
+register("batch_norm_infer",
           "direct form ((x - mean) r) g + b: |err| <= gamma(9) |g xhat| + u|b| + TINY",
           _batch_norm_infer_bound)
 
@@ -199,7 +199,7 @@ def _running_stat_update_bound(ref, running, stat, n, momentum, factor):
     return 2.01 * U * kept + 3.01 * U * new + TINY
 
 
-_register("running_stat_update",
+register("running_stat_update",
           "fl(fl(r k) + fl(m fl(s f))) with k = fl32(1 - momentum), m = fl32(momentum), f = fl32(factor): "
           "|err| <= 2.01u|k r| + 3.01u|m f s| + TINY",
           _running_stat_update_bound)

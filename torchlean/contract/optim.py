@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import U, _register, gamma
+from .core import U, gamma, register
 
 S = 2.0**-149
 
@@ -126,10 +126,10 @@ def _sgd_bound(ref, p, g, buf, n, lr, momentum, dampening, weight_decay, nestero
     return e_p, e_b
 
 
-_register("adam_step", "PyTorch's Adam/AdamW step, a fixed handful of roundings per element (float32 "
+register("adam_step", "PyTorch's Adam/AdamW step, a fixed handful of roundings per element (float32 "
           "coefficients from double hyperparameters, fma where torch fuses): running-error bounds over |terms| "
           "for p, m, v (see contract/optim.py); v >= 0 assumed", _adam_bound)
-_register("sgd_step", "PyTorch's SGD step (weight decay, momentum, dampening, nesterov), fma where torch "
+register("sgd_step", "PyTorch's SGD step (weight decay, momentum, dampening, nesterov), fma where torch "
           "fuses: running-error bounds over |terms| for p and buf (see contract/optim.py)", _sgd_bound)
 
 
@@ -140,7 +140,7 @@ def _adam_many_bound(ref, ps, gs, ms, vs, lr, beta1, beta2, eps, weight_decay, s
     return tuple(b[k] for k in range(3) for b in per)
 
 
-_register("adam_step_many", "adam_step on each of T tensors (one launch on CUDA): adam_step's bound per tensor "
+register("adam_step_many", "adam_step on each of T tensors (one launch on CUDA): adam_step's bound per tensor "
           "(the kernels run the same per-element arithmetic, so the bits equal T adam_step calls)", _adam_many_bound)
-_register("adam_step_many_inplace", "adam_step_many's values, written over ps, ms and vs: its bound "
+register("adam_step_many_inplace", "adam_step_many's values, written over ps, ms and vs: its bound "
           "(the same kernels with the outputs pointed at the inputs, so the same bits)", _adam_many_bound)

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import spec
 from ..spec.pool import window_table
-from . import LIB, TINY, U, _abs, _register, _zero, ulp32
+from .core import LIB, TINY, U, abs64, register, ulp32, zero_bound
 
 __all__: list[str] = []
 
@@ -27,13 +27,13 @@ def _gamma(k):
 
 def _kf_term(kprod: int, ref):
     """float32(K) is rounded (relative u) only when K > 2**24."""
-    return U * _abs(ref) if kprod > _F32_EXACT_INT else 0.0
+    return U * abs64(ref) if kprod > _F32_EXACT_INT else 0.0
 
 
 # -- max pool: a selection -----------------------------------------------------------------------
 # Forward: the value of one input element (the winner), or -inf: no arithmetic at all.
-_register("max_pool", "exact (a selection: the first NaN, else the first strict maximum; -inf for an "
-          "all-padding window)", _zero, exact=True)
+register("max_pool", "exact (a selection: the first NaN, else the first strict maximum; -inf for an "
+          "all-padding window)", zero_bound, exact=True)
 
 
 def _max_pool_bwd_bound(ref, x, dy, planes, spatial, kernel, stride, padding):
@@ -41,11 +41,11 @@ def _max_pool_bwd_bound(ref, x, dy, planes, spatial, kernel, stride, padding):
     # order: Higham's gamma(c-1) sum|dy| for any order; c <= 1 is exact (0 + dy, or nothing).
     count = spec.max_pool_bwd(x, np.ones_like(np.asarray(dy, dtype=np.float64)), planes, spatial, kernel,
                               stride, padding)
-    abs_sum = spec.max_pool_bwd(x, _abs(dy), planes, spatial, kernel, stride, padding)
+    abs_sum = spec.max_pool_bwd(x, abs64(dy), planes, spatial, kernel, stride, padding)
     return _gamma(np.rint(count) - 1) * abs_sum
 
 
-_register("max_pool_bwd", "dx[q] = sum of dy over the c(q) windows won by q: exact when c <= 1, else "
+register("max_pool_bwd", "dx[q] = sum of dy over the c(q) windows won by q: exact when c <= 1, else "
           "|err| <= gamma(c-1) sum|dy| (any order)", _max_pool_bwd_bound)
 
 
@@ -57,11 +57,11 @@ def _avg_pool_bound(ref, x, planes, spatial, kernel, stride, padding):
     # (an ulp rather than a half: the rounded quotient may sit across a binade), and u|ref| when
     # float32(K) itself is rounded (K > 2**24).
     kprod = int(np.prod(kernel))
-    abs_mean = spec.avg_pool(_abs(x), planes, spatial, kernel, stride, padding)  # sum|x| / K
+    abs_mean = spec.avg_pool(abs64(x), planes, spatial, kernel, stride, padding)  # sum|x| / K
     return _gamma(kprod) * abs_mean + ulp32(ref) + _kf_term(kprod, ref)
 
 
-_register("avg_pool", "sum of the window, then / float32(K): |err| <= gamma(K) sum|x| / K + ulp(ref) "
+register("avg_pool", "sum of the window, then / float32(K): |err| <= gamma(K) sum|x| / K + ulp(ref) "
           "(+ u|ref| when K > 2**24)", _avg_pool_bound)
 
 
@@ -71,11 +71,11 @@ def _avg_pool_bwd_bound(ref, dy, planes, spatial, kernel, stride, padding):
     kprod = int(np.prod(kernel))
     ones = np.ones_like(np.asarray(dy, dtype=np.float64))
     count = np.rint(spec.avg_pool_bwd(ones, planes, spatial, kernel, stride, padding) * kprod)
-    abs_mean = spec.avg_pool_bwd(_abs(dy), planes, spatial, kernel, stride, padding)  # sum|dy| / K
+    abs_mean = spec.avg_pool_bwd(abs64(dy), planes, spatial, kernel, stride, padding)  # sum|dy| / K
     return _gamma(count) * abs_mean + ulp32(ref) * (count > 0) + _kf_term(kprod, ref)
 
 
-_register("avg_pool_bwd", "sum of dy over the c(q) windows containing q, then / float32(K): |err| <= "
+register("avg_pool_bwd", "sum of dy over the c(q) windows containing q, then / float32(K): |err| <= "
           "gamma(c) sum|dy| / K + ulp(ref) (+ u|ref| when K > 2**24)", _avg_pool_bwd_bound)
 
 
@@ -122,10 +122,10 @@ def _smooth_max_pool_bound(ref, x, planes, spatial, kernel, stride, padding, bet
         r1 = rho / (1 - rho)
         eL = r1 + LIB * (lse + r1)
         Z = A + eL + U * (np.abs(M[:, :, 0]) + A + lse + eL)
-        return (Z * (1 + 4 * U) / abs(beta)).reshape(-1) + 2 * U * _abs(ref) + TINY
+        return (Z * (1 + 4 * U) / abs(beta)).reshape(-1) + 2 * U * abs64(ref) + TINY
 
 
-_register("smooth_max_pool", "y = (m + log sum exp(beta v - m)) / beta: |err| <= Z (1 + 4u) / |beta| + 2u|y| "
+register("smooth_max_pool", "y = (m + log sum exp(beta v - m)) / beta: |err| <= Z (1 + 4u) / |beta| + 2u|y| "
           "+ TINY, Z = u max|beta v| + eL + u(|m| + u max|beta v| + log S + eL), eL = the log of the "
           "sum's relative error rho = (W + LIB + 2u)(1 + gamma(K)) + gamma(K) plus LIB log S",
           _smooth_max_pool_bound)
@@ -164,6 +164,6 @@ def _smooth_max_pool_bwd_bound(ref, x, y, dy, planes, spatial, kernel, stride, p
         return (b1 + _gamma(cnt - 1)[None, :] * b2 + TINY * (cnt > 0)[None, :]).reshape(-1)
 
 
-_register("smooth_max_pool_bwd", "dx[q] = sum over the c windows w containing q of dy_w exp(beta x_q - beta y_w): "
+register("smooth_max_pool_bwd", "dx[q] = sum over the c windows w containing q of dy_w exp(beta x_q - beta y_w): "
           "|err| <= sum |T_w| f_w + gamma(c-1) sum |T_w| (1 + f_w) + TINY, f_w = (1+u)(1+LIB) exp(delta_w) - 1, "
           "delta_w = u(|beta x_q| + |beta y_w|)(1+u) + u|beta x_q - beta y_w|(1+2u)", _smooth_max_pool_bwd_bound)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import F32_MAX, U, _register, gamma
+from .core import F32_MAX, U, gamma, register
 
 __all__: list[str] = []
 
@@ -134,11 +134,11 @@ _FWD = ("any association of the scan (sequential or chunked): |err_t| <= gamma(3
 _BWD = ("adjoint g within gamma(3(L-1-t) + 16) gabs_t + tiny_t; dX, dh0 (and var dA, dB) one more product; diag dA, "
         "dB sums over t in any order: (1 + gamma(L)) sum|c| e_g + gamma(L+1) sum|c| gabs")
 
-_register("selective_scan_diag_fwd", _FWD,
+register("selective_scan_diag_fwd", _FWD,
           lambda ref, A, B, X, h0, L, S: _forward_bound(A, B, X, h0, L, S, False).reshape(-1))
-_register("selective_scan_diag_var_fwd", _FWD,
+register("selective_scan_diag_var_fwd", _FWD,
           lambda ref, A, B, X, h0, L, S: _forward_bound(A, B, X, h0, L, S, True).reshape(-1))
-_register("selective_scan_diag_bwd", _BWD,
+register("selective_scan_diag_bwd", _BWD,
           lambda ref, A, B, X, h0, H, dH, L, S: _backward_bound(A, B, X, h0, H, dH, L, S, False))
-_register("selective_scan_diag_var_bwd", _BWD,
+register("selective_scan_diag_var_bwd", _BWD,
           lambda ref, A, B, X, h0, H, dH, L, S: _backward_bound(A, B, X, h0, H, dH, L, S, True))

@@ -73,7 +73,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import TINY, U, _abs, _register, gamma
+from .core import TINY, U, abs64, gamma, register
 
 __all__ = ["fft_error_terms", "RADIX_MAX", "C_CHIRP"]
 
@@ -168,12 +168,12 @@ def _irfft_bound(ref, spec_, batch, n):
     return (np.repeat(_pair_rows(row, n), n) + TINY).reshape(-1)
 
 
-_register("rfft1d_packed",
+register("rfft1d_packed",
           "per bin (re and im): gamma(K(n)) sum_t |x_t|, K(n) = 6 + sum over the prime factors p of n of (p + 4); "
           "for n with a prime factor > 128 (Bluestein) 3 gamma(K_blue) sqrt(n) ||x||_2 instead, K_blue = "
           "2 K(2^ceil(log2(2n-1))) + 12 + the small factors' passes; odd n: the batch's largest row bound for every "
           "row (cuFFT pairs real rows); + TINY", _rfft_bound)
-_register("irfft1d_packed",
+register("irfft1d_packed",
           "per output: gamma(K(n) + 2) (1/n) sum_k c_k |X_k| (c_k = 1 at bins 0 and n/2, else 2; Im of bins 0, n/2 "
           "ignored); Bluestein n: 3 gamma(K_blue + 2) n^(-1/2) (sum_k c_k |X_k|^2)^(1/2); odd n: the batch's largest row "
           "bound for every row (cuFFT pairs real rows); + TINY", _irfft_bound)
@@ -230,7 +230,7 @@ def _fwd_bound(ref, x, w_re, w_im, grid, width, modes, batch=1):
         return np.zeros(batch * grid * width)
     x3 = np.asarray(x, dtype=np.float64).reshape(batch, grid, width)
     per = _conv_chain(x3, _w3(w_re, modes, width), _w3(w_im, modes, width), grid, width, modes)
-    return (np.broadcast_to(per[:, None, :], (batch, grid, width)) + U * _abs(ref).reshape(batch, grid, width)
+    return (np.broadcast_to(per[:, None, :], (batch, grid, width)) + U * abs64(ref).reshape(batch, grid, width)
             + TINY).reshape(-1)
 
 
@@ -241,7 +241,7 @@ def _bwd_x_bound(ref, x, w_re, w_im, dy, grid, width, modes, batch=1):
     wr_t = np.swapaxes(_w3(w_re, modes, width), 1, 2)
     wi_t = np.swapaxes(_w3(w_im, modes, width), 1, 2)
     per = _conv_chain(d3, wr_t, wi_t, grid, width, modes)
-    return (np.broadcast_to(per[:, None, :], (batch, grid, width)) + U * _abs(ref).reshape(batch, grid, width)
+    return (np.broadcast_to(per[:, None, :], (batch, grid, width)) + U * abs64(ref).reshape(batch, grid, width)
             + TINY).reshape(-1)
 
 
@@ -262,27 +262,27 @@ def _bwd_w_core(x, dy, batch, grid, width, modes):
 
 
 def _bwd_wre_bound(ref, x, w_re, w_im, dy, grid, width, modes, batch=1):
-    return _bwd_w_core(x, dy, batch, grid, width, modes) + U * _abs(ref) + TINY
+    return _bwd_w_core(x, dy, batch, grid, width, modes) + U * abs64(ref) + TINY
 
 
 def _bwd_wim_bound(ref, x, w_re, w_im, dy, grid, width, modes, batch=1):
-    return _bwd_w_core(x, dy, batch, grid, width, modes) + U * _abs(ref) + TINY
+    return _bwd_w_core(x, dy, batch, grid, width, modes) + U * abs64(ref) + TINY
 
 
 def _bwd_w_bound(ref, x, w_re, w_im, dy, grid, width, modes, batch=1):
     core = _bwd_w_core(x, dy, batch, grid, width, modes)
-    return core + U * _abs(ref[0]) + TINY, core + U * _abs(ref[1]) + TINY
+    return core + U * abs64(ref[0]) + TINY, core + U * abs64(ref[1]) + TINY
 
 
 _CONV = ("per output: the float64 chain on |x|, |w| of (1) the truncated transform, gamma(max(K(grid), grid + 1)) "
          "sum_t |x| per channel (FFT or float32-basis GEMM; Bluestein form for large prime factors), (2) the mixing, "
          "gamma(2 width + 1) over sum_i (|X| + err)(|w_re| + |w_im|), (3) the inverse, sqrt(2) (1/grid) sum_k c_k "
          "(propagated error + gamma(max(K(grid) + 2, 2 modes + 2)) |Y|); + u|y| + TINY")
-_register("spectral_conv1d_rfft_fwd", _CONV, _fwd_bound)
-_register("spectral_conv1d_rfft_bwd_x", "as spectral_conv1d_rfft_fwd, on |dy| with the transposed weights "
+register("spectral_conv1d_rfft_fwd", _CONV, _fwd_bound)
+register("spectral_conv1d_rfft_bwd_x", "as spectral_conv1d_rfft_fwd, on |dy| with the transposed weights "
           "(dx = irfft(rfft(dy) W^H))", _bwd_x_bound)
 _BWD_W = ("per element: (c_k/grid) (2 sum_b [E_x (A_g + E_g) + A_x E_g] + gamma(2 batch + 3) 2 sum_b (A_x + E_x)(A_g + "
           "E_g)), A = sum_t |.| per channel, E its stage-1 transform error bound; + batch 2^-149 + u|ref| + TINY")
-_register("spectral_conv1d_rfft_bwd_wre", _BWD_W, _bwd_wre_bound)
-_register("spectral_conv1d_rfft_bwd_wim", _BWD_W, _bwd_wim_bound)
-_register("spectral_conv1d_rfft_bwd_w", "(dw_re, dw_im), each as spectral_conv1d_rfft_bwd_wre", _bwd_w_bound)
+register("spectral_conv1d_rfft_bwd_wre", _BWD_W, _bwd_wre_bound)
+register("spectral_conv1d_rfft_bwd_wim", _BWD_W, _bwd_wim_bound)
+register("spectral_conv1d_rfft_bwd_w", "(dw_re, dw_im), each as spectral_conv1d_rfft_bwd_wre", _bwd_w_bound)

@@ -7,7 +7,7 @@ from typing import Any
 from .. import ops
 from .._validate import real_arg
 from ..fast_kernels import get_options as _get_options
-from ..ops.linalg import _linear_args
+from ..ops.linalg import linear_args
 from ..tensor import Tensor
 
 __all__ = ["relu", "sigmoid", "tanh", "softplus", "softmax", "log_softmax", "linear", "mse_loss", "dropout"]
@@ -47,7 +47,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """input @ weight.T + bias. With ``torchlean.Options.fast_kernels`` on: ``ops.linear_fast`` (the
     bias fused into one GEMM) at ``Options.fast_gpu_matmul_precision``."""
     if not isinstance(input, Tensor) or not isinstance(weight, Tensor) or not (bias is None or isinstance(bias, Tensor)):
-        _linear_args("linear", input, weight, bias)  # the same error on either path
+        linear_args("linear", input, weight, bias)  # the same error on either path
     opts = _get_options()
     if opts.fast_kernels:
         return ops.linear_fast(input, weight, bias, opts.fast_gpu_matmul_precision)

@@ -9,9 +9,9 @@ from typing import Any, Sequence
 from .._validate import expect_tensor, int64_indices, type_name
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..runtime.buffer import Buffer
-from ..tensor import Tensor, _axis, tensor
+from ..tensor import Tensor, dim_index, tensor
 
-__all__ = ["Tensor", "new", "fbuf", "operand", "broadcast_shapes", "axis_map_for", "_axis", "numel",
+__all__ = ["Tensor", "new", "fbuf", "operand", "broadcast_shapes", "axis_map_for", "dim_index", "numel",
            "same_device", "plain_ints", "tensor_arg", "host_indices"]
 
 

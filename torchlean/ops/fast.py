@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from .. import autograd
 from ..errors import ArgumentError, DeviceError, ShapeError
-from ..fast_kernels import check_precision, get_options
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
 from ._base import Tensor, fbuf, new, numel, operand, same_device
+from .fast_options import check_precision, get_options
 
 __all__ = ["linear_fast", "matmul_fast", "mse_loss_fast"]
 FUNCTIONAL: list[str] = []

@@ -15,7 +15,7 @@ from .._validate import type_name
 from ..errors import ArgumentError, DTypeError, IndexOutOfRangeError, ShapeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer, zeros
-from ._base import Tensor, _axis, fbuf, host_indices, new, numel, same_device, tensor_arg
+from ._base import Tensor, dim_index, fbuf, host_indices, new, numel, same_device, tensor_arg
 from .shape import reshape, slice0
 
 
@@ -85,7 +85,7 @@ def _check_in_bounds(op: str, idx: np.ndarray, size: int) -> np.ndarray:
 def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
     """Rows of ``x`` along ``dim`` picked by a 1-D integer index (in bounds; negatives count from the end)."""
     tensor_arg("index_select", "input", x)
-    d = _axis("index_select", dim, x.ndim)
+    d = dim_index("index_select", dim, x.ndim)
     idx = _host_indices("index_select", index).reshape(-1)
     idx = _check_in_bounds("index_select", idx, x.shape[d] if x.ndim else 1)
     if d == 0 and x.ndim >= 1:

@@ -58,7 +58,7 @@ def matmul(a: Any, b: Any) -> Tensor:
     return reshape(out, out_shape)
 
 
-def _linear_args(op: str, x: Any, weight: Any, bias: Any) -> None:
+def linear_args(op: str, x: Any, weight: Any, bias: Any) -> None:
     """The DTypeError of a linear call whose input, weight or bias is not a Tensor."""
     tensor_arg(op, "input", x)
     tensor_arg(op, "weight", weight)
@@ -74,7 +74,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     dx = g W (bmm), dW = g^T x (bmm_tn), db = column sums of g. No transposed copies.
     """
     if not isinstance(x, Tensor) or not isinstance(weight, Tensor) or not (bias is None or isinstance(bias, Tensor)):
-        _linear_args("linear", x, weight, bias)
+        linear_args("linear", x, weight, bias)
     if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
         raise ShapeError(f"linear: input {x.shape} does not fit weight {weight.shape} (expected (..., {weight.shape[-1] if weight.ndim else '?'}))")
     if bias is not None and bias.shape != (weight.shape[0],):

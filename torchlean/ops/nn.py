@@ -7,7 +7,7 @@ from ..errors import ArgumentError, ShapeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
 from .._validate import real_arg
-from ._base import Tensor, _axis, fbuf, new, numel, operand, same_device, tensor_arg
+from ._base import Tensor, dim_index, fbuf, new, numel, operand, same_device, tensor_arg
 from .shape import transpose
 
 
@@ -21,7 +21,7 @@ def _rows_cols(x: Tensor) -> tuple[int, int]:
 def _last_axis(name: str, x: Tensor, dim: int, fn):
     if not isinstance(x, Tensor):
         tensor_arg(name, "input", x)
-    d = _axis(name, dim, x.ndim)
+    d = dim_index(name, dim, x.ndim)
     if x.ndim == 0 or d == x.ndim - 1:
         return fn(x)
     return transpose(fn(transpose(x, d, -1)), d, -1)

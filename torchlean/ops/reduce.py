@@ -8,7 +8,7 @@ from .. import autograd
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
 from .._validate import bool_arg, unique_dims
-from ._base import Tensor, _axis, axis_map_for, fbuf, new, numel, tensor_arg
+from ._base import Tensor, dim_index, axis_map_for, fbuf, new, numel, tensor_arg
 
 
 def _dims(op: str, dim: Any, rank: int) -> list[int]:
@@ -16,8 +16,8 @@ def _dims(op: str, dim: Any, rank: int) -> list[int]:
     if dim is None:
         return list(range(rank))
     if type(dim) is int:
-        return [_axis(op, dim, rank)]
-    return unique_dims(op, dim, rank, _axis)
+        return [dim_index(op, dim, rank)]
+    return unique_dims(op, dim, rank, dim_index)
 
 
 def _expand_grad(g: Buffer, kept_shape: Sequence[int], full_shape: Sequence[int]) -> Buffer:

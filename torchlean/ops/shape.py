@@ -12,7 +12,7 @@ from ..errors import ArgumentError, DTypeError, ShapeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
 from .._validate import type_name
-from ._base import Tensor, _axis, axis_map_for, fbuf, new, numel, same_device, tensor_arg
+from ._base import Tensor, dim_index, axis_map_for, fbuf, new, numel, same_device, tensor_arg
 
 
 # (requested shape, element count) -> resolved shape, for requests made of plain ints only (a
@@ -86,7 +86,7 @@ def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     tensor_arg("flatten", "input", x)
     if x.ndim == 0:
         return reshape(x, 1)
-    s, e = _axis("flatten", start_dim, x.ndim), _axis("flatten", end_dim, x.ndim)
+    s, e = dim_index("flatten", start_dim, x.ndim), dim_index("flatten", end_dim, x.ndim)
     if s > e:
         raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
     shape = x.shape[:s] + (numel(x.shape[s:e + 1]),) + x.shape[e + 1:]
@@ -95,7 +95,7 @@ def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
 
 def unsqueeze(x: Tensor, dim: int) -> Tensor:
     tensor_arg("unsqueeze", "input", x)
-    d = _axis("unsqueeze", dim, x.ndim + 1)
+    d = dim_index("unsqueeze", dim, x.ndim + 1)
     return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
 
 
@@ -103,7 +103,7 @@ def squeeze(x: Tensor, dim: int | None = None) -> Tensor:
     tensor_arg("squeeze", "input", x)
     if dim is None:
         return reshape(x, tuple(s for s in x.shape if s != 1))
-    d = _axis("squeeze", dim, x.ndim)
+    d = dim_index("squeeze", dim, x.ndim)
     if x.shape[d] != 1:
         return x
     return reshape(x, x.shape[:d] + x.shape[d + 1:])
@@ -157,7 +157,7 @@ def swap_adjacent(x: Tensor, depth: int) -> Tensor:
 
 def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
     tensor_arg("transpose", "input", x)
-    a, b = sorted((_axis("transpose", dim0, x.ndim), _axis("transpose", dim1, x.ndim)))
+    a, b = sorted((dim_index("transpose", dim0, x.ndim), dim_index("transpose", dim1, x.ndim)))
     if a == b:
         return x
     if x.ndim == 2:
@@ -186,7 +186,7 @@ _permute_plans: dict[tuple[tuple[int, ...], tuple[int, ...]], Any] = {}
 
 
 def _permute_plan(x: Tensor, dims: tuple) -> Any:
-    perm = tuple(_axis("permute", d, x.ndim) for d in dims)
+    perm = tuple(dim_index("permute", d, x.ndim) for d in dims)
     if sorted(perm) != list(range(x.ndim)):
         raise ShapeError(f"permute: {tuple(dims)} is not a permutation of the {x.ndim} axes of shape {x.shape}")
     moved = [j for j in range(x.ndim) if perm[j] != j]
@@ -292,7 +292,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         tensor_arg("cat", f"tensors[{i}]", t_)
     tensors = [t.float() if t._buf is None else t for t in tensors]
     ref = tensors[0]
-    d = _axis("cat", dim, ref.ndim)
+    d = dim_index("cat", dim, ref.ndim)
     same_device("cat", *tensors)
     for t_ in tensors[1:]:
         if t_.ndim != ref.ndim or t_.shape[:d] + t_.shape[d + 1:] != ref.shape[:d] + ref.shape[d + 1:]:

@@ -9,7 +9,7 @@ from ..errors import ArgumentError
 from ..runtime import primitives as P
 from ..runtime.buffer import zeros
 from ..tensor import Tensor
-from .optimizer import Optimizer, _check_real, _step_buffer, _step_tensor, _step_value, exclusively_held
+from .optimizer import Optimizer, check_real, step_buffer, step_tensor, step_value, exclusively_held
 
 __all__ = ["Adam", "AdamW"]
 
@@ -43,17 +43,17 @@ class Adam(Optimizer):
 
     def _check_group(self, group: dict[str, Any]) -> None:
         name = type(self).__name__
-        if _check_real(name, "lr", group["lr"]) < 0.0:
+        if check_real(name, "lr", group["lr"]) < 0.0:
             raise ArgumentError(f"{name}: Invalid learning rate: {group['lr']}")
-        if _check_real(name, "eps", group["eps"]) < 0.0:
+        if check_real(name, "eps", group["eps"]) < 0.0:
             raise ArgumentError(f"{name}: Invalid epsilon value: {group['eps']}")
         b = group["betas"]
         if not isinstance(b, (tuple, list)) or len(b) != 2:
             raise ArgumentError(f"{name}: betas must be a pair of floats, got {b!r}")
         for i in (0, 1):
-            if not 0.0 <= _check_real(name, f"betas[{i}]", b[i]) < 1.0:
+            if not 0.0 <= check_real(name, f"betas[{i}]", b[i]) < 1.0:
                 raise ArgumentError(f"{name}: Invalid beta parameter at index {i}: {b[i]}")
-        if _check_real(name, "weight_decay", group["weight_decay"]) < 0.0:
+        if check_real(name, "weight_decay", group["weight_decay"]) < 0.0:
             raise ArgumentError(f"{name}: Invalid weight_decay value: {group['weight_decay']}")
         self._refuse(group, _FLAGS)
 
@@ -78,7 +78,7 @@ class Adam(Optimizer):
                     if p.grad is None:
                         continue
                     st = state[p]
-                    step = _step_value(st["step"]) + 1.0 if st else 1.0
+                    step = step_value(st["step"]) + 1.0 if st else 1.0
                     key = (p._buf._ctx.name, step)  # (the device; Buffer.device is a property)
                     bucket = buckets.get(key)
                     if bucket is None:
@@ -96,7 +96,7 @@ class Adam(Optimizer):
                             p._buf = out[i]
                             m._buf = out[t + i]
                             v._buf = out[2 * t + i]
-                    step_buf = _step_buffer(step)  # one shared value; each parameter its own Tensor
+                    step_buf = step_buffer(step)  # one shared value; each parameter its own Tensor
                     for _, st in entries:
                         st["step"] = Tensor._wrap(step_buf, ())
         return loss
@@ -113,7 +113,7 @@ def _split_by_ownership(entries: list) -> tuple[list, list]:
     for p, st in entries:
         if not st:  # first step: zero moments (step 0 until this step lands)
             n, dev = p._buf.size, p._buf.device  # (no local reference to the buffer: it would count)
-            st["step"] = _step_tensor(0.0)
+            st["step"] = step_tensor(0.0)
             st["exp_avg"] = Tensor._wrap(zeros(n, dev), p.shape)
             st["exp_avg_sq"] = Tensor._wrap(zeros(n, dev), p.shape)
         m, v = st["exp_avg"], st["exp_avg_sq"]

@@ -101,7 +101,7 @@ def exclusively_held(*tensors: Tensor) -> bool:
     return True
 
 
-def _step_buffer(step: float) -> Buffer:
+def step_buffer(step: float) -> Buffer:
     """The one-element CPU buffer holding ``step``: buffers are immutable values, so all
     parameters at that step share it."""
     buf = _step_buffers.get(step)
@@ -117,13 +117,13 @@ def _step_buffer(step: float) -> Buffer:
     return buf
 
 
-def _step_tensor(step: float) -> Tensor:
+def step_tensor(step: float) -> Tensor:
     """A 0-d CPU float32 tensor holding ``step`` (torch keeps the step count on the CPU). Buffers
     are immutable values, so the buffer is shared between parameters; each gets its own Tensor."""
-    return Tensor._wrap(_step_buffer(step), ())
+    return Tensor._wrap(step_buffer(step), ())
 
 
-def _step_value(t: Any) -> float:
+def step_value(t: Any) -> float:
     """The step count stored in state (our 0-d tensor, a torch tensor or a number) as a float."""
     if isinstance(t, Tensor):
         b = t._buf
@@ -139,7 +139,7 @@ def _step_value(t: Any) -> float:
     return float(t)
 
 
-def _check_real(op: str, name: str, value: Any) -> float:
+def check_real(op: str, name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ArgumentError(f"{op}: {name} must be a real number, got {value!r} ({type(value).__name__})")
     v = float(value)
@@ -384,7 +384,7 @@ class Optimizer:
             where = f"{op}: state[{k}][{key!r}]"
             kind = schema[key] if schema is not None else _guess_kind(where, key, value)
             if kind == "step":
-                out[key] = _step_tensor(_check_step_count(where, value))
+                out[key] = step_tensor(_check_step_count(where, value))
             elif kind == "tensor_or_none" and value is None:
                 out[key] = None
             elif kind in ("tensor", "tensor_or_none"):

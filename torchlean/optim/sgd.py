@@ -8,7 +8,7 @@ from .. import autograd
 from ..errors import ArgumentError
 from ..runtime import primitives as P
 from ..tensor import Tensor
-from .optimizer import Optimizer, _check_real
+from .optimizer import Optimizer, check_real
 
 __all__ = ["SGD"]
 
@@ -30,13 +30,13 @@ class SGD(Optimizer):
         super().__init__(params, defaults)
 
     def _check_group(self, group: dict[str, Any]) -> None:
-        lr = _check_real("SGD", "lr", group["lr"])
+        lr = check_real("SGD", "lr", group["lr"])
         if lr < 0.0:
             raise ArgumentError(f"SGD: Invalid learning rate: {group['lr']}")
-        if _check_real("SGD", "momentum", group["momentum"]) < 0.0:
+        if check_real("SGD", "momentum", group["momentum"]) < 0.0:
             raise ArgumentError(f"SGD: Invalid momentum value: {group['momentum']}")
-        _check_real("SGD", "dampening", group["dampening"])
-        if _check_real("SGD", "weight_decay", group["weight_decay"]) < 0.0:
+        check_real("SGD", "dampening", group["dampening"])
+        if check_real("SGD", "weight_decay", group["weight_decay"]) < 0.0:
             raise ArgumentError(f"SGD: Invalid weight_decay value: {group['weight_decay']}")
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ArgumentError("SGD: Nesterov momentum requires a momentum and zero dampening")

@@ -19,7 +19,8 @@ from typing import Any, Iterable, NamedTuple
 
 import numpy as np
 
-from ..errors import ArgumentError, BufferReleasedError, ShapeError
+from ..errors import ArgumentError, BufferReleasedError, DeviceError, DTypeError, ShapeError
+from .checks import check_scalar, check_u32
 from .device import DeviceContext, get_context
 from .oom import run_allocating
 
@@ -135,15 +136,13 @@ class Buffer:
         raise TypeError("Buffer: cannot be pickled; use to_numpy()")
 
 
-def wrap(data: Any, ctx: DeviceContext) -> Buffer:
-    """Adopt a backend array produced by a primitive (no copy)."""
+def wrap(ctx: DeviceContext, data: Any) -> Buffer:
+    """Adopt a backend array that a kernel produced on ``ctx`` (no copy): every primitive's result."""
     return Buffer(data, ctx)
 
 
 def zeros(n: int, device: Any = "cpu") -> Buffer:
     """A length-``n`` buffer of zeros."""
-    from .checks import check_u32
-
     check_u32("zeros", "n", n)
     ctx = get_context(device, "zeros")
     return Buffer(run_allocating("zeros", ctx, n, ctx.backend.full, n, 0.0), ctx)
@@ -151,8 +150,6 @@ def zeros(n: int, device: Any = "cpu") -> Buffer:
 
 def full(n: int, value: float, device: Any = "cpu") -> Buffer:
     """A length-``n`` buffer filled with ``float32(value)``."""
-    from .checks import check_u32, check_scalar
-
     check_u32("full", "n", n)
     v = check_scalar("full", "value", value)
     ctx = get_context(device, "full")
@@ -201,3 +198,33 @@ def same_size(op: str, **buffers: Buffer) -> int:
             sizes = ", ".join(f"{k}={v.size}" for k, v in items)
             raise ShapeError(f"{op}: expected buffers of equal size, got {sizes}")
     return n
+
+
+# -- checks of Buffer operands (every primitive's first test) --------------------------------------
+def check_buffer(op: str, name: str, buf: Any, size: int | None = None) -> Buffer:
+    """``buf`` must be a live Buffer (of ``size`` elements when given)."""
+    # the common case first, in one test (every primitive checks each operand); a float32
+    # buffer's byte count is always 4 * size
+    if type(buf) is Buffer and buf._data is not None and (size is None or buf._nbytes == 4 * size):
+        return buf
+    if not isinstance(buf, Buffer):
+        raise DTypeError(f"{op}: argument {name} must be a Buffer, got {type(buf).__name__}")
+    if buf._data is None:
+        raise BufferReleasedError(
+            f"{op}: argument {name} was used after release() (a {buf._nbytes}-byte buffer on {buf.device})")
+    if size is not None and buf.size != size:
+        raise ShapeError(f"{op}: argument {name} must hold {size} elements for the given dims, got {buf.size}")
+    return buf
+
+
+def same_device(op: str, **buffers: Buffer) -> DeviceContext:
+    """The one device context shared by all ``buffers``; mixing devices is a ``DeviceError``."""
+    ctx = None
+    for b in buffers.values():
+        if ctx is None:
+            ctx = b._ctx
+        elif b._ctx is not ctx:
+            where = ", ".join(f"{k} on {v.device}" for k, v in buffers.items())
+            raise DeviceError(f"{op}: expected all buffers on one device, got {where}")
+    assert ctx is not None
+    return ctx

@@ -14,9 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import ArgumentError, BufferReleasedError, DeviceError, DTypeError, ShapeError
-from .buffer import Buffer
-from .device import DeviceContext
+from ..errors import ArgumentError, ShapeError
 
 U32_LIMIT = 2**32
 
@@ -78,35 +76,6 @@ def check_scalar(op: str, name: str, value: Any) -> float:
             return float(np.float32(value))
     except OverflowError:
         raise ArgumentError(f"{op}: argument {name} = {value!r} is beyond the float range") from None
-
-
-def check_buffer(op: str, name: str, buf: Any, size: int | None = None) -> Buffer:
-    """``buf`` must be a live Buffer (of ``size`` elements when given)."""
-    # the common case first, in one test (every primitive checks each operand); a float32
-    # buffer's byte count is always 4 * size
-    if type(buf) is Buffer and buf._data is not None and (size is None or buf._nbytes == 4 * size):
-        return buf
-    if not isinstance(buf, Buffer):
-        raise DTypeError(f"{op}: argument {name} must be a Buffer, got {type(buf).__name__}")
-    if buf._data is None:
-        raise BufferReleasedError(
-            f"{op}: argument {name} was used after release() (a {buf._nbytes}-byte buffer on {buf.device})")
-    if size is not None and buf.size != size:
-        raise ShapeError(f"{op}: argument {name} must hold {size} elements for the given dims, got {buf.size}")
-    return buf
-
-
-def same_device(op: str, **buffers: Buffer) -> DeviceContext:
-    """The one device context shared by all ``buffers``; mixing devices is a ``DeviceError``."""
-    ctx = None
-    for b in buffers.values():
-        if ctx is None:
-            ctx = b._ctx
-        elif b._ctx is not ctx:
-            where = ", ".join(f"{k} on {v.device}" for k, v in buffers.items())
-            raise DeviceError(f"{op}: expected all buffers on one device, got {where}")
-    assert ctx is not None
-    return ctx
 
 
 def check_indices(op: str, name: str, indices: Any, k: Any) -> np.ndarray:

@@ -16,6 +16,8 @@ import os
 import numpy as np
 
 from ..errors import ArgumentError
+from ..kernels import flags
+from ..kernels.flags import deterministic_reductions  # noqa: F401  (the reader: one lookup, as kernels do)
 
 ENV_VAR = "TORCHLEAN_CUDA_DETERMINISTIC_REDUCTIONS"
 
@@ -24,20 +26,14 @@ def _from_env() -> bool:
     return os.environ.get(ENV_VAR, "").strip() not in ("", "0")
 
 
-_state = {"on": _from_env()}
+flags.set_flag("deterministic_reductions", _from_env())
 
 
 def set_deterministic_reductions(on: bool) -> bool:
     """Turn the mode on or off and return the value now in force (the seed's checked setter)."""
     if not isinstance(on, (bool, int, np.bool_)):
         raise ArgumentError(f"set_deterministic_reductions: expected a bool, got {on!r}")
-    _state["on"] = bool(on)
-    return _state["on"]
-
-
-def deterministic_reductions() -> bool:
-    """Whether deterministic reductions are on."""
-    return _state["on"]
+    return flags.set_flag("deterministic_reductions", bool(on))
 
 
 class deterministic:

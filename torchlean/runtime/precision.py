@@ -13,18 +13,15 @@ import os
 import numpy as np
 
 from ..errors import ArgumentError
+from ..kernels import flags
+from ..kernels.flags import allow_tf32  # noqa: F401  (the reader, shared with the CUDA matmuls)
 
 ENV_VAR = "TORCHLEAN_ALLOW_TF32"
-_state = {"on": os.environ.get(ENV_VAR, "").strip() not in ("", "0")}
+flags.set_flag("allow_tf32", os.environ.get(ENV_VAR, "").strip() not in ("", "0"))
 
 
 def set_allow_tf32(on: bool) -> bool:
     """Allow (or forbid) TF32 tensor-core math in CUDA matmuls; returns the value in force."""
     if not isinstance(on, (bool, int, np.bool_)):
         raise ArgumentError(f"set_allow_tf32: expected a bool, got {on!r}")
-    _state["on"] = bool(on)
-    return _state["on"]
-
-
-def allow_tf32() -> bool:
-    return _state["on"]
+    return flags.set_flag("allow_tf32", bool(on))

@@ -11,20 +11,22 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 from ..errors import ArgumentError, AxisError, ShapeError
-from .buffer import Buffer
+from .buffer import Buffer, check_buffer, same_device, wrap
 from .checks import (
     U32_LIMIT,
-    check_buffer,
     check_dims,
     check_indices,
     check_product,
     check_scalar,
     check_u32,
     check_u32_tuple,
-    same_device,
 )
 from .device import DeviceContext, get_context
-from .oom import retry_after_flush
+from .oom import run_allocating
+
+# The families, one module each (conv, pool, norm, ...), gathered into this one surface.
+from . import (primitives_attention, primitives_classify, primitives_conv, primitives_fast,
+               primitives_norm, primitives_optim, primitives_pool, primitives_scan, primitives_spectral)
 
 __all__ = [
     # elementwise (seed: Buffer page)
@@ -49,25 +51,13 @@ __all__ = [
 ]
 
 
-def _run(op: str, ctx: DeviceContext, out_elems: int, fn: Any, *args: Any) -> Any:
-    """Call a backend kernel; an allocation failure flushes the cache, retries, then raises OutOfMemoryError."""
-    try:
-        return fn(*args)
-    except MemoryError:
-        return retry_after_flush(op, ctx, out_elems, fn, *args)
-
-
-def _wrap(ctx: DeviceContext, arr: Any) -> Buffer:
-    return Buffer(arr, ctx)
-
-
 # -- elementwise -------------------------------------------------------------------------
 def _unary(name: str, doc: str):
     def prim(x: Buffer) -> Buffer:
         if type(x) is not Buffer or x._data is None:
             check_buffer(name, "x", x)
         ctx = x._ctx
-        return _wrap(ctx, _run(name, ctx, x.size, getattr(ctx.backend, name), x._data))
+        return wrap(ctx, run_allocating(name, ctx, x.size, getattr(ctx.backend, name), x._data))
 
     prim.__name__ = prim.__qualname__ = name
     prim.__doc__ = doc
@@ -85,7 +75,7 @@ def _binary(name: str, a_name: str, b_name: str, doc: str):
             same_device(name, **{a_name: a, b_name: b})
         if a._nbytes != b._nbytes:
             raise ShapeError(f"{name}: expected {a_name} and {b_name} of equal size, got {a.size} and {b.size}")
-        return _wrap(ctx, _run(name, ctx, a.size, getattr(ctx.backend, name), a._data, b._data))
+        return wrap(ctx, run_allocating(name, ctx, a.size, getattr(ctx.backend, name), a._data, b._data))
 
     prim.__name__ = prim.__qualname__ = name
     prim.__doc__ = doc
@@ -126,8 +116,8 @@ def _pair_bwd(name: str, doc: str):
         ctx = same_device(name, a=a, b=b, dy=dy)
         if not (a.size == b.size == dy.size):
             raise ShapeError(f"{name}: expected a, b, dy of equal size, got {a.size}, {b.size}, {dy.size}")
-        da, db = _run(name, ctx, 2 * a.size, getattr(ctx.backend, name), a._data, b._data, dy._data)
-        return _wrap(ctx, da), _wrap(ctx, db)
+        da, db = run_allocating(name, ctx, 2 * a.size, getattr(ctx.backend, name), a._data, b._data, dy._data)
+        return wrap(ctx, da), wrap(ctx, db)
 
     prim.__name__ = prim.__qualname__ = name
     prim.__doc__ = doc
@@ -145,7 +135,7 @@ def _scalar_op(name: str, scalar_names: Sequence[str], doc: str):
             raise ArgumentError(f"{name}: expected scalars {', '.join(scalar_names)}, got {len(scalars)} values")
         vals = [check_scalar(name, n_, v) for n_, v in zip(scalar_names, scalars)]
         ctx = x._ctx
-        return _wrap(ctx, _run(name, ctx, x.size, getattr(ctx.backend, name), x._data, *vals))
+        return wrap(ctx, run_allocating(name, ctx, x.size, getattr(ctx.backend, name), x._data, *vals))
 
     prim.__name__ = prim.__qualname__ = name
     prim.__doc__ = doc
@@ -165,7 +155,7 @@ def clamp_bwd(x: Buffer, dy: Buffer, lo: float, hi: float) -> Buffer:
     if x.size != dy.size:
         raise ShapeError(f"clamp_bwd: expected x and dy of equal size, got {x.size} and {dy.size}")
     lo_, hi_ = check_scalar("clamp_bwd", "lo", lo), check_scalar("clamp_bwd", "hi", hi)
-    return _wrap(ctx, _run("clamp_bwd", ctx, x.size, ctx.backend.clamp_bwd, x._data, dy._data, lo_, hi_))
+    return wrap(ctx, run_allocating("clamp_bwd", ctx, x.size, ctx.backend.clamp_bwd, x._data, dy._data, lo_, hi_))
 
 
 def axpy(a: Buffer, b: Buffer, c: float) -> Buffer:
@@ -176,20 +166,20 @@ def axpy(a: Buffer, b: Buffer, c: float) -> Buffer:
     if a.size != b.size:
         raise ShapeError(f"axpy: expected a and b of equal size, got {a.size} and {b.size}")
     c_ = check_scalar("axpy", "c", c)
-    return _wrap(ctx, _run("axpy", ctx, a.size, ctx.backend.axpy, a._data, b._data, c_))
+    return wrap(ctx, run_allocating("axpy", ctx, a.size, ctx.backend.axpy, a._data, b._data, c_))
 
 
 # -- reductions --------------------------------------------------------------------------
 def reduce_sum(x: Buffer) -> Buffer:
     """Sum of all elements as a length-1 buffer (0 for an empty buffer)."""
     check_buffer("reduce_sum", "x", x)
-    return _wrap(x._ctx, _run("reduce_sum", x._ctx, 1, x._ctx.backend.reduce_sum, x._data))
+    return wrap(x._ctx, run_allocating("reduce_sum", x._ctx, 1, x._ctx.backend.reduce_sum, x._data))
 
 
 def reduce_mean(x: Buffer) -> Buffer:
     """Mean of all elements as a length-1 buffer (NaN for an empty buffer)."""
     check_buffer("reduce_mean", "x", x)
-    return _wrap(x._ctx, _run("reduce_mean", x._ctx, 1, x._ctx.backend.reduce_mean, x._data))
+    return wrap(x._ctx, run_allocating("reduce_mean", x._ctx, 1, x._ctx.backend.reduce_mean, x._data))
 
 
 def _matrix(op: str, b: Buffer, rows: Any, cols: Any) -> tuple[int, int]:
@@ -203,7 +193,7 @@ def _axis_reduce(name: str, doc: str, out_axis: int):
         r, c = _matrix(name, b, rows, cols)
         ctx = b._ctx
         n_out = c if out_axis == 0 else r
-        return _wrap(ctx, _run(name, ctx, n_out, getattr(ctx.backend, name), b._data, r, c))
+        return wrap(ctx, run_allocating(name, ctx, n_out, getattr(ctx.backend, name), b._data, r, c))
 
     prim.__name__ = prim.__qualname__ = name
     prim.__doc__ = doc
@@ -236,7 +226,7 @@ def reduce_sum_axis(b: Buffer, dims: Sequence[int], axis: int) -> Buffer:
     n_out = 1
     for i, v in enumerate(d):
         n_out *= 1 if i == ax else v
-    return _wrap(b._ctx, _run("reduce_sum_axis", b._ctx, n_out, b._ctx.backend.reduce_sum_axis, b._data, d, ax))
+    return wrap(b._ctx, run_allocating("reduce_sum_axis", b._ctx, n_out, b._ctx.backend.reduce_sum_axis, b._data, d, ax))
 
 
 # -- layout ------------------------------------------------------------------------------
@@ -253,7 +243,7 @@ def concat1d(a: Buffer, b: Buffer, n: int, m: int) -> Buffer:
         joined = ctx.backend.adjacent_union(a._data, b._data)
         if joined is not None:
             return Buffer._view(joined, ctx, a, b)
-    return _wrap(ctx, _run("concat1d", ctx, n_ + m_, ctx.backend.concat1d, a._data, b._data, n_, m_))
+    return wrap(ctx, run_allocating("concat1d", ctx, n_ + m_, ctx.backend.concat1d, a._data, b._data, n_, m_))
 
 
 _VIEW_ALIGN = 4  # elements: a view starts 16-byte aligned, as every buffer (the CUDA kernels' float4 loads)
@@ -269,7 +259,7 @@ def slice1d(b: Buffer, n: int, start: int, length: int) -> Buffer:
         raise ShapeError(f"slice1d: start + length = {s} + {ln} exceeds n = {n_}")
     if ln and s % _VIEW_ALIGN == 0:
         return Buffer._view(b._data[s:s + ln], b._ctx, b)
-    return _wrap(b._ctx, _run("slice1d", b._ctx, ln, b._ctx.backend.slice1d, b._data, n_, s, ln))
+    return wrap(b._ctx, run_allocating("slice1d", b._ctx, ln, b._ctx.backend.slice1d, b._data, n_, s, ln))
 
 
 def _vec_broadcast(name: str, doc: str, along_rows: bool):
@@ -277,7 +267,7 @@ def _vec_broadcast(name: str, doc: str, along_rows: bool):
         r, c = check_u32(name, "rows", rows), check_u32(name, "cols", cols)
         check_buffer(name, "vec", vec, c if along_rows else r)
         n = check_product(name, "rows*cols", r, c)
-        return _wrap(vec._ctx, _run(name, vec._ctx, n, getattr(vec._ctx.backend, name), vec._data, r, c))
+        return wrap(vec._ctx, run_allocating(name, vec._ctx, n, getattr(vec._ctx.backend, name), vec._data, r, c))
 
     prim.__name__ = prim.__qualname__ = name
     prim.__doc__ = doc
@@ -342,7 +332,7 @@ def broadcast_to(x: Buffer, in_dims: Sequence[int], out_dims: Sequence[int], axi
     """Broadcast x (in_dims) to out_dims; axis_map[j] = 0 inserts output axis j, else names input axis + 1."""
     ind, outd, amap = check_axis_map("broadcast_to", in_dims, out_dims, axis_map)
     check_buffer("broadcast_to", "x", x, _prod(ind))
-    return _wrap(x._ctx, _run("broadcast_to", x._ctx, _prod(outd), x._ctx.backend.broadcast_to, x._data, ind, outd, amap))
+    return wrap(x._ctx, run_allocating("broadcast_to", x._ctx, _prod(outd), x._ctx.backend.broadcast_to, x._data, ind, outd, amap))
 
 
 def reduce_from_broadcast(dout: Buffer, in_dims: Sequence[int], out_dims: Sequence[int],
@@ -351,7 +341,7 @@ def reduce_from_broadcast(dout: Buffer, in_dims: Sequence[int], out_dims: Sequen
     ind, outd, amap = check_axis_map("reduce_from_broadcast", in_dims, out_dims, axis_map)
     check_buffer("reduce_from_broadcast", "dout", dout, _prod(outd))
     ctx = dout._ctx
-    return _wrap(ctx, _run("reduce_from_broadcast", ctx, _prod(ind), ctx.backend.reduce_from_broadcast,
+    return wrap(ctx, run_allocating("reduce_from_broadcast", ctx, _prod(ind), ctx.backend.reduce_from_broadcast,
                            dout._data, ind, outd, amap))
 
 
@@ -359,7 +349,7 @@ def swap_adjacent_at_depth(b: Buffer, dims: Sequence[int], depth: int) -> Buffer
     """Swap axes depth and depth+1 of an N-D buffer (the identity when depth+1 >= rank)."""
     d = _nd("swap_adjacent_at_depth", b, dims)
     dp = check_u32("swap_adjacent_at_depth", "depth", depth)
-    return _wrap(b._ctx, _run("swap_adjacent_at_depth", b._ctx, b.size, b._ctx.backend.swap_adjacent_at_depth,
+    return wrap(b._ctx, run_allocating("swap_adjacent_at_depth", b._ctx, b.size, b._ctx.backend.swap_adjacent_at_depth,
                               b._data, d, dp))
 
 
@@ -373,13 +363,13 @@ def permute(b: Buffer, dims: Sequence[int], perm: Sequence[int]) -> Buffer:
     p = check_u32_tuple("permute", "perm", perm)
     if sorted(p) != list(range(len(d))):
         raise ArgumentError(f"permute: perm must be a permutation of 0..{len(d) - 1} (one per axis of dims {d}), got {p}")
-    return _wrap(b._ctx, _run("permute", b._ctx, b.size, b._ctx.backend.permute, b._data, d, p))
+    return wrap(b._ctx, run_allocating("permute", b._ctx, b.size, b._ctx.backend.permute, b._data, d, p))
 
 
 def transpose2d(b: Buffer, rows: int, cols: int) -> Buffer:
     """Row-major transpose of a (rows, cols) buffer into (cols, rows)."""
     r, c = _matrix("transpose2d", b, rows, cols)
-    return _wrap(b._ctx, _run("transpose2d", b._ctx, b.size, b._ctx.backend.transpose2d, b._data, r, c))
+    return wrap(b._ctx, run_allocating("transpose2d", b._ctx, b.size, b._ctx.backend.transpose2d, b._data, r, c))
 
 
 def _bmm_dims(op: str, batch: Any, m: Any, n: Any, p: Any) -> tuple[int, int, int, int]:
@@ -397,7 +387,7 @@ def bmm(a: Buffer, b: Buffer, batch: int, m: int, n: int, p: int) -> Buffer:
     check_buffer("bmm", "b", b, check_product("bmm", "batch*n*p", bt, n_, p_))
     ctx = same_device("bmm", a=a, b=b)
     n_out = check_product("bmm", "batch*m*p", bt, m_, p_)
-    return _wrap(ctx, _run("bmm", ctx, n_out, ctx.backend.bmm, a._data, b._data, bt, m_, n_, p_))
+    return wrap(ctx, run_allocating("bmm", ctx, n_out, ctx.backend.bmm, a._data, b._data, bt, m_, n_, p_))
 
 
 def _bmm_variant(name: str, a_dims: tuple[str, str], b_dims: tuple[str, str], doc: str):
@@ -408,7 +398,7 @@ def _bmm_variant(name: str, a_dims: tuple[str, str], b_dims: tuple[str, str], do
         check_buffer(name, "b", b, check_product(name, f"batch*{b_dims[0]}*{b_dims[1]}", bt, dims[b_dims[0]], dims[b_dims[1]]))
         ctx = same_device(name, a=a, b=b)
         n_out = check_product(name, "batch*m*p", bt, dims["m"], dims["p"])
-        return _wrap(ctx, _run(name, ctx, n_out, getattr(ctx.backend, name), a._data, b._data, bt,
+        return wrap(ctx, run_allocating(name, ctx, n_out, getattr(ctx.backend, name), a._data, b._data, bt,
                                dims["m"], dims["n"], dims["p"]))
 
     prim.__name__ = prim.__qualname__ = name
@@ -428,7 +418,7 @@ def gather_vec(vec: Buffer, n: int, indices: Any, k: int) -> Buffer:
     n_ = check_u32("gather_vec", "n", n)
     check_buffer("gather_vec", "vec", vec, n_)
     idx = check_indices("gather_vec", "indices", indices, k)
-    return _wrap(vec._ctx, _run("gather_vec", vec._ctx, len(idx), vec._ctx.backend.gather_vec, vec._data, n_, idx, len(idx)))
+    return wrap(vec._ctx, run_allocating("gather_vec", vec._ctx, len(idx), vec._ctx.backend.gather_vec, vec._data, n_, idx, len(idx)))
 
 
 def gather_rows(mat: Buffer, rows: int, cols: int, indices: Any, k: int) -> Buffer:
@@ -437,7 +427,7 @@ def gather_rows(mat: Buffer, rows: int, cols: int, indices: Any, k: int) -> Buff
     check_buffer("gather_rows", "mat", mat, check_product("gather_rows", "rows*cols", r, c))
     idx = check_indices("gather_rows", "indices", indices, k)
     n_out = check_product("gather_rows", "k*cols", len(idx), c)
-    return _wrap(mat._ctx, _run("gather_rows", mat._ctx, n_out, mat._ctx.backend.gather_rows, mat._data, r, c, idx, len(idx)))
+    return wrap(mat._ctx, run_allocating("gather_rows", mat._ctx, n_out, mat._ctx.backend.gather_rows, mat._data, r, c, idx, len(idx)))
 
 
 def scatter_add(x: Buffer, values: Buffer, n: int, indices: Any, k: int) -> Buffer:
@@ -447,7 +437,7 @@ def scatter_add(x: Buffer, values: Buffer, n: int, indices: Any, k: int) -> Buff
     idx = check_indices("scatter_add", "indices", indices, k)
     check_buffer("scatter_add", "values", values, len(idx))
     ctx = same_device("scatter_add", x=x, values=values)
-    return _wrap(ctx, _run("scatter_add", ctx, n_, ctx.backend.scatter_add, x._data, values._data, n_, idx, len(idx)))
+    return wrap(ctx, run_allocating("scatter_add", ctx, n_, ctx.backend.scatter_add, x._data, values._data, n_, idx, len(idx)))
 
 
 def scatter_add_row(mat: Buffer, row_vec: Buffer, rows: int, cols: int, i: int) -> Buffer:
@@ -457,7 +447,7 @@ def scatter_add_row(mat: Buffer, row_vec: Buffer, rows: int, cols: int, i: int) 
     check_buffer("scatter_add_row", "mat", mat, check_product("scatter_add_row", "rows*cols", r, c))
     check_buffer("scatter_add_row", "row_vec", row_vec, c)
     ctx = same_device("scatter_add_row", mat=mat, row_vec=row_vec)
-    return _wrap(ctx, _run("scatter_add_row", ctx, mat.size, ctx.backend.scatter_add_row, mat._data, row_vec._data, r, c, i_))
+    return wrap(ctx, run_allocating("scatter_add_row", ctx, mat.size, ctx.backend.scatter_add_row, mat._data, row_vec._data, r, c, i_))
 
 
 def scatter_add_rows(mat: Buffer, values: Buffer, rows: int, cols: int, indices: Any, k: int) -> Buffer:
@@ -467,7 +457,7 @@ def scatter_add_rows(mat: Buffer, values: Buffer, rows: int, cols: int, indices:
     idx = check_indices("scatter_add_rows", "indices", indices, k)
     check_buffer("scatter_add_rows", "values", values, check_product("scatter_add_rows", "k*cols", len(idx), c))
     ctx = same_device("scatter_add_rows", mat=mat, values=values)
-    return _wrap(ctx, _run("scatter_add_rows", ctx, mat.size, ctx.backend.scatter_add_rows,
+    return wrap(ctx, run_allocating("scatter_add_rows", ctx, mat.size, ctx.backend.scatter_add_rows,
                            mat._data, values._data, r, c, idx, len(idx)))
 
 
@@ -475,13 +465,13 @@ def scatter_add_rows(mat: Buffer, values: Buffer, rows: int, cols: int, indices:
 def softmax_rows(x: Buffer, rows: int, cols: int) -> Buffer:
     """Row-wise stable softmax of a (rows, cols) buffer."""
     r, c = _matrix("softmax_rows", x, rows, cols)
-    return _wrap(x._ctx, _run("softmax_rows", x._ctx, x.size, x._ctx.backend.softmax_rows, x._data, r, c))
+    return wrap(x._ctx, run_allocating("softmax_rows", x._ctx, x.size, x._ctx.backend.softmax_rows, x._data, r, c))
 
 
 def log_softmax_rows(x: Buffer, rows: int, cols: int) -> Buffer:
     """Row-wise stable log-softmax: x - max - log(sum(exp(x - max)))."""
     r, c = _matrix("log_softmax_rows", x, rows, cols)
-    return _wrap(x._ctx, _run("log_softmax_rows", x._ctx, x.size, x._ctx.backend.log_softmax_rows, x._data, r, c))
+    return wrap(x._ctx, run_allocating("log_softmax_rows", x._ctx, x.size, x._ctx.backend.log_softmax_rows, x._data, r, c))
 
 
 def _rows_bwd(name: str, doc: str):
@@ -491,7 +481,7 @@ def _rows_bwd(name: str, doc: str):
         check_buffer(name, "y", y, n)
         check_buffer(name, "dy", dy, n)
         ctx = same_device(name, y=y, dy=dy)
-        return _wrap(ctx, _run(name, ctx, n, getattr(ctx.backend, name), y._data, dy._data, r, c))
+        return wrap(ctx, run_allocating(name, ctx, n, getattr(ctx.backend, name), y._data, dy._data, r, c))
 
     prim.__name__ = prim.__qualname__ = name
     prim.__doc__ = doc
@@ -517,7 +507,7 @@ def rand_uniform(n: int, key: int, device: Any = "cpu") -> Buffer:
     n_ = check_u32("rand_uniform", "n", n)
     k = _check_key("rand_uniform", key)
     ctx = get_context(device, "rand_uniform")
-    return _wrap(ctx, _run("rand_uniform", ctx, n_, ctx.backend.rand_uniform, n_, k))
+    return wrap(ctx, run_allocating("rand_uniform", ctx, n_, ctx.backend.rand_uniform, n_, k))
 
 
 def bernoulli_mask(n: int, keep_prob: float, key: int, device: Any = "cpu") -> Buffer:
@@ -526,7 +516,7 @@ def bernoulli_mask(n: int, keep_prob: float, key: int, device: Any = "cpu") -> B
     p = check_scalar("bernoulli_mask", "keep_prob", keep_prob)
     k = _check_key("bernoulli_mask", key)
     ctx = get_context(device, "bernoulli_mask")
-    return _wrap(ctx, _run("bernoulli_mask", ctx, n_, ctx.backend.bernoulli_mask, n_, p, k))
+    return wrap(ctx, run_allocating("bernoulli_mask", ctx, n_, ctx.backend.bernoulli_mask, n_, p, k))
 
 
 def rand_normal(n: int, key: int, device: Any = "cpu") -> Buffer:
@@ -534,12 +524,8 @@ def rand_normal(n: int, key: int, device: Any = "cpu") -> Buffer:
     n_ = check_u32("rand_normal", "n", n)
     k = _check_key("rand_normal", key)
     ctx = get_context(device, "rand_normal")
-    return _wrap(ctx, _run("rand_normal", ctx, n_, ctx.backend.rand_normal, n_, k))
+    return wrap(ctx, run_allocating("rand_normal", ctx, n_, ctx.backend.rand_normal, n_, k))
 
-
-# -- families in their own modules: imported last (they use _run and _wrap from here) -------------
-from . import (primitives_attention, primitives_classify, primitives_conv, primitives_norm,  # noqa: E402
-               primitives_fast, primitives_optim, primitives_pool, primitives_scan, primitives_spectral)
 
 for _family in (primitives_conv, primitives_pool, primitives_norm, primitives_classify, primitives_spectral,
                 primitives_scan, primitives_attention, primitives_optim, primitives_fast):

@@ -39,9 +39,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ArgumentError, ShapeError
-from .buffer import Buffer
-from .checks import check_buffer, check_product, check_scalar, check_u32, check_u32_tuple, same_device
-from .primitives import _run, _wrap
+from .buffer import Buffer, check_buffer, same_device, wrap
+from .checks import check_product, check_scalar, check_u32, check_u32_tuple
+from .oom import run_allocating
 
 __all__ = ["flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
            "flash_attention_bwd_kv", "flash_attention_bwd", "flash_attention_packed_fwd", "flash_attention_packed_bwd"]
@@ -93,9 +93,9 @@ def flash_attention_fwd(q: Buffer, k: Buffer, v: Buffer, mask: Buffer | None, ba
     b, nq, nk, dd, sc, layout = _check(op, q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
     bufs = dict(q=q, k=k, v=v) if mask is None else dict(q=q, k=k, v=v, mask=mask)
     ctx = same_device(op, **bufs)
-    out, lse = _run(op, ctx, b * nq * (dd + 1), ctx.backend.flash_attention_fwd, q._data, k._data, v._data,
+    out, lse = run_allocating(op, ctx, b * nq * (dd + 1), ctx.backend.flash_attention_fwd, q._data, k._data, v._data,
                     None if mask is None else mask._data, b, nq, nk, dd, sc, causal, mask_mode, layout)
-    return _wrap(ctx, out), _wrap(ctx, lse)
+    return wrap(ctx, out), wrap(ctx, lse)
 
 
 def _bwd(name: str, doc: str, outs: int):
@@ -111,12 +111,12 @@ def _bwd(name: str, doc: str, outs: int):
         if mask is not None:
             bufs["mask"] = mask
         ctx = same_device(name, **bufs)
-        res = _run(name, ctx, outs * b * max(nq, nk) * dd, getattr(ctx.backend, name), q._data, k._data, v._data,
+        res = run_allocating(name, ctx, outs * b * max(nq, nk) * dd, getattr(ctx.backend, name), q._data, k._data, v._data,
                    None if mask is None else mask._data, out._data, lse._data, dout._data, b, nq, nk, dd, sc, causal,
                    mask_mode, layout)
         if outs == 1:
-            return _wrap(ctx, res)
-        return tuple(_wrap(ctx, r) for r in res)
+            return wrap(ctx, res)
+        return tuple(wrap(ctx, r) for r in res)
 
     prim.__name__ = prim.__qualname__ = name
     prim.__doc__ = doc
@@ -149,9 +149,9 @@ def flash_attention_packed_fwd(qkv: Buffer, mask: Buffer | None, batch: int, hea
     b, h, nn, dd, sc, layout = _check_packed(op, qkv, mask, batch, heads, n, d, scale, causal, mask_mode,
                                              mask_layout)
     ctx = same_device(op, qkv=qkv) if mask is None else same_device(op, qkv=qkv, mask=mask)
-    out, lse = _run(op, ctx, b * h * nn * (dd + 1), ctx.backend.flash_attention_packed_fwd, qkv._data,
+    out, lse = run_allocating(op, ctx, b * h * nn * (dd + 1), ctx.backend.flash_attention_packed_fwd, qkv._data,
                     None if mask is None else mask._data, b, h, nn, dd, sc, causal, mask_mode, layout)
-    return _wrap(ctx, out), _wrap(ctx, lse)
+    return wrap(ctx, out), wrap(ctx, lse)
 
 
 def flash_attention_packed_bwd(qkv: Buffer, mask: Buffer | None, out: Buffer, lse: Buffer, dout: Buffer, batch: int,
@@ -168,7 +168,7 @@ def flash_attention_packed_bwd(qkv: Buffer, mask: Buffer | None, out: Buffer, ls
     if mask is not None:
         bufs["mask"] = mask
     ctx = same_device(op, **bufs)
-    res = _run(op, ctx, 3 * b * h * nn * dd, ctx.backend.flash_attention_packed_bwd, qkv._data,
+    res = run_allocating(op, ctx, 3 * b * h * nn * dd, ctx.backend.flash_attention_packed_bwd, qkv._data,
                None if mask is None else mask._data, out._data, lse._data, dout._data, b, h, nn, dd, sc, causal,
                mask_mode, layout)
-    return _wrap(ctx, res)
+    return wrap(ctx, res)

@@ -32,9 +32,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ArgumentError, ShapeError
-from .buffer import Buffer
-from .checks import check_buffer, check_indices, check_product, check_scalar, check_u32, same_device
-from .primitives import _run, _wrap
+from .buffer import Buffer, check_buffer, same_device, wrap
+from .checks import check_indices, check_product, check_scalar, check_u32
+from .oom import run_allocating
 
 __all__ = ["cross_entropy_rows", "cross_entropy_rows_bwd", "cross_entropy_reduce",
            "cross_entropy_reduce_bwd", "gelu", "gelu_bwd", "gelu_tanh", "gelu_tanh_bwd"]
@@ -60,8 +60,8 @@ def cross_entropy_rows(x: Buffer, rows: int, cols: int, targets: Any, label_smoo
     r, c, t = _ce_dims(op, x, rows, cols, targets)
     ls = _label_smoothing(op, label_smoothing)
     ctx = x._ctx
-    loss, lse = _run(op, ctx, 2 * r, ctx.backend.cross_entropy_rows, x._data, r, c, t, ls)
-    return _wrap(ctx, loss), _wrap(ctx, lse)
+    loss, lse = run_allocating(op, ctx, 2 * r, ctx.backend.cross_entropy_rows, x._data, r, c, t, ls)
+    return wrap(ctx, loss), wrap(ctx, lse)
 
 
 def cross_entropy_rows_bwd(x: Buffer, lse: Buffer, dloss: Buffer, rows: int, cols: int, targets: Any,
@@ -73,7 +73,7 @@ def cross_entropy_rows_bwd(x: Buffer, lse: Buffer, dloss: Buffer, rows: int, col
     check_buffer(op, "dloss", dloss, r)
     ls = _label_smoothing(op, label_smoothing)
     ctx = same_device(op, x=x, lse=lse, dloss=dloss)
-    return _wrap(ctx, _run(op, ctx, x.size, ctx.backend.cross_entropy_rows_bwd,
+    return wrap(ctx, run_allocating(op, ctx, x.size, ctx.backend.cross_entropy_rows_bwd,
                            x._data, lse._data, dloss._data, r, c, t, ls))
 
 
@@ -85,8 +85,8 @@ def cross_entropy_reduce(x: Buffer, rows: int, cols: int, targets: Any, label_sm
     ls = _label_smoothing(op, label_smoothing)
     sc = check_scalar(op, "scale", scale)
     ctx = x._ctx
-    loss, lse = _run(op, ctx, 1 + r, ctx.backend.cross_entropy_reduce, x._data, r, c, t, ls, sc)
-    return _wrap(ctx, loss), _wrap(ctx, lse)
+    loss, lse = run_allocating(op, ctx, 1 + r, ctx.backend.cross_entropy_reduce, x._data, r, c, t, ls, sc)
+    return wrap(ctx, loss), wrap(ctx, lse)
 
 
 def cross_entropy_reduce_bwd(x: Buffer, lse: Buffer, dloss: Buffer, rows: int, cols: int, targets: Any,
@@ -100,7 +100,7 @@ def cross_entropy_reduce_bwd(x: Buffer, lse: Buffer, dloss: Buffer, rows: int, c
     ls = _label_smoothing(op, label_smoothing)
     sc = check_scalar(op, "scale", scale)
     ctx = same_device(op, x=x, lse=lse, dloss=dloss)
-    return _wrap(ctx, _run(op, ctx, x.size, ctx.backend.cross_entropy_reduce_bwd,
+    return wrap(ctx, run_allocating(op, ctx, x.size, ctx.backend.cross_entropy_reduce_bwd,
                            x._data, lse._data, dloss._data, r, c, t, ls, sc))
 
 
@@ -108,7 +108,7 @@ def _unary(name: str, doc: str):
     def prim(x: Buffer) -> Buffer:
         check_buffer(name, "x", x)
         ctx = x._ctx
-        return _wrap(ctx, _run(name, ctx, x.size, getattr(ctx.backend, name), x._data))
+        return wrap(ctx, run_allocating(name, ctx, x.size, getattr(ctx.backend, name), x._data))
 
     prim.__name__ = prim.__qualname__ = name
     prim.__doc__ = doc
@@ -122,7 +122,7 @@ def _bwd(name: str, doc: str):
         ctx = same_device(name, x=x, dy=dy)
         if x.size != dy.size:
             raise ShapeError(f"{name}: expected x and dy of equal size, got {x.size} and {dy.size}")
-        return _wrap(ctx, _run(name, ctx, x.size, getattr(ctx.backend, name), x._data, dy._data))
+        return wrap(ctx, run_allocating(name, ctx, x.size, getattr(ctx.backend, name), x._data, dy._data))
 
     prim.__name__ = prim.__qualname__ = name
     prim.__doc__ = doc

@@ -18,9 +18,9 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import ShapeError
-from .buffer import Buffer
-from .checks import U32_LIMIT, check_buffer, check_product, check_u32, check_u32_tuple, same_device
-from .primitives import _run, _wrap
+from .buffer import Buffer, check_buffer, same_device, wrap
+from .checks import U32_LIMIT, check_product, check_u32, check_u32_tuple
+from .oom import run_allocating
 
 __all__ = ["conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose"]
 
@@ -143,7 +143,7 @@ def conv(x: Buffer, w: Buffer, b: Buffer | None, batch: int, in_c: int, out_c: i
         bt, ic, oc, sp, kn, st, pd, n_x, n_w, n_y = plan
         ctx = x._ctx if type(x) is Buffer else None
         if _ok(x, n_x) and _ok(w, n_w) and w._ctx is ctx and (b is None or (_ok(b, oc) and b._ctx is ctx)):
-            return _wrap(ctx, _run("conv", ctx, n_y, ctx.backend.conv, x._data, w._data,
+            return wrap(ctx, run_allocating("conv", ctx, n_y, ctx.backend.conv, x._data, w._data,
                                    None if b is None else b._data, bt, ic, oc, sp, kn, st, pd))
     bt, ic, oc, sp, kn, st, pd = _geometry("conv", batch, in_c, out_c, spatial, kernel, stride, padding)
     out = _out_dims("conv", sp, kn, st, pd)
@@ -152,7 +152,7 @@ def conv(x: Buffer, w: Buffer, b: Buffer | None, batch: int, in_c: int, out_c: i
     bb = _bias("conv", b, oc)
     ctx = same_device("conv", x=x, w=w, **({} if bb is None else {"b": bb}))
     n_out = check_product("conv", "batch*out_c*prod(out)", bt, oc, *out)
-    return _wrap(ctx, _run("conv", ctx, n_out, ctx.backend.conv, x._data, w._data, None if bb is None else bb._data,
+    return wrap(ctx, run_allocating("conv", ctx, n_out, ctx.backend.conv, x._data, w._data, None if bb is None else bb._data,
                            bt, ic, oc, sp, kn, st, pd))
 
 
@@ -166,7 +166,7 @@ def conv_bwd_input(dy: Buffer, w: Buffer, batch: int, in_c: int, out_c: int, spa
         bt, ic, oc, sp, kn, st, pd, n_x, n_w, n_y = plan
         ctx = dy._ctx if type(dy) is Buffer else None
         if _ok(dy, n_y) and _ok(w, n_w) and w._ctx is ctx:
-            return _wrap(ctx, _run(op, ctx, n_x, ctx.backend.conv_bwd_input, dy._data, w._data, bt, ic, oc, sp, kn,
+            return wrap(ctx, run_allocating(op, ctx, n_x, ctx.backend.conv_bwd_input, dy._data, w._data, bt, ic, oc, sp, kn,
                                    st, pd))
     bt, ic, oc, sp, kn, st, pd = _geometry(op, batch, in_c, out_c, spatial, kernel, stride, padding)
     out = _out_dims(op, sp, kn, st, pd)
@@ -174,7 +174,7 @@ def conv_bwd_input(dy: Buffer, w: Buffer, batch: int, in_c: int, out_c: int, spa
     check_buffer(op, "w", w, check_product(op, "out_c*in_c*prod(kernel)", oc, ic, *kn))
     ctx = same_device(op, dy=dy, w=w)
     n_out = check_product(op, "batch*in_c*prod(spatial)", bt, ic, *sp)
-    return _wrap(ctx, _run(op, ctx, n_out, ctx.backend.conv_bwd_input, dy._data, w._data, bt, ic, oc, sp, kn, st, pd))
+    return wrap(ctx, run_allocating(op, ctx, n_out, ctx.backend.conv_bwd_input, dy._data, w._data, bt, ic, oc, sp, kn, st, pd))
 
 
 def conv_bwd_weight(x: Buffer, dy: Buffer, batch: int, in_c: int, out_c: int, spatial, kernel, stride,
@@ -187,7 +187,7 @@ def conv_bwd_weight(x: Buffer, dy: Buffer, batch: int, in_c: int, out_c: int, sp
         bt, ic, oc, sp, kn, st, pd, n_x, n_w, n_y = plan
         ctx = x._ctx if type(x) is Buffer else None
         if _ok(x, n_x) and _ok(dy, n_y) and dy._ctx is ctx:
-            return _wrap(ctx, _run(op, ctx, n_w, ctx.backend.conv_bwd_weight, x._data, dy._data, bt, ic, oc, sp, kn,
+            return wrap(ctx, run_allocating(op, ctx, n_w, ctx.backend.conv_bwd_weight, x._data, dy._data, bt, ic, oc, sp, kn,
                                    st, pd))
     bt, ic, oc, sp, kn, st, pd = _geometry(op, batch, in_c, out_c, spatial, kernel, stride, padding)
     out = _out_dims(op, sp, kn, st, pd)
@@ -195,7 +195,7 @@ def conv_bwd_weight(x: Buffer, dy: Buffer, batch: int, in_c: int, out_c: int, sp
     check_buffer(op, "dy", dy, check_product(op, "batch*out_c*prod(out)", bt, oc, *out))
     ctx = same_device(op, x=x, dy=dy)
     n_out = check_product(op, "out_c*in_c*prod(kernel)", oc, ic, *kn)
-    return _wrap(ctx, _run(op, ctx, n_out, ctx.backend.conv_bwd_weight, x._data, dy._data, bt, ic, oc, sp, kn, st, pd))
+    return wrap(ctx, run_allocating(op, ctx, n_out, ctx.backend.conv_bwd_weight, x._data, dy._data, bt, ic, oc, sp, kn, st, pd))
 
 
 def conv_transpose(x: Buffer, w: Buffer, b: Buffer | None, batch: int, in_c: int, out_c: int, spatial, kernel,
@@ -209,7 +209,7 @@ def conv_transpose(x: Buffer, w: Buffer, b: Buffer | None, batch: int, in_c: int
         bt, ic, oc, sp, kn, st, pd, opd, n_x, n_w, n_y = plan
         ctx = x._ctx if type(x) is Buffer else None
         if _ok(x, n_x) and _ok(w, n_w) and w._ctx is ctx and (b is None or (_ok(b, oc) and b._ctx is ctx)):
-            return _wrap(ctx, _run(op, ctx, n_y, ctx.backend.conv_transpose, x._data, w._data,
+            return wrap(ctx, run_allocating(op, ctx, n_y, ctx.backend.conv_transpose, x._data, w._data,
                                    None if b is None else b._data, bt, ic, oc, sp, kn, st, pd, opd))
     bt, ic, oc, sp, kn, st, pd = _geometry(op, batch, in_c, out_c, spatial, kernel, stride, padding)
     opd, out = _transpose_out(op, sp, kn, st, pd, output_padding)
@@ -218,7 +218,7 @@ def conv_transpose(x: Buffer, w: Buffer, b: Buffer | None, batch: int, in_c: int
     bb = _bias(op, b, oc)
     ctx = same_device(op, x=x, w=w, **({} if bb is None else {"b": bb}))
     n_out = check_product(op, "batch*out_c*prod(out)", bt, oc, *out)
-    return _wrap(ctx, _run(op, ctx, n_out, ctx.backend.conv_transpose, x._data, w._data,
+    return wrap(ctx, run_allocating(op, ctx, n_out, ctx.backend.conv_transpose, x._data, w._data,
                            None if bb is None else bb._data, bt, ic, oc, sp, kn, st, pd, opd))
 
 

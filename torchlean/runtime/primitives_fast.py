@@ -26,9 +26,10 @@ import numbers
 from typing import Any
 
 from ..errors import ArgumentError
-from .buffer import Buffer
-from .checks import check_buffer, check_product, check_u32, same_device
-from .primitives import _run, _wrap
+from .buffer import Buffer, check_buffer, same_device, wrap
+from .checks import check_product, check_u32
+from .device import DeviceContext
+from .oom import run_allocating
 
 __all__ = ["fast_gemm", "linear_bwd", "mse_loss_fwd", "mse_loss_bwd"]
 
@@ -60,7 +61,7 @@ def fast_gemm(a: Buffer, b: Buffer, bias: Buffer | None, m: int, k: int, n: int,
             same_device(op, a=a, b=b, bias=bias)
         bias_data = bias._data
     n_out = check_product(op, "m*n", m_, n_)
-    return _wrap(ctx, _run(op, ctx, n_out, ctx.backend.fast_gemm, a._data, b._data, bias_data, m_, k_, n_,
+    return wrap(ctx, run_allocating(op, ctx, n_out, ctx.backend.fast_gemm, a._data, b._data, bias_data, m_, k_, n_,
                            ta, tb, f64))
 
 
@@ -76,8 +77,8 @@ def linear_bwd(g: Buffer, x: Buffer, w: Buffer, rows: int, n_in: int, n_out: int
     ctx = g._ctx
     if x._ctx is not ctx or w._ctx is not ctx:  # (keywords build a dict: only for the error)
         same_device(op, g=g, x=x, w=w)
-    dx, dw, db = _run(op, ctx, r * i + o * i + o, ctx.backend.linear_bwd, g._data, x._data, w._data, r, i, o)
-    return _wrap(ctx, dx), _wrap(ctx, dw), _wrap(ctx, db)
+    dx, dw, db = run_allocating(op, ctx, r * i + o * i + o, ctx.backend.linear_bwd, g._data, x._data, w._data, r, i, o)
+    return wrap(ctx, dx), wrap(ctx, dw), wrap(ctx, db)
 
 
 def _pair(op: str, input: Buffer, target: Buffer, n: Any):
@@ -93,7 +94,7 @@ def mse_loss_fwd(input: Buffer, target: Buffer, n: int, mean: int) -> Buffer:
     n_ = _pair(op, input, target, n)
     mn = _flag(op, "mean", mean)
     ctx = same_device(op, input=input, target=target)
-    return _wrap(ctx, _run(op, ctx, 1, ctx.backend.mse_loss_fwd, input._data, target._data, n_, mn))
+    return wrap(ctx, run_allocating(op, ctx, 1, ctx.backend.mse_loss_fwd, input._data, target._data, n_, mn))
 
 
 def mse_loss_bwd(input: Buffer, target: Buffer, g: Buffer, n: int, mean: int) -> Buffer:
@@ -103,4 +104,16 @@ def mse_loss_bwd(input: Buffer, target: Buffer, g: Buffer, n: int, mean: int) ->
     check_buffer(op, "g", g, 1)
     mn = _flag(op, "mean", mean)
     ctx = same_device(op, input=input, target=target, g=g)
-    return _wrap(ctx, _run(op, ctx, n_, ctx.backend.mse_loss_bwd, input._data, target._data, g._data, n_, mn))
+    return wrap(ctx, run_allocating(op, ctx, n_, ctx.backend.mse_loss_bwd, input._data, target._data, g._data, n_, mn))
+
+
+def matmul_f64_host(a: Any, b: Any, ctx: DeviceContext) -> Any:
+    """float64 host (m, k) @ (k, n) by one float64 GEMM on a CUDA device (``ctx``): the FP64 path of
+    ``torchlean.fast_matmul``. Not a Buffer primitive (no table entry): host arrays in, a host array
+    out; the caller has checked shapes and dtypes."""
+    import cupy
+
+    from ..kernels.cuda import fast as cuda_fast
+
+    with cupy.cuda.Device(ctx.backend.device):
+        return cuda_fast.matmul_f64(a, b)

@@ -13,9 +13,9 @@ import math
 from typing import Any
 
 from ..errors import ArgumentError
-from .buffer import Buffer
-from .checks import U32_LIMIT, check_buffer, check_product, check_scalar, check_u32, same_device
-from .primitives import _run, _wrap
+from .buffer import Buffer, check_buffer, same_device, wrap
+from .checks import U32_LIMIT, check_product, check_scalar, check_u32
+from .oom import run_allocating
 
 __all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer", "running_stat_update"]
 
@@ -76,8 +76,8 @@ def layer_norm(x: Buffer, gamma: Buffer | None, beta: Buffer | None, rows: int, 
     _optional(op, "beta", beta, c)
     e = _eps(op, eps)
     ctx = _device(op, ("x", "gamma", "beta"), x, gamma, beta)
-    y, mean, var = _run(op, ctx, n + 2 * r, ctx.backend.layer_norm, x._data, _raw(gamma), _raw(beta), r, c, e)
-    return _wrap(ctx, y), _wrap(ctx, mean), _wrap(ctx, var)
+    y, mean, var = run_allocating(op, ctx, n + 2 * r, ctx.backend.layer_norm, x._data, _raw(gamma), _raw(beta), r, c, e)
+    return wrap(ctx, y), wrap(ctx, mean), wrap(ctx, var)
 
 
 def layer_norm_bwd(x: Buffer, gamma: Buffer | None, mean: Buffer, var: Buffer, dy: Buffer, rows: int,
@@ -93,9 +93,9 @@ def layer_norm_bwd(x: Buffer, gamma: Buffer | None, mean: Buffer, var: Buffer, d
     check_buffer(op, "dy", dy, n)
     e = _eps(op, eps)
     ctx = _device(op, ("x", "gamma", "mean", "var", "dy"), x, gamma, mean, var, dy)
-    dx, dg, db = _run(op, ctx, n + 2 * c, ctx.backend.layer_norm_bwd, x._data, _raw(gamma), mean._data,
+    dx, dg, db = run_allocating(op, ctx, n + 2 * c, ctx.backend.layer_norm_bwd, x._data, _raw(gamma), mean._data,
                       var._data, dy._data, r, c, e)
-    return _wrap(ctx, dx), _wrap(ctx, dg), _wrap(ctx, db)
+    return wrap(ctx, dx), wrap(ctx, dg), wrap(ctx, db)
 
 
 # -- batch norm ----------------------------------------------------------------------------------------
@@ -110,8 +110,8 @@ def batch_norm(x: Buffer, gamma: Buffer | None, beta: Buffer | None, batch: int,
     _optional(op, "beta", beta, c)
     e = _eps(op, eps)
     ctx = _device(op, ("x", "gamma", "beta"), x, gamma, beta)
-    y, mean, var = _run(op, ctx, n + 2 * c, ctx.backend.batch_norm, x._data, _raw(gamma), _raw(beta), b, c, i, e)
-    return _wrap(ctx, y), _wrap(ctx, mean), _wrap(ctx, var)
+    y, mean, var = run_allocating(op, ctx, n + 2 * c, ctx.backend.batch_norm, x._data, _raw(gamma), _raw(beta), b, c, i, e)
+    return wrap(ctx, y), wrap(ctx, mean), wrap(ctx, var)
 
 
 def batch_norm_bwd(x: Buffer, gamma: Buffer | None, mean: Buffer, var: Buffer, dy: Buffer, batch: int,
@@ -127,9 +127,9 @@ def batch_norm_bwd(x: Buffer, gamma: Buffer | None, mean: Buffer, var: Buffer, d
     check_buffer(op, "dy", dy, n)
     e = _eps(op, eps)
     ctx = _device(op, ("x", "gamma", "mean", "var", "dy"), x, gamma, mean, var, dy)
-    dx, dg, db = _run(op, ctx, n + 2 * c, ctx.backend.batch_norm_bwd, x._data, _raw(gamma), mean._data,
+    dx, dg, db = run_allocating(op, ctx, n + 2 * c, ctx.backend.batch_norm_bwd, x._data, _raw(gamma), mean._data,
                       var._data, dy._data, b, c, i, e)
-    return _wrap(ctx, dx), _wrap(ctx, dg), _wrap(ctx, db)
+    return wrap(ctx, dx), wrap(ctx, dg), wrap(ctx, db)
 
 
 def batch_norm_infer(x: Buffer, mean: Buffer, var: Buffer, gamma: Buffer | None, beta: Buffer | None,
@@ -145,7 +145,7 @@ def batch_norm_infer(x: Buffer, mean: Buffer, var: Buffer, gamma: Buffer | None,
     _optional(op, "beta", beta, c)
     e = _eps(op, eps)
     ctx = _device(op, ("x", "mean", "var", "gamma", "beta"), x, mean, var, gamma, beta)
-    return _wrap(ctx, _run(op, ctx, n, ctx.backend.batch_norm_infer, x._data, mean._data, var._data,
+    return wrap(ctx, run_allocating(op, ctx, n, ctx.backend.batch_norm_infer, x._data, mean._data, var._data,
                            _raw(gamma), _raw(beta), b, c, i, e))
 
 
@@ -162,4 +162,4 @@ def running_stat_update(running: Buffer, stat: Buffer, n: int, momentum: float, 
     keep = check_scalar(op, "1 - momentum", 1.0 - float(momentum))
     f = check_scalar(op, "factor", factor)
     ctx = _device(op, ("running", "stat"), running, stat)
-    return _wrap(ctx, _run(op, ctx, n_, ctx.backend.running_stat_update, running._data, stat._data, n_, keep, m, f))
+    return wrap(ctx, run_allocating(op, ctx, n_, ctx.backend.running_stat_update, running._data, stat._data, n_, keep, m, f))

@@ -29,9 +29,9 @@ import struct
 from typing import Any
 
 from ..errors import ArgumentError
-from .buffer import Buffer
-from .checks import check_buffer, check_u32, same_device
-from .primitives import _run, _wrap
+from .buffer import Buffer, check_buffer, same_device, wrap
+from .checks import check_u32
+from .oom import run_allocating
 
 __all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step"]
 
@@ -100,8 +100,8 @@ def adam_step(p: Buffer, g: Buffer, m: Buffer, v: Buffer, n: int, lr: float, bet
     n = check_u32(op, "n", n)
     ctx = _buffers(op, n, p=p, g=g, m=m, v=v)
     coef = _adam_hyper(op, lr, beta1, beta2, eps, weight_decay, step, decoupled)
-    pn, mn, vn = _run(op, ctx, 3 * n, ctx.backend.adam_step, p._data, g._data, m._data, v._data, n, *coef)
-    return _wrap(ctx, pn), _wrap(ctx, mn), _wrap(ctx, vn)
+    pn, mn, vn = run_allocating(op, ctx, 3 * n, ctx.backend.adam_step, p._data, g._data, m._data, v._data, n, *coef)
+    return wrap(ctx, pn), wrap(ctx, mn), wrap(ctx, vn)
 
 
 def _adam_hyper(op: str, lr: Any, beta1: Any, beta2: Any, eps: Any, weight_decay: Any, step: Any,
@@ -132,9 +132,9 @@ def adam_step_many(ps: Any, gs: Any, ms: Any, vs: Any, lr: float, beta1: float, 
     ctx, coef = _many_args(op, ps, gs, ms, vs, lr, beta1, beta2, eps, weight_decay, step, decoupled)
     if ctx is None:
         return ()
-    po, mo, vo = _run(op, ctx, 3 * sum(p.size for p in ps), ctx.backend.adam_step_many, [p._data for p in ps],
+    po, mo, vo = run_allocating(op, ctx, 3 * sum(p.size for p in ps), ctx.backend.adam_step_many, [p._data for p in ps],
                       [g._data for g in gs], [m._data for m in ms], [v._data for v in vs], *coef)
-    return tuple(_wrap(ctx, a) for a in (*po, *mo, *vo))
+    return tuple(wrap(ctx, a) for a in (*po, *mo, *vo))
 
 
 def adam_step_many_inplace(ps: Any, gs: Any, ms: Any, vs: Any, lr: float, beta1: float, beta2: float, eps: float,
@@ -154,7 +154,7 @@ def adam_step_many_inplace(ps: Any, gs: Any, ms: Any, vs: Any, lr: float, beta1:
     if len(written) != 3 * len(ps) or any(id(g) in written for g in gs):
         raise ArgumentError(f"{op}: ps, ms and vs must be {3 * len(ps)} distinct buffers and none of them in gs "
                             "(they are updated in place)")
-    _run(op, ctx, 0, ctx.backend.adam_step_many_inplace, [p._data for p in ps], [g._data for g in gs],
+    run_allocating(op, ctx, 0, ctx.backend.adam_step_many_inplace, [p._data for p in ps], [g._data for g in gs],
          [m._data for m in ms], [v._data for v in vs], *coef)
     return (*ps, *ms, *vs)
 
@@ -214,6 +214,6 @@ def sgd_step(p: Buffer, g: Buffer, buf: Buffer | None, n: int, lr: float, moment
     nest = _flag(op, "nesterov", nesterov)
     wd_f, mom_f, keep_f, neg_lr = sgd_coefficients(lr_, mom, damp, wd)
     mode = (1 if wd != 0.0 else 0) | (2 if is_first else 0) | (4 if nest else 0)
-    pn, bn = _run(op, ctx, 2 * n, ctx.backend.sgd_step, p._data, g._data, None if buf is None else buf._data, n,
+    pn, bn = run_allocating(op, ctx, 2 * n, ctx.backend.sgd_step, p._data, g._data, None if buf is None else buf._data, n,
                   wd_f, mom_f, keep_f, neg_lr, mode)
-    return _wrap(ctx, pn), _wrap(ctx, bn)
+    return wrap(ctx, pn), wrap(ctx, bn)

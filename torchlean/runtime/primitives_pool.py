@@ -15,9 +15,9 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 from ..errors import ArgumentError, ShapeError
-from .buffer import Buffer
-from .checks import check_buffer, check_dims, check_product, check_scalar, check_u32, check_u32_tuple, same_device
-from .primitives import _run, _wrap  # defined before primitives.py imports this module
+from .buffer import Buffer, check_buffer, same_device, wrap
+from .checks import check_dims, check_product, check_scalar, check_u32, check_u32_tuple
+from .oom import run_allocating
 
 __all__ = ["max_pool", "max_pool_bwd", "avg_pool", "avg_pool_bwd", "smooth_max_pool", "smooth_max_pool_bwd"]
 
@@ -89,7 +89,7 @@ def _run_pool(op: str, n_elems: int, buffers: tuple[tuple[str, Buffer, int], ...
             ctx = _checked_device(op, buffers)
             break
         ctx = buf._ctx
-    return _wrap(ctx, _run(op, ctx, n_elems, getattr(ctx.backend, op), *[b._data for _, b, _ in buffers], *dims))
+    return wrap(ctx, run_allocating(op, ctx, n_elems, getattr(ctx.backend, op), *[b._data for _, b, _ in buffers], *dims))
 
 
 def _checked_device(op: str, buffers: tuple[tuple[str, Buffer, int], ...]) -> Any:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .buffer import Buffer
-from .checks import check_buffer, check_product, check_u32, same_device
-from .primitives import _run, _wrap
+from .buffer import Buffer, check_buffer, same_device, wrap
+from .checks import check_product, check_u32
+from .oom import run_allocating
 
 __all__ = ["selective_scan_diag_fwd", "selective_scan_diag_bwd", "selective_scan_diag_var_fwd",
            "selective_scan_diag_var_bwd"]
@@ -42,7 +42,7 @@ def _fwd(op: str, var: bool, A: Buffer, B: Buffer, X: Buffer, h0: Buffer, seq_le
     L, S, n = _dims(op, seq_len, state)
     _check_inputs(op, A, B, X, h0, S, n, var)
     ctx = same_device(op, A=A, B=B, X=X, h0=h0)
-    return _wrap(ctx, _run(op, ctx, n, getattr(ctx.backend, op), A._data, B._data, X._data, h0._data, L, S))
+    return wrap(ctx, run_allocating(op, ctx, n, getattr(ctx.backend, op), A._data, B._data, X._data, h0._data, L, S))
 
 
 def _bwd(op: str, var: bool, A: Buffer, B: Buffer, X: Buffer, h0: Buffer, H: Buffer, dH: Buffer, seq_len: int,
@@ -53,9 +53,9 @@ def _bwd(op: str, var: bool, A: Buffer, B: Buffer, X: Buffer, h0: Buffer, H: Buf
     check_buffer(op, "dH", dH, n)
     ctx = same_device(op, A=A, B=B, X=X, h0=h0, H=H, dH=dH)
     coef = n if var else S
-    out = _run(op, ctx, 2 * coef + n + S, getattr(ctx.backend, op), A._data, B._data, X._data, h0._data, H._data,
+    out = run_allocating(op, ctx, 2 * coef + n + S, getattr(ctx.backend, op), A._data, B._data, X._data, h0._data, H._data,
                dH._data, L, S)
-    return tuple(_wrap(ctx, o) for o in out)  # type: ignore[return-value]
+    return tuple(wrap(ctx, o) for o in out)  # type: ignore[return-value]
 
 
 def selective_scan_diag_fwd(A: Buffer, B: Buffer, X: Buffer, h0: Buffer, seq_len: int, state: int) -> Buffer:

@@ -21,9 +21,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ArgumentError
-from .buffer import Buffer
-from .checks import check_buffer, check_product, check_u32, same_device
-from .primitives import _run, _wrap
+from .buffer import Buffer, check_buffer, same_device, wrap
+from .checks import check_product, check_u32
+from .oom import run_allocating
 
 __all__ = ["rfft1d_packed", "irfft1d_packed", "spectral_conv1d_rfft_fwd", "spectral_conv1d_rfft_bwd_x",
            "spectral_conv1d_rfft_bwd_wre", "spectral_conv1d_rfft_bwd_wim", "spectral_conv1d_rfft_bwd_w"]
@@ -44,7 +44,7 @@ def rfft1d_packed(x: Buffer, batch: int, n: int) -> Buffer:
     b, n_, bins = _fft_dims(op, batch, n)
     check_buffer(op, "x", x, check_product(op, "batch*n", b, n_))
     ctx = x._ctx
-    return _wrap(ctx, _run(op, ctx, b * bins * 2, ctx.backend.rfft1d_packed, x._data, b, n_))
+    return wrap(ctx, run_allocating(op, ctx, b * bins * 2, ctx.backend.rfft1d_packed, x._data, b, n_))
 
 
 def irfft1d_packed(spec: Buffer, batch: int, n: int) -> Buffer:
@@ -55,7 +55,7 @@ def irfft1d_packed(spec: Buffer, batch: int, n: int) -> Buffer:
     check_buffer(op, "spec", spec, b * bins * 2)
     n_out = check_product(op, "batch*n", b, n_)
     ctx = spec._ctx
-    return _wrap(ctx, _run(op, ctx, n_out, ctx.backend.irfft1d_packed, spec._data, b, n_))
+    return wrap(ctx, run_allocating(op, ctx, n_out, ctx.backend.irfft1d_packed, spec._data, b, n_))
 
 
 def _conv_dims(op: str, grid: Any, width: Any, modes: Any, batch: Any) -> tuple[int, int, int, int, int, int]:
@@ -87,7 +87,7 @@ def spectral_conv1d_rfft_fwd(x: Buffer, w_re: Buffer, w_im: Buffer, grid: int, w
     op = "spectral_conv1d_rfft_fwd"
     b, g, w, m, n_x, n_w = _conv_dims(op, grid, width, modes, batch)
     ctx = _conv_inputs(op, x, w_re, w_im, n_x, n_w)
-    return _wrap(ctx, _run(op, ctx, n_x, ctx.backend.spectral_conv1d_rfft_fwd, x._data, w_re._data, w_im._data,
+    return wrap(ctx, run_allocating(op, ctx, n_x, ctx.backend.spectral_conv1d_rfft_fwd, x._data, w_re._data, w_im._data,
                            g, w, m, b))
 
 
@@ -97,7 +97,7 @@ def spectral_conv1d_rfft_bwd_x(x: Buffer, w_re: Buffer, w_im: Buffer, dy: Buffer
     op = "spectral_conv1d_rfft_bwd_x"
     b, g, w, m, n_x, n_w = _conv_dims(op, grid, width, modes, batch)
     ctx = _conv_inputs(op, x, w_re, w_im, n_x, n_w, dy=dy)
-    return _wrap(ctx, _run(op, ctx, n_x, ctx.backend.spectral_conv1d_rfft_bwd_x, x._data, w_re._data, w_im._data,
+    return wrap(ctx, run_allocating(op, ctx, n_x, ctx.backend.spectral_conv1d_rfft_bwd_x, x._data, w_re._data, w_im._data,
                            dy._data, g, w, m, b))
 
 
@@ -106,7 +106,7 @@ def _bwd_w_single(name: str, doc: str):
              batch: int = 1) -> Buffer:
         b, g, w, m, n_x, n_w = _conv_dims(name, grid, width, modes, batch)
         ctx = _conv_inputs(name, x, w_re, w_im, n_x, n_w, dy=dy)
-        return _wrap(ctx, _run(name, ctx, n_w, getattr(ctx.backend, name), x._data, w_re._data, w_im._data,
+        return wrap(ctx, run_allocating(name, ctx, n_w, getattr(ctx.backend, name), x._data, w_re._data, w_im._data,
                                dy._data, g, w, m, b))
 
     prim.__name__ = prim.__qualname__ = name
@@ -126,6 +126,6 @@ def spectral_conv1d_rfft_bwd_w(x: Buffer, w_re: Buffer, w_im: Buffer, dy: Buffer
     op = "spectral_conv1d_rfft_bwd_w"
     b, g, w, m, n_x, n_w = _conv_dims(op, grid, width, modes, batch)
     ctx = _conv_inputs(op, x, w_re, w_im, n_x, n_w, dy=dy)
-    dwr, dwi = _run(op, ctx, 2 * n_w, ctx.backend.spectral_conv1d_rfft_bwd_w, x._data, w_re._data, w_im._data,
+    dwr, dwi = run_allocating(op, ctx, 2 * n_w, ctx.backend.spectral_conv1d_rfft_bwd_w, x._data, w_re._data, w_im._data,
                     dy._data, g, w, m, b)
-    return _wrap(ctx, dwr), _wrap(ctx, dwi)
+    return wrap(ctx, dwr), wrap(ctx, dwi)

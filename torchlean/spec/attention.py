@@ -167,35 +167,35 @@ def flash_attention_bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale
 
 
 # -- packed self-attention ----------------------------------------------------------------------------
-def _unpack(qkv, batch, heads, n, d):
+def unpack(qkv, batch, heads, n, d):
     """q, k, v as flat (batch heads, n, d) float64 arrays from qkv (batch, n, 3, heads, d)."""
     a = _f(qkv).reshape(batch, n, 3, heads, d).transpose(2, 0, 3, 1, 4)
     return tuple(a[i].reshape(-1) for i in range(3))
 
 
-def _to_heads(x, batch, heads, n, d):
+def to_heads(x, batch, heads, n, d):
     """(batch, n, heads, d) -> flat (batch heads, n, d)."""
     return _f(x).reshape(batch, n, heads, d).transpose(0, 2, 1, 3).reshape(-1)
 
 
-def _from_heads(x, batch, heads, n, d):
+def from_heads(x, batch, heads, n, d):
     """flat (batch heads, n, d) -> flat (batch, n, heads, d)."""
     return _f(x).reshape(batch, heads, n, d).transpose(0, 2, 1, 3).reshape(-1)
 
 
 def flash_attention_packed_fwd(qkv, mask, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
     """(out (batch*n*heads*d), lse (batch*heads*n))."""
-    q, k, v = _unpack(qkv, batch, heads, n, d)
+    q, k, v = unpack(qkv, batch, heads, n, d)
     out, lse = flash_attention_fwd(q, k, v, mask, batch * heads, n, n, d, scale, causal, mask_mode, mask_layout)
-    return _from_heads(out, batch, heads, n, d), lse
+    return from_heads(out, batch, heads, n, d), lse
 
 
 def flash_attention_packed_bwd(qkv, mask, out, lse, dout, batch, heads, n, d, scale, causal, mask_mode,
                                mask_layout):
     """dqkv (batch*n*3*heads*d), qkv's layout."""
-    q, k, v = _unpack(qkv, batch, heads, n, d)
-    grads = flash_attention_bwd(q, k, v, mask, _to_heads(out, batch, heads, n, d), lse,
-                                _to_heads(dout, batch, heads, n, d), batch * heads, n, n, d, scale, causal,
+    q, k, v = unpack(qkv, batch, heads, n, d)
+    grads = flash_attention_bwd(q, k, v, mask, to_heads(out, batch, heads, n, d), lse,
+                                to_heads(dout, batch, heads, n, d), batch * heads, n, n, d, scale, causal,
                                 mask_mode, mask_layout)
     g = np.stack([x.reshape(batch, heads, n, d) for x in grads])  # (3, batch, heads, n, d)
     return g.transpose(1, 3, 0, 2, 4).reshape(-1)

@@ -8,84 +8,22 @@ list through a device and the spec and judges it with the primitive's contract.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from .. import contract, spec
 from ..runtime import primitives as prim
 from ..runtime.buffer import Buffer
+from .table_core import (ACCUMULATING, F32, IN_PLACE, KINDS, SPECIALS, SUM_KINDS, TABLE, PrimitiveInfo, add,  # noqa: F401
+                         scalar, values)
 
-F32 = np.float32
-KINDS = ("normal", "wide", "int", "special")
-# Accumulating primitives get specials without huge finite values: float32 overflow of a partial
-# sum (inf - inf = NaN where float64 stays finite) is IEEE behaviour, not a kernel defect.
-SUM_KINDS = ("normal", "wide", "int", "special_sum")
-SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 1e-45, 1e-38, 3.4e38, -3.4e38, 0.5, 2.0],
-                    dtype=F32)
+# The families register their entries when imported; the check lists the core's entries first.
+from . import (table_attention, table_classify, table_conv, table_fast, table_norm, table_optim,  # noqa: E402
+               table_pool, table_scan, table_spectral)
 
-
-def values(rng: np.random.Generator, n: int, kind: str, positive: bool = False) -> np.ndarray:
-    """n float32 values of a kind: normal, wide magnitudes, small integers (exact sums), specials."""
-    if kind == "normal":
-        v = rng.standard_normal(n) * 2.0
-    elif kind == "wide":  # magnitudes 1e-20 .. 1e15: wide, but products and sums stay finite
-        v = 10.0 ** rng.uniform(-20, 15, n) * rng.choice([-1.0, 1.0], n)
-    elif kind == "int":
-        v = rng.integers(-8, 9, n).astype(np.float64)
-    elif kind in ("special", "special_sum"):
-        pool = SPECIALS if kind == "special" else SPECIALS[np.abs(SPECIALS) < 1e30]
-        v = np.where(rng.random(n) < 0.5, rng.choice(pool, n), rng.standard_normal(n))
-    else:
-        raise ValueError(kind)
-    v = v.astype(F32)
-    return np.abs(v) if positive else v
-
-
-def scalar(rng: np.random.Generator, kind: str) -> float:
-    return float(values(rng, 1, "normal" if kind.startswith("special") else kind)[0])
-
-
-@dataclass
-class PrimitiveInfo:
-    name: str
-    sample: Callable[[np.random.Generator, tuple, str], list]  # (rng, dims, kind) -> args
-    ndims: int  # how many size parameters the test draws (each 0..max)
-    edge_cases: list[list] = field(default_factory=list)
-    exact_on_int: bool = False  # integer inputs make the result exact in any order: must equal the spec
-    max_dim: int = 9
-    kinds: tuple = KINDS
-
-    @property
-    def runtime(self) -> Callable[..., Any]:
-        return getattr(prim, self.name)
-
-    @property
-    def spec(self) -> Callable[..., Any]:
-        return getattr(spec, self.name)
-
-    @property
-    def contract(self) -> contract.Contract:
-        return contract.CONTRACTS[self.name]
-
-
-TABLE: dict[str, PrimitiveInfo] = {}
-# Primitives that write their results over some inputs (by argument position) and return them:
-# every other input is left unchanged, as for all other primitives.
-IN_PLACE: dict[str, tuple[int, ...]] = {"adam_step_many_inplace": (0, 2, 3)}
-
-
-_ACCUMULATING = {"reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_sum_axis",
-                 "reduce_from_broadcast", "bmm", "bmm_nt", "bmm_tn", "scatter_add", "scatter_add_rows", "softmax_rows",
-                 "log_softmax_rows", "softmax_rows_bwd", "log_softmax_rows_bwd", "axpy"}
-
-
-def _add(info: PrimitiveInfo) -> None:
-    if info.name in _ACCUMULATING:
-        info.kinds = SUM_KINDS
-    TABLE[info.name] = info
-
+_FAMILY_ENTRIES = dict(TABLE)
+TABLE.clear()
 
 # -- elementwise -------------------------------------------------------------------------
 _POSITIVE = {"sqrt", "log"}
@@ -96,40 +34,40 @@ _BINARY = ["max", "min", "div", "add", "sub", "mul"]
 _EDGE_1 = [[np.zeros(0, F32)], [np.array([1.5], F32)], [SPECIALS.copy()]]
 for _n in _UNARY:
     _pos = _n in _POSITIVE
-    _add(PrimitiveInfo(
+    add(PrimitiveInfo(
         _n, lambda rng, d, kind, pos=_pos: [values(rng, d[0], kind, pos)], 1,
         edge_cases=_EDGE_1 + [[np.array([-0.0, 0.0, -2.0, 1e-30, 88.0, 89.0, -104.0, -110.0], F32)]],
         max_dim=64))
 for _n in _UNARY_BWD:
-    _add(PrimitiveInfo(
+    add(PrimitiveInfo(
         _n, lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[0], "normal")], 1,
         edge_cases=[[np.zeros(0, F32), np.zeros(0, F32)],
                     [np.array([0.0, -0.0, 1.0, -1.0, np.nan, np.inf, -np.inf], F32), np.ones(7, F32)]],
         max_dim=64))
 # backward kernels that take the forward *output* y: draw y from the forward's range
-_add(PrimitiveInfo("sigmoid_bwd", lambda rng, d, kind: [rng.random(d[0]).astype(F32), values(rng, d[0], kind)], 1,
+add(PrimitiveInfo("sigmoid_bwd", lambda rng, d, kind: [rng.random(d[0]).astype(F32), values(rng, d[0], kind)], 1,
                    edge_cases=[[np.array([0.0, 0.5, 1.0], F32), np.array([1.0, -2.0, 3.0], F32)]], max_dim=64))
-_add(PrimitiveInfo("tanh_bwd", lambda rng, d, kind: [rng.uniform(-1, 1, d[0]).astype(F32), values(rng, d[0], kind)], 1,
+add(PrimitiveInfo("tanh_bwd", lambda rng, d, kind: [rng.uniform(-1, 1, d[0]).astype(F32), values(rng, d[0], kind)], 1,
                    edge_cases=[[np.array([-1.0, 0.0, 0.999, 1.0], F32), np.array([1.0, -2.0, 3.0, 4.0], F32)]],
                    max_dim=64))
 for _n in _BINARY:
-    _add(PrimitiveInfo(
+    add(PrimitiveInfo(
         _n, lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[0], kind)], 1,
         edge_cases=[[np.zeros(0, F32), np.zeros(0, F32)],
                     [SPECIALS.copy(), SPECIALS[::-1].copy()],
                     [np.array([1.0, 2.0, np.nan, 3.0], F32), np.array([1.0, np.nan, 5.0, -3.0], F32)]],
         max_dim=64))
 for _n in ("max_bwd", "min_bwd"):
-    _add(PrimitiveInfo(
+    add(PrimitiveInfo(
         _n, lambda rng, d, kind: [values(rng, d[0], "int"), values(rng, d[0], "int"), values(rng, d[0], kind)], 1,
         edge_cases=[[np.array([1.0, 2.0, 2.0, np.nan, 1.0, np.nan], F32),
                      np.array([1.0, 1.0, 3.0, 1.0, np.nan, np.nan], F32), np.full(6, 3.0, F32)]],
         max_dim=64))
-_add(PrimitiveInfo("scale", lambda rng, d, kind: [values(rng, d[0], kind), scalar(rng, kind)], 1,
+add(PrimitiveInfo("scale", lambda rng, d, kind: [values(rng, d[0], kind), scalar(rng, kind)], 1,
                    edge_cases=[[SPECIALS.copy(), 0.0], [SPECIALS.copy(), -3.0]], max_dim=64))
-_add(PrimitiveInfo("add_scalar", lambda rng, d, kind: [values(rng, d[0], kind), scalar(rng, kind)], 1,
+add(PrimitiveInfo("add_scalar", lambda rng, d, kind: [values(rng, d[0], kind), scalar(rng, kind)], 1,
                    edge_cases=[[SPECIALS.copy(), 1.0], [np.zeros(0, F32), 1.0]], max_dim=64))
-_add(PrimitiveInfo("axpy", lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[0], kind), scalar(rng, kind)], 1,
+add(PrimitiveInfo("axpy", lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[0], kind), scalar(rng, kind)], 1,
                    edge_cases=[[SPECIALS.copy(), SPECIALS[::-1].copy(), 0.5]], max_dim=64))
 
 
@@ -141,24 +79,24 @@ def _clamp_args(rng, d, kind, bwd=False):
     return [x, values(rng, d[0], "normal"), lo, hi] if bwd else [x, lo, hi]
 
 
-_add(PrimitiveInfo("clamp", _clamp_args, 1, edge_cases=[[SPECIALS.copy(), -1.0, 1.0], [np.array([5.0], F32), 2.0, 1.0]],
+add(PrimitiveInfo("clamp", _clamp_args, 1, edge_cases=[[SPECIALS.copy(), -1.0, 1.0], [np.array([5.0], F32), 2.0, 1.0]],
                    max_dim=64))
-_add(PrimitiveInfo("clamp_bwd", lambda rng, d, kind: _clamp_args(rng, d, kind, True), 1,
+add(PrimitiveInfo("clamp_bwd", lambda rng, d, kind: _clamp_args(rng, d, kind, True), 1,
                    edge_cases=[[np.array([-1.0, 0.0, 1.0, np.nan], F32), np.ones(4, F32), -1.0, 1.0]], max_dim=64))
 
 # -- reductions --------------------------------------------------------------------------
-_add(PrimitiveInfo("reduce_sum", lambda rng, d, kind: [values(rng, d[0], kind)], 1,
+add(PrimitiveInfo("reduce_sum", lambda rng, d, kind: [values(rng, d[0], kind)], 1,
                    edge_cases=[[np.zeros(0, F32)], [np.array([np.nan, 1.0], F32)], [np.array([np.inf, 1.0], F32)],
                                [np.full(1000, 0.1, F32)]],
                    exact_on_int=True, max_dim=200))
-_add(PrimitiveInfo("reduce_mean", lambda rng, d, kind: [values(rng, d[0], kind)], 1,
+add(PrimitiveInfo("reduce_mean", lambda rng, d, kind: [values(rng, d[0], kind)], 1,
                    edge_cases=[[np.zeros(0, F32)], [np.array([3.0], F32)], [np.full(1000, 0.1, F32)]], max_dim=200))
 _EDGE_RNG = np.random.default_rng(20261121)
 # Both sides of the CUDA column paths (reduce.py): fewer than 64 rows (one pass), 64..8192 rows (one
-# tl_cols_tile launch; 70 columns end in a partial tile), more than 8192 (partials, then a finish).
+# tl_reduce_cols_tile_* launch; 70 columns end in a partial tile), more than 8192 (partials, then a finish).
 _COLUMN_SHAPES = [(40, 33), (100, 5), (200, 70), (9000, 3)]
 for _n in ("reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0", "reduce_max_axis1"):
-    _add(PrimitiveInfo(
+    add(PrimitiveInfo(
         _n, lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1]], 2,
         edge_cases=[[np.zeros(0, F32), 0, 3], [np.zeros(0, F32), 3, 0],
                     [np.array([np.nan, 1.0, np.nan, np.nan], F32), 2, 2],
@@ -177,12 +115,12 @@ def _reduce_sum_axis(rng, d, kind):
     return [values(rng, int(np.prod(dims)), kind), dims, int(rng.integers(0, len(dims)))]
 
 
-_add(PrimitiveInfo("reduce_sum_axis", _reduce_sum_axis, 2,
+add(PrimitiveInfo("reduce_sum_axis", _reduce_sum_axis, 2,
                    edge_cases=[[np.zeros(0, F32), (2, 0, 3), 1], [np.arange(24, dtype=F32), (2, 3, 4), 2]],
                    exact_on_int=True))
 
 # -- layout ------------------------------------------------------------------------------
-_add(PrimitiveInfo("concat1d", lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[1], kind), d[0], d[1]], 2,
+add(PrimitiveInfo("concat1d", lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[1], kind), d[0], d[1]], 2,
                    edge_cases=[[np.zeros(0, F32), np.zeros(0, F32), 0, 0]], max_dim=20))
 
 
@@ -192,10 +130,10 @@ def _slice1d(rng, d, kind):
     return [values(rng, n, kind), n, start, int(rng.integers(0, n - start + 1))]
 
 
-_add(PrimitiveInfo("slice1d", _slice1d, 1, edge_cases=[[np.arange(5, dtype=F32), 5, 5, 0]], max_dim=20))
-_add(PrimitiveInfo("broadcast_vec_to_rows", lambda rng, d, kind: [values(rng, d[1], kind), d[0], d[1]], 2))
-_add(PrimitiveInfo("broadcast_vec_to_cols", lambda rng, d, kind: [values(rng, d[0], kind), d[0], d[1]], 2))
-_add(PrimitiveInfo("transpose2d", lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1]], 2))
+add(PrimitiveInfo("slice1d", _slice1d, 1, edge_cases=[[np.arange(5, dtype=F32), 5, 5, 0]], max_dim=20))
+add(PrimitiveInfo("broadcast_vec_to_rows", lambda rng, d, kind: [values(rng, d[1], kind), d[0], d[1]], 2))
+add(PrimitiveInfo("broadcast_vec_to_cols", lambda rng, d, kind: [values(rng, d[0], kind), d[0], d[1]], 2))
+add(PrimitiveInfo("transpose2d", lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1]], 2))
 
 
 def broadcast_dims(rng: np.random.Generator, d: tuple) -> tuple[tuple, tuple, tuple]:
@@ -227,10 +165,10 @@ def _reduce_from_broadcast(rng, d, kind):
     return [values(rng, int(np.prod(outd)), kind), ind, outd, amap]
 
 
-_add(PrimitiveInfo("broadcast_to", _broadcast_to, 2,
+add(PrimitiveInfo("broadcast_to", _broadcast_to, 2,
                    edge_cases=[[np.array([7.0], F32), (), (2, 3), (0, 0)],
                                [np.arange(6, dtype=F32), (2, 3), (3, 2), (2, 1)]], max_dim=30))
-_add(PrimitiveInfo("reduce_from_broadcast", _reduce_from_broadcast, 2,
+add(PrimitiveInfo("reduce_from_broadcast", _reduce_from_broadcast, 2,
                    edge_cases=[[np.arange(6, dtype=F32), (), (2, 3), (0, 0)],
                                [np.arange(24, dtype=F32), (3, 1), (2, 3, 4), (0, 1, 2)],
                                # per-channel sums (A, B, C) -> B: one CUDA launch when C >= 32 and A*C <= 2**18
@@ -246,7 +184,7 @@ def _swap(rng, d, kind):
     return [values(rng, int(np.prod(dims)), kind), dims, int(rng.integers(0, len(dims) + 2))]
 
 
-_add(PrimitiveInfo("swap_adjacent_at_depth", _swap, 2,
+add(PrimitiveInfo("swap_adjacent_at_depth", _swap, 2,
                    edge_cases=[[np.arange(24, dtype=F32), (2, 3, 4), 1], [np.arange(6, dtype=F32), (2, 3), 5]],
                    max_dim=30))
 
@@ -256,7 +194,7 @@ def _permute(rng, d, kind):
     return [values(rng, int(np.prod(dims)), kind), dims, tuple(int(p) for p in rng.permutation(len(dims)))]
 
 
-_add(PrimitiveInfo("permute", _permute, 2,
+add(PrimitiveInfo("permute", _permute, 2,
                    edge_cases=[[np.arange(120, dtype=F32), (2, 3, 1, 4, 5), (2, 0, 3, 1, 4)],
                                [np.arange(6, dtype=F32), (2, 3), (0, 1)], [np.zeros(0, F32), (2, 0, 3), (2, 1, 0)],
                                [np.arange(5, dtype=F32), (5,), (0,)], [np.ones(1, F32), (), ()]],
@@ -268,12 +206,12 @@ def _bmm(rng, d, kind):
     return [values(rng, batch * m * n, kind), values(rng, batch * n * p, kind), batch, m, n, p]
 
 
-_add(PrimitiveInfo("bmm", _bmm, 4,
+add(PrimitiveInfo("bmm", _bmm, 4,
                    edge_cases=[[np.zeros(0, F32), np.zeros(0, F32), 2, 3, 0, 4],
                                [np.ones(64 * 64, F32), np.ones(64 * 64, F32), 1, 64, 64, 64]],
                    exact_on_int=True))
 for _name in ("bmm_nt", "bmm_tn"):  # same sizes as bmm (both operands hold batch*m*n and batch*n*p)
-    _add(PrimitiveInfo(_name, _bmm, 4,
+    add(PrimitiveInfo(_name, _bmm, 4,
                        edge_cases=[[np.zeros(0, F32), np.zeros(0, F32), 2, 3, 0, 4],
                                    [np.arange(24, dtype=F32), np.arange(24, dtype=F32) - 12, 2, 3, 4, 3]],
                        exact_on_int=True))
@@ -288,11 +226,11 @@ def indices(rng: np.random.Generator, k: int, limit: int) -> np.ndarray:
     return idx
 
 
-_add(PrimitiveInfo("gather_vec", lambda rng, d, kind: [values(rng, d[0], kind), d[0], indices(rng, d[1], d[0]), d[1]], 2,
+add(PrimitiveInfo("gather_vec", lambda rng, d, kind: [values(rng, d[0], kind), d[0], indices(rng, d[1], d[0]), d[1]], 2,
                    edge_cases=[[np.zeros(0, F32), 0, np.array([0, 5], np.int64), 2]]))
-_add(PrimitiveInfo("gather_rows", lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1],
+add(PrimitiveInfo("gather_rows", lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1],
                                                          indices(rng, d[2], d[0]), d[2]], 3))
-_add(PrimitiveInfo("scatter_add", lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[1], kind), d[0],
+add(PrimitiveInfo("scatter_add", lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[1], kind), d[0],
                                                          indices(rng, d[1], d[0]), d[1]], 2,
                    edge_cases=[[np.zeros(1, F32), np.full(4096, 0.1, F32), 1, np.zeros(4096, np.int64), 4096]],
                    exact_on_int=True, max_dim=40))
@@ -303,8 +241,8 @@ def _scatter_add_row(rng, d, kind):
     return [values(rng, rows * cols, kind), values(rng, cols, kind), rows, cols, int(rng.integers(0, rows + 2))]
 
 
-_add(PrimitiveInfo("scatter_add_row", _scatter_add_row, 2))
-_add(PrimitiveInfo("scatter_add_rows", lambda rng, d, kind: [values(rng, d[0] * d[1], kind),
+add(PrimitiveInfo("scatter_add_row", _scatter_add_row, 2))
+add(PrimitiveInfo("scatter_add_rows", lambda rng, d, kind: [values(rng, d[0] * d[1], kind),
                                                               values(rng, d[2] * d[1], kind), d[0], d[1],
                                                               indices(rng, d[2], d[0]), d[2]], 3,
                    exact_on_int=True))
@@ -313,9 +251,9 @@ _add(PrimitiveInfo("scatter_add_rows", lambda rng, d, kind: [values(rng, d[0] * 
 # -- fused rows --------------------------------------------------------------------------
 _ROW_EDGES = [[np.zeros(0, F32), 0, 4], [np.zeros(0, F32), 3, 0],
               [np.array([1.0, 1.0, 1.0, 1000.0, -1000.0, 0.0, -np.inf, 0.0, np.nan, 1.0, 2.0, 3.0], F32), 4, 3]]
-_add(PrimitiveInfo("softmax_rows", lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1]], 2,
+add(PrimitiveInfo("softmax_rows", lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1]], 2,
                    edge_cases=_ROW_EDGES, max_dim=40))
-_add(PrimitiveInfo("log_softmax_rows", lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1]], 2,
+add(PrimitiveInfo("log_softmax_rows", lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1]], 2,
                    edge_cases=_ROW_EDGES, max_dim=40))
 
 
@@ -326,17 +264,17 @@ def _softmax_bwd(rng, d, kind, log=False):
     return [y.astype(F32), values(rng, rows * cols, kind), rows, cols]
 
 
-_add(PrimitiveInfo("softmax_rows_bwd", _softmax_bwd, 2, max_dim=40))
-_add(PrimitiveInfo("log_softmax_rows_bwd", lambda rng, d, kind: _softmax_bwd(rng, d, kind, True), 2, max_dim=40))
+add(PrimitiveInfo("softmax_rows_bwd", _softmax_bwd, 2, max_dim=40))
+add(PrimitiveInfo("log_softmax_rows_bwd", lambda rng, d, kind: _softmax_bwd(rng, d, kind, True), 2, max_dim=40))
 
 # -- random numbers ----------------------------------------------------------------------
-_add(PrimitiveInfo("rand_uniform", lambda rng, d, kind: [d[0], int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2))], 1,
+add(PrimitiveInfo("rand_uniform", lambda rng, d, kind: [d[0], int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2))], 1,
                    edge_cases=[[0, 0], [64, 0x0123456789ABCDEF], [5, 2**64 - 1]], max_dim=500))
-_add(PrimitiveInfo("bernoulli_mask", lambda rng, d, kind: [d[0], float(F32(rng.random())), int(rng.integers(0, 2**63))], 1,
+add(PrimitiveInfo("bernoulli_mask", lambda rng, d, kind: [d[0], float(F32(rng.random())), int(rng.integers(0, 2**63))], 1,
                    edge_cases=[[64, 0.35, 0x0123456789ABCDEF], [10, 0.0, 1], [10, 1.0, 1], [10, 2.0, 1],
                                [4, 1.0, 0x25114ED53327345A]],  # its first draw is 1.0f: still kept
                    max_dim=500))
-_add(PrimitiveInfo("rand_normal", lambda rng, d, kind: [d[0], int(rng.integers(0, 2**63))], 1,
+add(PrimitiveInfo("rand_normal", lambda rng, d, kind: [d[0], int(rng.integers(0, 2**63))], 1,
                    edge_cases=[[0, 0], [1, 5], [7, 2**64 - 1]], max_dim=500))
 
 
@@ -413,6 +351,4 @@ def run_case(info: PrimitiveInfo, args: list, device: str) -> tuple[contract.Ver
     return contract.compare(out, ref, tol), out, ref
 
 
-# -- families in their own modules (each adds its entries with ``_add``) ----------------------------
-from . import (table_attention, table_classify, table_conv, table_fast, table_norm, table_optim, table_pool,  # noqa: E402,F401
-               table_scan, table_spectral)
+TABLE.update(_FAMILY_ENTRIES)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import spec
-from .primitive_table import SUM_KINDS, PrimitiveInfo, _add
+from .table_core import SUM_KINDS, PrimitiveInfo, add
 
 F32 = np.float32
 MODES = ("none", "fill", "hard", "add")
@@ -146,9 +146,9 @@ BWD_EDGES = [bwd_args(a) for a in FWD_EDGES if a[4] * a[5] * a[6] * a[7] == 0][:
 # (no NaN cases in the backward: a NaN in q reaches dK_j through 0 * NaN for keys the row blocks
 # on some BLAS and not on others; the forward's NaN rows are pinned by FWD_EDGES)
 
-_add(PrimitiveInfo(FWD, _draw, 4, edge_cases=FWD_EDGES, max_dim=9, kinds=SUM_KINDS))
+add(PrimitiveInfo(FWD, _draw, 4, edge_cases=FWD_EDGES, max_dim=9, kinds=SUM_KINDS))
 for _n in BWD:
-    _add(PrimitiveInfo(_n, _draw_bwd, 4, edge_cases=BWD_EDGES, max_dim=9, kinds=("normal", "wide", "int")))
+    add(PrimitiveInfo(_n, _draw_bwd, 4, edge_cases=BWD_EDGES, max_dim=9, kinds=("normal", "wide", "int")))
 
 
 # -- packed self-attention: qkv (batch, n, 3, heads, d), masks over the batch*heads pairs ---------------
@@ -210,6 +210,6 @@ PACKED_FWD_EDGES = [
 PACKED_BWD_EDGES = [packed_bwd_args(a, rng=np.random.default_rng(i))
                     for i, a in enumerate(PACKED_FWD_EDGES) if not i == 12]  # (no NaN backward: see BWD_EDGES)
 
-_add(PrimitiveInfo(PACKED_FWD, _draw_packed, 4, edge_cases=PACKED_FWD_EDGES, max_dim=9, kinds=SUM_KINDS))
-_add(PrimitiveInfo(PACKED_BWD, _draw_packed_bwd, 4, edge_cases=PACKED_BWD_EDGES, max_dim=9,
+add(PrimitiveInfo(PACKED_FWD, _draw_packed, 4, edge_cases=PACKED_FWD_EDGES, max_dim=9, kinds=SUM_KINDS))
+add(PrimitiveInfo(PACKED_BWD, _draw_packed_bwd, 4, edge_cases=PACKED_BWD_EDGES, max_dim=9,
                    kinds=("normal", "wide", "int")))

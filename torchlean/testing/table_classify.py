@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import spec
-from .primitive_table import PrimitiveInfo, _add, values
+from .table_core import PrimitiveInfo, add, values
 
 F32 = np.float32
 U32_MAX = 2**32 - 1
@@ -86,7 +86,7 @@ _ce_edges.append([_BIG_X.copy(), 300, 877, _BIG_T.copy(), float(F32(0.1))])
 
 # All kinds, huge finite logits included: the row sums are of exp(x - m) <= 1 and of m - x_j in
 # double, so no partial sum overflows (unlike the float32 sums that SUM_KINDS protects).
-_add(PrimitiveInfo("cross_entropy_rows", _ce, 2, edge_cases=_ce_edges, max_dim=24))
+add(PrimitiveInfo("cross_entropy_rows", _ce, 2, edge_cases=_ce_edges, max_dim=24))
 
 _ce_bwd_edges = [
     [np.zeros(0, F32), np.zeros(0, F32), np.zeros(0, F32), 0, 4, np.zeros(0, np.int64), 0.0],
@@ -107,7 +107,7 @@ _ce_bwd_edges.append(_ce_bwd_args((_rng.standard_normal(3 * 1501) * 4).astype(F3
                                   np.array([1500, 1501, 0], np.int64), float(F32(0.1)), f32(2.0, 1.0, -1.0)))
 _ce_bwd_edges.append(_ce_bwd_args(_BIG_X.copy(), 300, 877, _BIG_T.copy(), float(F32(0.1)),
                                   _big.standard_normal(300).astype(F32)))
-_add(PrimitiveInfo("cross_entropy_rows_bwd", _ce_bwd, 2, edge_cases=_ce_bwd_edges, max_dim=24))
+add(PrimitiveInfo("cross_entropy_rows_bwd", _ce_bwd, 2, edge_cases=_ce_bwd_edges, max_dim=24))
 
 # -- cross entropy, reduced ------------------------------------------------------------------
 def _scale(rng, rows: int) -> float:
@@ -140,7 +140,7 @@ _ce_red_edges += [[np.zeros(0, F32), 0, 4, np.zeros(0, np.int64), 0.0, _NAN_SCAL
                   [f32(1.0, 2.0, 3.0, 4.0), 2, 2, np.array([0, 1], np.int64), 0.0, -0.5]]
 _ce_red_edges.append([(_rng.standard_normal(1000 * 7) * 3).astype(F32), 1000, 7,
                       _rng.integers(0, 8, 1000).astype(np.int64), float(F32(0.1)), float(F32(1 / 1000))])
-_add(PrimitiveInfo("cross_entropy_reduce", _ce_red, 2, edge_cases=_ce_red_edges, max_dim=24))
+add(PrimitiveInfo("cross_entropy_reduce", _ce_red, 2, edge_cases=_ce_red_edges, max_dim=24))
 
 _ce_red_bwd_edges = [e[:2] + [e[2][:1] if e[2].size else f32(1.5)] + e[3:] + [sc]
                      for e in _ce_bwd_edges for sc in (1.0, float(F32(0.125)))]
@@ -149,7 +149,7 @@ _ce_red_bwd_edges += [
     _ce_bwd_args(f32(1.0, 2.0, 3.0, 4.0), 2, 2, np.array([0, 1], np.int64), 0.0, f32(1.0)) + [_NAN_SCALE],
     _ce_bwd_args(f32(1.0, 2.0, 3.0, 4.0), 2, 2, np.array([0, 5], np.int64), 0.0, f32(-0.0)) + [1.0],
 ]
-_add(PrimitiveInfo("cross_entropy_reduce_bwd", _ce_red_bwd, 2, edge_cases=_ce_red_bwd_edges, max_dim=24))
+add(PrimitiveInfo("cross_entropy_reduce_bwd", _ce_red_bwd, 2, edge_cases=_ce_red_bwd_edges, max_dim=24))
 
 
 # -- GELU --------------------------------------------------------------------------------------
@@ -172,7 +172,7 @@ def _gelu_long(n):
 _GELU_EDGES = [[np.zeros(0, F32)], [f32(1.5)], [_GELU_X.copy()], [np.linspace(-16, 6, 301, dtype=F32)],
                [_gelu_long(40001)], [_gelu_long((1 << 18) + 3)]]
 for _n in ("gelu", "gelu_tanh"):
-    _add(PrimitiveInfo(_n, lambda rng, d, kind: [values(rng, d[0], kind)], 1, edge_cases=_GELU_EDGES, max_dim=64))
+    add(PrimitiveInfo(_n, lambda rng, d, kind: [values(rng, d[0], kind)], 1, edge_cases=_GELU_EDGES, max_dim=64))
 _GELU_BWD_EDGES = [[np.zeros(0, F32), np.zeros(0, F32)], [f32(1.5), f32(-2.0)],
                    [_GELU_X.copy(), np.resize(f32(1.0, -2.0, 0.5), _GELU_X.size)],
                    [np.linspace(-16, 6, 301, dtype=F32), np.ones(301, F32)],
@@ -180,5 +180,5 @@ _GELU_BWD_EDGES = [[np.zeros(0, F32), np.zeros(0, F32)], [f32(1.5), f32(-2.0)],
                    [_gelu_long(40001), np.resize(f32(1.0, -2.0, 0.5, 3.0), 40001)],
                    [_gelu_long((1 << 18) + 3), np.resize(f32(1.0, -2.0, 0.5, 3.0), (1 << 18) + 3)]]
 for _n in ("gelu_bwd", "gelu_tanh_bwd"):
-    _add(PrimitiveInfo(_n, lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[0], "normal")], 1,
+    add(PrimitiveInfo(_n, lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[0], "normal")], 1,
                        edge_cases=_GELU_BWD_EDGES, max_dim=64))

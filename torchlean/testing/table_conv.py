@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .primitive_table import F32, SUM_KINDS, PrimitiveInfo, _add, values
+from .table_core import F32, SUM_KINDS, PrimitiveInfo, add, values
 
 _NAMES = ("conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose")
 
@@ -163,5 +163,5 @@ def _edge_cases(name: str) -> list[list]:
 
 
 for _n in _NAMES:
-    _add(PrimitiveInfo(_n, _sample(_n), 4, edge_cases=_edge_cases(_n), exact_on_int=True, max_dim=40,
+    add(PrimitiveInfo(_n, _sample(_n), 4, edge_cases=_edge_cases(_n), exact_on_int=True, max_dim=40,
                        kinds=SUM_KINDS))

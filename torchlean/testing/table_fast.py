@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .primitive_table import F32, SUM_KINDS, PrimitiveInfo, _add, values
+from .table_core import F32, SUM_KINDS, PrimitiveInfo, add, values
 
 
 def _gemm(rng, d, kind):
@@ -44,7 +44,7 @@ def _cancelling(m: int, k: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarr
 
 _A, _B, _BIAS = _cancelling(3, 64, 5, 1)
 _Z0 = np.zeros(0, F32)
-_add(PrimitiveInfo(
+add(PrimitiveInfo(
     "fast_gemm", _gemm, 3,
     edge_cases=[
         [_Z0, _Z0, None, 3, 0, 4, 0, 0, 0],                      # k = 0: zeros
@@ -69,7 +69,7 @@ def _linear_bwd(rng, d, kind):
             rows, n_in, n_out]
 
 
-_add(PrimitiveInfo(
+add(PrimitiveInfo(
     "linear_bwd", _linear_bwd, 3,
     edge_cases=[
         [_Z0, _Z0, np.arange(6, dtype=F32), 0, 3, 2],           # no rows: dx empty, dw and db zeros
@@ -92,7 +92,7 @@ def _mse_bwd(rng, d, kind):
     return [values(rng, n, kind), values(rng, n, kind), values(rng, 1, "normal"), n, int(rng.integers(0, 2))]
 
 
-_add(PrimitiveInfo(
+add(PrimitiveInfo(
     "mse_loss_fwd", _mse_fwd, 1,
     edge_cases=[
         [_Z0, _Z0, 0, 0],                                     # sum of nothing: 0
@@ -107,7 +107,7 @@ _add(PrimitiveInfo(
         [f32(1e20, 1.0), f32(0.0, 0.0), 2, 0],                # a square beyond float32: inf after rounding
     ],
     max_dim=200, kinds=SUM_KINDS))
-_add(PrimitiveInfo(
+add(PrimitiveInfo(
     "mse_loss_bwd", _mse_bwd, 1,
     edge_cases=[
         [_Z0, _Z0, f32(1.0), 0, 1],

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..spec import norm as spec_norm
-from .primitive_table import SUM_KINDS, PrimitiveInfo, _add, values
+from .table_core import SUM_KINDS, PrimitiveInfo, add, values
 
 F32 = np.float32
 _EPS = [float(F32(e)) for e in (1e-5, 1e-6, 1e-3, 0.5)]
@@ -65,7 +65,7 @@ _HUGE = f32(1e38, -1e38, 3e38, -2e38,   # finite float32 sums
 _TINY = f32(1e-30, 2e-30, -1e-30, 0, 1e-45, 2e-45, 0, 3e-45, 1e-38, -1e-38, 2e-38, 0)
 _SPECIAL = f32(1, np.nan, 2, 0, np.inf, 1, 2, 3, -np.inf, np.inf, 0, 1, 1, 2, 3, 4)
 
-_add(PrimitiveInfo(
+add(PrimitiveInfo(
     "layer_norm", _layer_norm, 2, kinds=SUM_KINDS, max_dim=16,
     edge_cases=[
         [np.zeros(0, F32), None, None, 0, 4, EPS6],          # no rows
@@ -84,7 +84,7 @@ _add(PrimitiveInfo(
         [np.arange(64, dtype=F32), None, f32(*range(32)), 2, 32, 0.5],
     ]))
 
-_add(PrimitiveInfo(
+add(PrimitiveInfo(
     "layer_norm_bwd", _layer_norm_bwd, 2, kinds=SUM_KINDS, max_dim=16,
     edge_cases=[
         _ln_bwd_case(np.zeros(0), _G4, np.zeros(0), 0, 4),   # no rows: dgamma = dbeta = 0
@@ -132,7 +132,7 @@ _BN_SPECIAL = f32(4, 4, 1, np.nan, np.inf, 0,
 _BN_HUGE = f32(3e38, 3e38, 1e30, -1e30, 1e-30, 2e-30,
                -1e38, 1e38, 1e30, 5, -1e-30, 0)
 
-_add(PrimitiveInfo(
+add(PrimitiveInfo(
     "batch_norm", _batch_norm, 3, kinds=SUM_KINDS, max_dim=6,
     edge_cases=[
         [np.zeros(0, F32), _G3, _B3, 0, 3, 4, EPS6],         # no batch: mean, var NaN
@@ -146,7 +146,7 @@ _add(PrimitiveInfo(
         [np.arange(24, dtype=F32) % 5, _G3, _B3, 8, 3, 1, EPS6],  # BatchNorm1d layout (N, C)
     ]))
 
-_add(PrimitiveInfo(
+add(PrimitiveInfo(
     "batch_norm_bwd", _batch_norm_bwd, 3, kinds=SUM_KINDS, max_dim=6,
     edge_cases=[
         _bn_bwd_case(np.zeros(0), _G3, np.zeros(0), 0, 3, 4),   # dgamma = dbeta = 0
@@ -157,7 +157,7 @@ _add(PrimitiveInfo(
         _bn_bwd_case(np.arange(24.0) % 5, _G3, np.arange(24.0) - 12, 8, 3, 1),
     ]))
 
-_add(PrimitiveInfo(
+add(PrimitiveInfo(
     "batch_norm_infer", _batch_norm_infer, 3, kinds=SUM_KINDS, max_dim=6,
     edge_cases=[
         [np.zeros(0, F32), f32(0, 1, 2), f32(1, 1, 1), _G3, _B3, 0, 3, 4, EPS6],
@@ -179,7 +179,7 @@ def _running_stat_update(rng, d, kind):
     return [values(rng, n, kind), values(rng, n, kind), n, _MOMENTA[int(rng.integers(0, len(_MOMENTA)))], factor]
 
 
-_add(PrimitiveInfo(
+add(PrimitiveInfo(
     "running_stat_update", _running_stat_update, 1, kinds=SUM_KINDS, max_dim=64,
     edge_cases=[
         [np.zeros(0, F32), np.zeros(0, F32), 0, 0.1, 1.0],

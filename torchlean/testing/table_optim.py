@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .primitive_table import F32, PrimitiveInfo, _add, values
+from .table_core import F32, PrimitiveInfo, add, values
 
 _KINDS = ("normal", "wide", "int")
 
@@ -67,7 +67,7 @@ _sgd_edges = [
     [_P, np.zeros(8, F32), _B, 8, 1.0, 0.9, 0.0, 0.0, False, True],        # zero grads, first step
 ]
 
-_add(PrimitiveInfo("adam_step", _adam, 1, edge_cases=_adam_edges, max_dim=40, kinds=_KINDS))
+add(PrimitiveInfo("adam_step", _adam, 1, edge_cases=_adam_edges, max_dim=40, kinds=_KINDS))
 
 
 def _adam_many(rng, d, kind):
@@ -85,6 +85,6 @@ _adam_many_edges = [
     [[_P, _P[:3], _P[:5]], [_G, _G[:3], _G[:5]], [_M, _M[:3], _M[:5]], [_V, _V[:3], _V[:5]],
      1e-2, 0.9, 0.999, 1e-8, 0.1, 7, False],                                       # tails of 3 and 1
 ]
-_add(PrimitiveInfo("adam_step_many", _adam_many, 1, edge_cases=_adam_many_edges, max_dim=12, kinds=_KINDS))
-_add(PrimitiveInfo("adam_step_many_inplace", _adam_many, 1, edge_cases=_adam_many_edges, max_dim=12, kinds=_KINDS))
-_add(PrimitiveInfo("sgd_step", _sgd, 1, edge_cases=_sgd_edges, max_dim=40, kinds=_KINDS))
+add(PrimitiveInfo("adam_step_many", _adam_many, 1, edge_cases=_adam_many_edges, max_dim=12, kinds=_KINDS))
+add(PrimitiveInfo("adam_step_many_inplace", _adam_many, 1, edge_cases=_adam_many_edges, max_dim=12, kinds=_KINDS))
+add(PrimitiveInfo("sgd_step", _sgd, 1, edge_cases=_sgd_edges, max_dim=40, kinds=_KINDS))

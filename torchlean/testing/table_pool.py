@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import spec
-from .primitive_table import F32, KINDS, SUM_KINDS, PrimitiveInfo, _add, values
+from .table_core import F32, KINDS, SUM_KINDS, PrimitiveInfo, add, values
 
 _BETAS = (0.5, 1.0, 4.0, 30.0, -2.0, -0.25)
 
@@ -166,13 +166,13 @@ def _smooth_bwd_edges(beta):
 # float64 specs of the other pools take seconds at this size)
 _BIG_2D = (np.random.default_rng(3).integers(-4, 5, 4100 * 16 * 16).astype(F32), 4100, (16, 16), (2, 2), (2, 2),
            (0, 0))
-_add(PrimitiveInfo("max_pool", _forward, 3, edge_cases=_EDGE_FWD + [[_copy(_BIG_2D[0]), *_BIG_2D[1:]]], exact_on_int=True, max_dim=20, kinds=KINDS))
-_add(PrimitiveInfo("max_pool_bwd", _max_bwd, 3,
+add(PrimitiveInfo("max_pool", _forward, 3, edge_cases=_EDGE_FWD + [[_copy(_BIG_2D[0]), *_BIG_2D[1:]]], exact_on_int=True, max_dim=20, kinds=KINDS))
+add(PrimitiveInfo("max_pool_bwd", _max_bwd, 3,
                    edge_cases=_EDGE_MAX_BWD + [[_copy(_BIG_2D[0]), _dy(_BIG_2D), *_BIG_2D[1:]]], exact_on_int=True, max_dim=20,
                    kinds=SUM_KINDS))
-_add(PrimitiveInfo("avg_pool", _forward, 3, edge_cases=_EDGE_FWD, max_dim=20, kinds=SUM_KINDS))
-_add(PrimitiveInfo("avg_pool_bwd", _avg_bwd, 3, edge_cases=_EDGE_AVG_BWD, max_dim=20, kinds=SUM_KINDS))
-_add(PrimitiveInfo("smooth_max_pool", _smooth, 3, edge_cases=_smooth_edges(2.0) + _smooth_edges(-0.5)
+add(PrimitiveInfo("avg_pool", _forward, 3, edge_cases=_EDGE_FWD, max_dim=20, kinds=SUM_KINDS))
+add(PrimitiveInfo("avg_pool_bwd", _avg_bwd, 3, edge_cases=_EDGE_AVG_BWD, max_dim=20, kinds=SUM_KINDS))
+add(PrimitiveInfo("smooth_max_pool", _smooth, 3, edge_cases=_smooth_edges(2.0) + _smooth_edges(-0.5)
                    + [[f32(1e30, -1e30, 3.0, 7.0), 1, (4,), (2,), (1,), (1,), 1.0]], max_dim=20, kinds=SUM_KINDS))
-_add(PrimitiveInfo("smooth_max_pool_bwd", _smooth_bwd, 3, edge_cases=_smooth_bwd_edges(2.0) + _smooth_bwd_edges(-0.5),
+add(PrimitiveInfo("smooth_max_pool_bwd", _smooth_bwd, 3, edge_cases=_smooth_bwd_edges(2.0) + _smooth_bwd_edges(-0.5),
                    max_dim=20, kinds=SUM_KINDS))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..spec import scan as spec_scan
-from .primitive_table import SUM_KINDS, PrimitiveInfo, _add, values
+from .table_core import SUM_KINDS, PrimitiveInfo, add, values
 
 F32 = np.float32
 
@@ -96,7 +96,7 @@ def _edge_bwd(var):
 
 for _var, _fwd_name, _bwd_name in ((False, "selective_scan_diag_fwd", "selective_scan_diag_bwd"),
                                    (True, "selective_scan_diag_var_fwd", "selective_scan_diag_var_bwd")):
-    _add(PrimitiveInfo(_fwd_name, lambda rng, d, kind, v=_var: _fwd_args(rng, d[0], d[1], kind, v), 2,
+    add(PrimitiveInfo(_fwd_name, lambda rng, d, kind, v=_var: _fwd_args(rng, d[0], d[1], kind, v), 2,
                        edge_cases=_edge_fwd(_var), max_dim=12, kinds=SUM_KINDS))
-    _add(PrimitiveInfo(_bwd_name, lambda rng, d, kind, v=_var: _bwd_from_fwd(_fwd_args(rng, d[0], d[1], kind, v), rng, v),
+    add(PrimitiveInfo(_bwd_name, lambda rng, d, kind, v=_var: _bwd_from_fwd(_fwd_args(rng, d[0], d[1], kind, v), rng, v),
                        2, edge_cases=_edge_bwd(_var), max_dim=12, kinds=SUM_KINDS))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .primitive_table import F32, SUM_KINDS, PrimitiveInfo, _add, values
+from .table_core import F32, SUM_KINDS, PrimitiveInfo, add, values
 
 _CONV_BWD = ("spectral_conv1d_rfft_bwd_x", "spectral_conv1d_rfft_bwd_wre", "spectral_conv1d_rfft_bwd_wim",
              "spectral_conv1d_rfft_bwd_w")
@@ -36,7 +36,7 @@ def _irfft(rng, d, kind):
     return [values(rng, batch * (n // 2 + 1) * 2, kind), batch, n]
 
 
-_add(PrimitiveInfo("rfft1d_packed", _rfft, 2, kinds=SUM_KINDS, max_dim=40, edge_cases=[
+add(PrimitiveInfo("rfft1d_packed", _rfft, 2, kinds=SUM_KINDS, max_dim=40, edge_cases=[
     [_ar(4, 1.0, 1.0), 1, 4],                  # [1, 2, 3, 4]: bin 1 = -2 + 2i
     [np.zeros(0, F32), 0, 5],                  # no rows
     [np.array([3.5, -1.0], F32), 2, 1],        # n = 1: X_0 = x_0, Im 0
@@ -45,7 +45,7 @@ _add(PrimitiveInfo("rfft1d_packed", _rfft, 2, kinds=SUM_KINDS, max_dim=40, edge_
     [np.eye(8, dtype=F32).reshape(-1), 8, 8],  # deltas: every bin of modulus 1
     [np.full(30, 1e-40, F32), 2, 15],          # subnormal inputs
 ]))
-_add(PrimitiveInfo("irfft1d_packed", _irfft, 2, kinds=SUM_KINDS, max_dim=40, edge_cases=[
+add(PrimitiveInfo("irfft1d_packed", _irfft, 2, kinds=SUM_KINDS, max_dim=40, edge_cases=[
     [np.array([1, 5, 2, 3, 3, 7], F32), 1, 4],    # Im of bins 0 and 2 ignored (even n)
     [np.array([1, 5, 2, 3, 3, 7], F32), 1, 5],    # odd n: only Im X_0 ignored
     [np.zeros(0, F32), 0, 3],
@@ -101,5 +101,5 @@ _GEOMETRIES = [
     (2, 8, 3, 0),     # modes = 0: no bin kept, zeros (the seed accepts it)
 ]
 for _name in ("spectral_conv1d_rfft_fwd",) + _CONV_BWD:
-    _add(PrimitiveInfo(_name, _conv_args(_name), 4, kinds=SUM_KINDS, max_dim=40,
+    add(PrimitiveInfo(_name, _conv_args(_name), 4, kinds=SUM_KINDS, max_dim=40,
                        edge_cases=[_case(_name, *g, seed=10 * i) for i, g in enumerate(_GEOMETRIES)]))

@@ -30,7 +30,7 @@ from ...ops import mha
 from ...tensor import Tensor, tensor, zeros
 from .. import init
 from ..parameter import Parameter
-from .linear import Linear, _device_dtype
+from .linear import Linear, device_dtype
 from .module import Module
 
 __all__ = ["MultiheadAttention"]
@@ -42,7 +42,7 @@ class MultiheadAttention(Module):
                  vdim: int | None = None, batch_first: bool = False, device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         op = "MultiheadAttention"
-        device = _device_dtype(op, device, dtype)
+        device = device_dtype(op, device, dtype)
         embed_dim, num_heads = size_arg(op, "embed_dim", embed_dim, 1), size_arg(op, "num_heads", num_heads, 1)
         kdim = None if kdim is None else size_arg(op, "kdim", kdim, 1)
         vdim = None if vdim is None else size_arg(op, "vdim", vdim, 1)

@@ -12,7 +12,7 @@ from ...errors import ArgumentError
 from ...tensor import Tensor, zeros
 from .. import init
 from ..parameter import Parameter
-from .linear import _device_dtype
+from .linear import device_dtype
 from .module import Module
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
@@ -44,7 +44,7 @@ class _ConvNd(Module):
                  output_padding: Any = 0, device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         op, r = type(self).__name__, self._rank
-        device = _device_dtype(op, device, dtype)
+        device = device_dtype(op, device, dtype)
         if padding_mode != "zeros":
             raise ArgumentError(f"{op}: padding_mode={padding_mode!r} is not supported yet (only 'zeros')")
         in_channels = size_arg(op, "in_channels", in_channels)

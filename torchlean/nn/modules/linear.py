@@ -16,12 +16,12 @@ from .module import Module
 __all__ = ["Identity", "Linear"]
 
 
-def _device_dtype(op: str, device: Any, dtype: Any) -> Any:
+def device_dtype(op: str, device: Any, dtype: Any) -> Any:
     if dtype is not None:
-        from ...tensor import _dtype
+        from ...tensor import canonical_dtype
         import numpy as np
 
-        if _dtype(op, dtype) != np.float32:
+        if canonical_dtype(op, dtype) != np.float32:
             raise ArgumentError(f"{op}: parameters are float32 only, got dtype {dtype!r}")
     return device
 
@@ -44,7 +44,7 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None,
                  dtype: Any = None) -> None:
         super().__init__()
-        device = _device_dtype("Linear", device, dtype)
+        device = device_dtype("Linear", device, dtype)
         self.in_features = size_arg("Linear", "in_features", in_features)
         self.out_features = size_arg("Linear", "out_features", out_features)
         self.weight = Parameter(zeros(self.out_features, self.in_features, device=device))

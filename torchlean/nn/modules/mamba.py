@@ -38,7 +38,7 @@ from ...errors import ArgumentError, ShapeError
 from ...tensor import Tensor, rand, tensor, zeros
 from .. import init
 from ..parameter import Parameter
-from .linear import Linear, _device_dtype
+from .linear import Linear, device_dtype
 from .module import Module
 
 __all__ = ["Mamba", "CausalDepthwiseConv1d"]
@@ -99,7 +99,7 @@ class Mamba(Module):
                  dt_init_floor: float = 1e-4, conv_bias: bool = True, bias: bool = False, device: Any = None,
                  dtype: Any = None) -> None:
         super().__init__()
-        device = _device_dtype("Mamba", device, dtype)
+        device = device_dtype("Mamba", device, dtype)
         self.d_model, self.d_state, self.d_conv, self.expand = int(d_model), int(d_state), int(d_conv), int(expand)
         self.d_inner = self.expand * self.d_model
         self.dt_rank = math.ceil(self.d_model / 16) if dt_rank == "auto" else int(dt_rank)

@@ -214,9 +214,9 @@ class Module:
     def to(self, device: Any = None, dtype: Any = None) -> "Module":
         """Move every parameter and buffer to ``device`` in place (the same Parameter objects)."""
         if dtype is not None:
-            from ...tensor import _dtype
+            from ...tensor import canonical_dtype
 
-            if _dtype("Module.to", dtype) != np.float32:
+            if canonical_dtype("Module.to", dtype) != np.float32:
                 raise DTypeError(f"Module.to: parameters are float32 only, got dtype {dtype!r}")
         if device is None:
             return self

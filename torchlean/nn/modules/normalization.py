@@ -15,7 +15,7 @@ from ...errors import ShapeError
 from ...tensor import Tensor, ones, tensor, zeros
 from .. import functional as F
 from ..parameter import Parameter
-from .linear import _device_dtype
+from .linear import device_dtype
 from .module import Module
 
 __all__ = ["LayerNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
@@ -25,7 +25,7 @@ class LayerNorm(Module):
     def __init__(self, normalized_shape: Any, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
                  device: Any = None, dtype: Any = None) -> None:
         super().__init__()
-        device = _device_dtype("LayerNorm", device, dtype)
+        device = device_dtype("LayerNorm", device, dtype)
         shape = normalized_shape if isinstance(normalized_shape, (tuple, list)) else (normalized_shape,)
         shape = tuple(size_arg("LayerNorm", "normalized_shape", s) for s in shape)
         eps = real_arg("LayerNorm", "eps", eps, 0.0, finite=True)
@@ -54,7 +54,7 @@ class _BatchNorm(Module):
                  track_running_stats: bool = True, device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         op = type(self).__name__
-        device = _device_dtype(op, device, dtype)
+        device = device_dtype(op, device, dtype)
         if momentum is not None:
             momentum = real_arg(op, "momentum", momentum, 0.0, 1.0)
         num_features = size_arg(op, "num_features", num_features)

@@ -11,7 +11,7 @@ from ...tensor import Tensor, zeros
 from .. import functional as F
 from .. import init
 from ..parameter import Parameter
-from .linear import _device_dtype
+from .linear import device_dtype
 from .module import Module
 
 __all__ = ["Embedding"]
@@ -23,7 +23,7 @@ class Embedding(Module):
                  sparse: bool = False, _weight: Tensor | None = None, _freeze: bool = False, device: Any = None,
                  dtype: Any = None) -> None:
         super().__init__()
-        device = _device_dtype("Embedding", device, dtype)
+        device = device_dtype("Embedding", device, dtype)
         self.num_embeddings = size_arg("Embedding", "num_embeddings", num_embeddings)
         self.embedding_dim = size_arg("Embedding", "embedding_dim", embedding_dim)
         if padding_idx is not None:
