@@ -59,12 +59,11 @@ FILL = F32(-1000.0)
 
 CHUNK = 1 << 16  # score elements per work item: short sequences batch many (batch, head) pairs in one
 SMALL_N = 32       # the Numba kernels take n_q, n_k <= SMALL_N with n_q n_k d <= SMALL_WORK (module docstring)
-SMALL_WORK = 4096  # measured: up to here they win (256 x (8, 8, 16): 90/120/144 us against 325/222/211
-                   # fwd/bwd_q/bwd_kv), at (32, 32, 32) or (32, 32, 64) per entry BLAS tiles win
+SMALL_WORK = 4096  # up to here they win (BLAS calls on such small tiles cost more than the work),
+                   # at (32, 32, 32) or (32, 32, 64) per entry BLAS tiles win
 LANES = 64        # Numba kernels: batch entries computed side by side as SIMD lanes
 PAR_WORK = 1 << 16  # Numba kernels: batch * n_q * n_k * d of at least this spread blocks over threads
-                    # (2^23 under the workqueue layer, whose launch cost ~80 us; an OpenMP region costs
-                    # a few us, and gpt_adder's 256 x (8, 8, 16) now splits)
+                    # (an OpenMP region starts in a few microseconds, so small batches split too)
 _MODES = {"none": 0, "fill": 1, "hard": 2, "add": 3}
 _NO_MASK = np.zeros(1, F32)
 _NO_LAYOUT = np.array([1, 0, 0, 0, 0], np.int64)
@@ -96,9 +95,9 @@ def _lane_offsets(geo, r, heads, b0, nb):
 def _lanes_in(src, geo, r, heads, b0, out, mul):
     """out[i, c, l] = (row i, channel c of batch entry b0 + l of operand r) * mul (float32; mul = 1
     is exact): the block's entries become SIMD lanes. A transpose by 8 x 8 tiles of constant size
-    (unrolled; vectorizing the plain loops would use gathers or scatters, 2-3x slower), the ragged
+    (unrolled; vectorizing the plain loops would use slower gathers or scatters), the ragged
     edges element by element. The tile loops index unsigned: a signed index could be negative for
-    all Numba knows, and its wraparound check keeps the tiles scalar (1.2x on the whole kernel)."""
+    all Numba knows, and its wraparound check keeps the tiles scalar."""
     n, d, nb = out.shape[0], out.shape[1], out.shape[2]
     off = _lane_offsets(geo, r, heads, b0, nb)
     s_n = geo[r, 2]

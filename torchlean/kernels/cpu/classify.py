@@ -13,7 +13,7 @@ arithmetic, which the cross entropy kernels here repeat operation for operation)
   the erf GELU and the attention kernels.
 * gelu / gelu_bwd (erf form): float32, Phi from erfc(a) = erfcx(a) exp(-a^2) with our own erfcx
   polynomial and an exactly split exp(-x^2/2) (the derivation and the measurement against the
-  contract are at ``_gauss_parts``); 1.45x / 2.2x faster than the float64 loops they replace.
+  contract are at ``_gauss_parts``); float32 fills twice the SIMD lanes of float64 loops.
 * gelu_tanh / gelu_tanh_bwd: evaluated in float64 and rounded once.
 * cross_entropy_rows: per row, m = fmax over the row (NaNs lose to numbers), then one pass
   writes expf(x - m) (x - m rounded to float32, as on the GPU) into a row scratch and a second
@@ -55,13 +55,12 @@ _SQRT_2_OVER_PI = 0.7978845608028654
 _GELU_TANH_C = 0.044715
 _INF = np.inf
 _CHUNK = 1 << 14  # elements per parallel task of the elementwise kernels (about; see _tasks)
-# Below this many elements a kernel runs on the calling thread. With Numba's OpenMP layer a parallel
-# region starts in ~1.5-5 us on the 2-core machine (the workqueue layer took 50-100 us, and the
-# threshold was 2^18 then); gpt_adder's GELUs (131k elements, ~150 us on one thread) now split, and
-# its CPU step went ~6.4 -> ~5.8 ms with the attention, optimizer and norm thresholds lowered alike.
+# Below this many elements a kernel runs on the calling thread. Numba's OpenMP layer starts a
+# parallel region in a few microseconds, so even a mid-sized call (a small model's GELU) gains from
+# the split; the attention, optimizer and norm thresholds follow the same reasoning.
 _PAR_MIN = 1 << 15
 # The GELUs work in float64, far below float32 resolution: letting LLVM contract a * b + c into one
-# fma (one rounding instead of two) only makes them more accurate, and makes them ~1.4x faster.
+# fma (one rounding instead of two) only makes them more accurate, and faster (one instruction).
 _FM = {"contract"}
 
 
@@ -82,8 +81,8 @@ def _exp(v):
 
 # -- GELU (erf form) in float32 -------------------------------------------------------------------
 # Phi(x) = 0.5 erfc(a), a = |x|/sqrt 2, on the tail side (x < 0) and 1 - 0.5 erfc(a) on the other,
-# with erfc(a) = erfcx(a) exp(-a^2) evaluated in float32 (16 lanes per vector: 1.45x (gelu) and
-# 2.2x (gelu_bwd, which shares E) the float64 loops it replaces), the scheme of a branch-free
+# with erfc(a) = erfcx(a) exp(-a^2) evaluated in float32 (16 lanes per vector, twice float64's;
+# gelu_bwd shares E), the scheme of a branch-free
 # library erfcf (the one N. Juffa published; the coefficients here are our own fit):
 # * E = exp(-x^2/2) from the exact square x^2 = hs + he (hs = fl(x x), he = fma(x, x, -hs) exactly;
 #   |x| clamped at 20 first, E = 0 there, so nothing overflows):
@@ -216,7 +215,7 @@ def _gelu_tanh_d1(v):
 
 # -- elementwise loops: a serial (vectorized) loop per chunk, chunks spread over threads -----------
 # The serial loops take slices and run from 0: with ``range(lo, hi)`` Numba cannot rule out a
-# negative index, wraps it, and the loop turns into gathers and scatters (9x slower). Elementwise:
+# negative index, wraps it, and the loop turns into slow gathers and scatters. Elementwise:
 # the bits never depend on the chunking.
 @njit(cache=True, error_model="numpy")
 def _gelu_range(x, y):
@@ -330,7 +329,7 @@ def exp32(v):
     +inf where exp overflows, NaN for NaN."""
     vc = v if v > F32(-104.0) else F32(-104.0)
     vc = vc if vc < F32(89.0) else F32(89.0)  # k <= 128: overflows to +inf by itself
-    k = np.floor(vc * _F32_L2E + _F32_HALF)  # stays float32 (math.floor would go through int64: 1.8x slower)
+    k = np.floor(vc * _F32_L2E + _F32_HALF)  # stays float32 (math.floor would go through int64 and back: slower)
     r = (vc - k * _F32_LN2_HI) - k * _F32_LN2_LO
     p = _F32_ONE + r * (_F32_ONE + r * (_F32_HALF + r * (F32(1.0 / 6.0) + r * (F32(1.0 / 24.0) + r * (
         F32(1.0 / 120.0) + r * (F32(1.0 / 720.0) + r * F32(1.0 / 5040.0)))))))

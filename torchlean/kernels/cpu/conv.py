@@ -128,8 +128,8 @@ def _rows(g3: np.ndarray, n0: int, n1: int) -> np.ndarray:
 
 
 def _gemm_cost(m: int, flops: float) -> float:
-    """Rough time of a GEMM with m output rows: OpenBLAS's efficiency falls from ~100% at 256 rows
-    to ~75% at 64 and ~50% at 16 (measured, one thread, AVX-512 kernel)."""
+    """Rough time of a GEMM with m output rows: a model of OpenBLAS's efficiency (one thread,
+    AVX-512 kernel), which falls from 100% at 256 rows to 75% at 64 and 50% at 16."""
     eff = min(1.0, 0.5 + 0.125 * math.log2(max(m, 1) / 16)) if m < 256 else 1.0
     return flops / max(eff, 0.25)
 
@@ -309,7 +309,7 @@ _U = np.uint64
 
 # Index arithmetic in the kernels below is unsigned (np.uint64) wherever a loop should vectorize:
 # Numba adds a negative-index wraparound to every signed index, and with an offset in the index
-# LLVM cannot prove it dead, so the loop stays scalar (measured 3-5x slower). Every value
+# LLVM cannot prove it dead, so the loop stays scalar (several times slower). Every value
 # converted is >= 0 by construction.
 @njit(cache=True, error_model="numpy", nogil=True)
 def _span(ow_n, sw, kx, pw, w):
@@ -667,7 +667,7 @@ def _conv2d_fast(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, 
 def _bwd_input2d_col2im(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding, out) -> np.ndarray:
     """conv_bwd_input (rank 2) by per-image GEMMs dcol = W^T dy, then _col2im2d. Every term is a
     real term of the adjoint (taps in the padding are dropped whole), so inf/NaN weights need no
-    other path; measured faster than the stride-1 conv of dy (which copies twice the columns when
+    other path; faster than the stride-1 conv of dy (which copies twice the columns when
     out_c > in_c) at the CNN's sizes."""
     h, wd, kh, kw, sh, sw, ph, pw, oh, ow = _geom2d(spatial, kernel, stride, padding, out)
     p_n, ck = oh * ow, in_c * kh * kw
@@ -703,7 +703,7 @@ def _bwd_weight2d_fast(x, dy, batch, in_c, out_c, spatial, kernel, stride, paddi
     """conv_bwd_weight (rank 2): per-image products in stacked GEMMs, summed in fixed groups of
     images (image order), then the groups in order. With C*K >= _DYT_MIN_CK the products are
     col_n (C*K, P) @ dy_n^T (P, O), dy transposed first (OpenBLAS runs this orientation with both
-    operands contiguous about twice as fast as dy_n @ col_n^T with col_n^T a transposed view);
+    operands contiguous faster than dy_n @ col_n^T with col_n^T a transposed view);
     with fewer rows the transpose of dy costs more than it saves and the products are
     dy_n (O, P) @ col_n^T (P, C*K)."""
     h, wd, kh, kw, sh, sw, ph, pw, oh, ow = _geom2d(spatial, kernel, stride, padding, out)

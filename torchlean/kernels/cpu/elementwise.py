@@ -113,7 +113,7 @@ def div(a, b):
 
 
 # relu / relu_bwd: one Numba pass (unsigned indices: no wraparound check, the loop vectorizes),
-# ~4x faster than np.maximum (slow with a scalar operand) or a mask; ``_keep_where`` stays for
+# faster than np.maximum (slow with a scalar operand) or a mask; ``_keep_where`` stays for
 # the other primitives that use it.
 @njit(cache=True, nogil=True, error_model="numpy")
 def _relu_kernel(x, y):

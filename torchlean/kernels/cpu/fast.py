@@ -61,7 +61,7 @@ def linear_bwd(g, x, w, rows, n_in, n_out):
 
 
 # The chunk sum may reassociate (fastmath "reassoc" only: no FMA contraction, no NaN/inf
-# assumptions), which lets LLVM keep the float64 partial sums in SIMD lanes: 4x faster than a
+# assumptions), which lets LLVM keep the float64 partial sums in SIMD lanes instead of one
 # scalar chain. The order is then fixed by the compiled code and the chunk bounds (n alone), so the
 # bits repeat run to run and for any thread count on a machine (a CPU with other SIMD widths may
 # compile another order; the contract holds for every order).

@@ -2,8 +2,8 @@
 
 An index that fits in uint32 but is out of bounds reads 0 (gather) or is ignored (scatter);
 repeated scatter indices accumulate in index order: the scatters are one sequential Numba loop
-(float32 additions in index order, the same bits as the ``np.add.at`` they replace, which costs
-~0.4 us per row against ~10 ns here: an embedding backward of 512 rows took 220 us, now 5 us).
+(float32 additions in index order, the same bits as the ``np.add.at`` they replace, whose
+per-index overhead is far larger than a compiled loop's).
 gather_rows is one Numba loop too (a row copy or zeros per index: no bounds-check reduction and
 no mask; as fast as ``np.take`` on large tables).
 """

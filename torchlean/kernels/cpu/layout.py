@@ -16,9 +16,8 @@ from numba import njit
 from .gemm import gemm
 
 F32 = np.float32
-# Outputs per block of the broadcast/reduce kernels. They run on one thread: memory-bound, and a
-# Numba parallel launch (workqueue layer) costs 50-100 us here; measured slower on two threads
-# at every size in the examples (up to 1.2M elements).
+# Outputs per block of the broadcast/reduce kernels. They run on one thread: they are memory-bound,
+# so more threads add little bandwidth and do not repay a parallel launch at the examples' sizes.
 _RED_BLOCK = 256
 
 __all__ = [
@@ -111,7 +110,7 @@ def broadcast_to(x, in_dims, out_dims, axis_map):
 # -- reduce_from_broadcast: one block of summed axes (K.. R.. K..) in a Numba kernel ---------------
 # out[a, c] = d[a, 0, c] + d[a, 1, c] + ... + d[a, B-1, c], left to right (a fixed order: bitwise
 # repeatable; within the contract's gamma(B-1) bound like any order). NumPy's add.reduce over a
-# short inner axis costs ~20 ns per output row. Short rows (C < 16) run b-outer over blocks of
+# short inner axis pays a fixed overhead per output row. Short rows (C < 16) run b-outer over blocks of
 # _RED_BLOCK outputs so that the adds vectorize across outputs, except C = 1 with B >= 8 (row
 # sums, four rows at a time); long rows add whole rows, four rows b per pass.
 @njit(cache=True, error_model="numpy")
@@ -122,7 +121,7 @@ def _sum_mid_block(d3, o2):
     if nc == 1 and nb >= 8:
         # Four outputs at a time, each summed along its own contiguous row (b inner, slices indexed
         # from 0): four independent chains. b outer with the outputs inner (below) vectorizes with
-        # strided gathers: 1.8x slower at mamba's (73728, 16, 1), up to 14x with long rows.
+        # strided gathers: slower at mamba's (73728, 16, 1), much slower with long rows.
         dd = d3.reshape(na * nb)
         na4 = na - na % 4
         for a in range(0, na4, 4):
@@ -149,8 +148,8 @@ def _sum_mid_block(d3, o2):
                 o2[a, 0] += d3[a, b, 0]
     elif nc >= 16:
         # Four rows b per pass over the row's outputs (each output still adds them left to right):
-        # with C = 16 (mamba) every pass is a short vectorized loop whose start-up dominated; one row
-        # per pass was 2x slower.
+        # with C = 16 (mamba) every pass is a short vectorized loop, whose start-up would dominate
+        # with one row per pass.
         for a in range(na):
             o = o2[a]
             d0 = d3[a, 0]
@@ -205,9 +204,9 @@ def _one_summed_block(out_dims, axes):
 # to right). t is built for a group of whole rows k (C <= _CHUNK) or _CHUNK entries of one row at a
 # time (the lanes carry over, so the order is the same), so that it stays in cache while each
 # slab a is read in long runs. Inputs of more than _OUTER_MAX elements go to NumPy's add.reduce
-# (measured faster once d is far out of cache). A fixed order of the A*C terms (bitwise repeatable, one thread),
+# (which streams d faster once it is far out of cache). A fixed order of the A*C terms (bitwise repeatable, one thread),
 # within the contract's gamma bound like any order; NumPy's add.reduce over the two axes costs
-# ~3x more at the CNN's sizes.
+# several times more at the CNN's sizes.
 _LANES = 16
 _CHUNK = 2048  # a multiple of _LANES
 _OUTER_MAX = 1 << 21  # larger inputs (out of cache): NumPy's add.reduce streams them faster

@@ -32,10 +32,9 @@ from numba import njit, prange
 
 F32, F64 = np.float32, np.float64
 _CHUNK_ELEMS = 1 << 14  # layer_norm_bwd: rows per partial column sum ~ this many elements
-# At and above this many elements a call spreads its groups over Numba's threads. With the
-# workqueue layer a parallel launch cost ~80 us on the 2-core machine and one thread won up to
-# ~512k elements (_PAR_MIN was 2^20); Numba's OpenMP layer starts a region in ~1.5-5 us, so
-# gpt_adder's (512, 64) layer norms and the cnn's batch norms now split (see classify._PAR_MIN).
+# At and above this many elements a call spreads its groups over Numba's threads: Numba's OpenMP
+# layer starts a region in a few microseconds, so even a small model's layer norms and batch norms
+# gain from the split (see classify._PAR_MIN).
 _PAR_MIN = 1 << 15
 _RA = {"reassoc", "contract"}  # sums vectorize; never assumes finite values
 

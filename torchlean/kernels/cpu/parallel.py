@@ -13,7 +13,7 @@ and into how many parts, and who owns BLAS threading.
   means the caller's thread alone. ``min_work`` is each kernel's own measure of the work that pays
   for a region's start and the other threads' wake-up (a few microseconds on the OpenMP layer),
   given in its own unit (multiply-adds, elements); kernels that split a fixed number of chunks
-  pass their chunk count as ``items``. Under Numba's workqueue layer a region costs 50-100 us and
+  pass their chunk count as ``items``. Under Numba's workqueue layer a region costs far more and
   is not safe with concurrent Python threads, so ``threads()`` is 1 there and nothing splits.
 * BLAS: OpenBLAS runs at one thread inside torchlean, set at the first GEMM and left there
   (``blas_one_thread()``): its own threads would spin against Numba's. The count it had is kept for

@@ -52,9 +52,8 @@ _ZERO = F32(0.0)
 # enough to balance a few threads, few enough that scratch allocation is negligible.
 _TASKS = 256
 # Below this many window-element visits a call runs on the calling thread: waking Numba's thread
-# pool costs more than the work (50-100 us with the workqueue layer, ~15 ms with an OpenMP layer
-# that spins on a small shared machine). Measured on 2 cores: one thread is still faster at
-# 2.6e5 visits (max pool 2x2 of 64 x 16 x 16 x 16: 240 us against 385 us).
+# pool costs more than the work (far more with an OpenMP layer that spins on a small shared
+# machine).
 _PARALLEL_WORK = 1 << 20
 
 
@@ -502,7 +501,7 @@ def _max22_bwd(x, dy, dx, p0, p1, h, w, oh_n, ow_n):
 # contiguous when w is even), which LLVM vectorizes; pass 2 combines each top pair with the pair
 # below it, a short contiguous run per output row; the backward's pass 3 writes dx from the pair
 # bits in one more flat loop. The stride-2 loads of one window at a time (_max22_rows / _max22_bwd)
-# do not vectorize and cost 4-8x more.
+# do not vectorize and cost several times more.
 @njit(cache=True, error_model="numpy", nogil=True, inline="always")
 def _beats(v, a):
     """Whether v, later in the chain, wins against a: larger, or NaN against a number (ties keep a)."""
@@ -524,7 +523,7 @@ def _pair_winners(x, hw, ht, k0):
 
 # Pass 2 kernels take slices starting at their first row and index them from loop counters and sizes
 # alone: with an offset added, LLVM cannot drop Numba's negative-index wraparound and the loop stays
-# scalar (measured 10x slower).
+# scalar (many times slower).
 @njit(cache=True, error_model="numpy", nogil=True)
 def _combine_rows(hw, y, m_n, ow_n):
     """y[m, ow] = the winner of the pairs hw[m, 0, ow] (top) and hw[m, 1, ow] (bottom)."""

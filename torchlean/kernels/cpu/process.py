@@ -5,9 +5,10 @@ The CPU backend changes two things that belong to the process, not to torchlean:
 * glibc malloc's thresholds (``mallopt``), once, when the backend loads (the first CPU tensor or
   buffer of the process): ``M_MMAP_THRESHOLD`` 32 MiB and ``M_TRIM_THRESHOLD`` 256 MiB. By default
   glibc maps each multi-MB array afresh and gives freed heap back to the OS, so every new array
-  pays a page fault per 4 KiB on first touch (and its free a munmap): half of a mamba training
-  step on 2 cores (73 -> 37 ms), at the same peak memory. Skipped where ``TORCHLEAN_MALLOPT=0``,
-  where the user tunes malloc (any ``MALLOC_*`` variable or ``GLIBC_TUNABLES``), and off glibc.
+  pays a page fault per 4 KiB on first touch (and its free a munmap): a large share of a step
+  that makes many multi-MB temporaries (mamba's), saved at the same peak memory. Skipped where
+  ``TORCHLEAN_MALLOPT=0``, where the user tunes malloc (any ``MALLOC_*`` variable or
+  ``GLIBC_TUNABLES``), and off glibc.
 * the thread count of the OpenBLAS that NumPy calls, set to one at torchlean's first GEMM (and
   again at any later one that finds it changed): torchlean splits its GEMMs over Numba's threads
   instead (parallel.py, which owns the controls). NumPy GEMMs elsewhere in the process then run

@@ -4,7 +4,7 @@ The recurrence runs sequentially in time, in float32, exactly as written
 (h = fl(fl(a h) + fl(b x)); no fastmath, no FMA contraction), so each output is IEEE float32
 arithmetic in a fixed order. The loop nest is time outside, a block of channels inside, so each
 step reads and writes contiguous row segments; the running state (h, or the adjoint g) is a private
-row, so LLVM sees no aliasing and vectorizes the channel loop (4x faster than updating H in place). Blocks of channels go to
+row, so LLVM sees no aliasing and vectorizes the channel loop (updating H in place would not). Blocks of channels go to
 Numba's threads (``prange``) when there are enough channels; otherwise one thread walks all of
 them. The var forms read the coefficient row of the current token (coefficient stride = state),
 the diag forms the same vector at every step (stride 0).

@@ -346,8 +346,8 @@ __device__ __forceinline__ void ce_block_fallback(const float* __restrict__ xr, 
     q = tl_block_sum_d(sum, ds);
 }
 
-// A block (512 threads) per row: the row is read once (the old max-then-sum passes read 128 KB
-// rows twice, the second time mostly from DRAM once ~1000 rows were in flight).
+// A block (512 threads) per row: the row is read once (separate max and sum passes would read a
+// long row twice, the second time mostly from DRAM once many rows are in flight).
 template <int VW>
 __device__ __forceinline__ void ce_rows_block(const float* __restrict__ x, long long rows, long long cols,
                                               const unsigned* __restrict__ tg, float ls, float* __restrict__ loss,
