@@ -22,8 +22,7 @@ import cupy
 import numpy as np
 
 from ...errors import ArgumentError
-from ..caches import register_table
-from .launch import BLOCK, BlockPartials, F32, I64, empty, grid_for, kernel
+from .launch import BLOCK, F32, I64, StreamPartials, empty, grid_for, kernel
 
 __all__ = ["fast_gemm", "linear_bwd", "mse_loss_fwd", "mse_loss_bwd"]
 
@@ -118,17 +117,8 @@ def linear_bwd(g, x, w, rows, n_in, n_out):
     return lin.bmm(g, w, 1, rows, n_out, n_in), lin.bmm_tn(g, x, 1, n_out, rows, n_in), reduce_sum_axis0(g, rows, n_out)
 
 
-_workspaces: dict[tuple[int, int], BlockPartials] = {}
-register_table("cuda", _workspaces, BlockPartials.nbytes)  # counted as cached, dropped by collect(True)
-
-
-def _workspace() -> BlockPartials:
-    """Per (device, stream): block partials and the zeroed completion counter tl_mse_loss_fwd resets."""
-    key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr)
-    ws = _workspaces.get(key)
-    if ws is None:
-        ws = _workspaces[key] = BlockPartials(_MAX_BLOCKS)
-    return ws
+# per (device, stream): block partials and the zeroed completion counter tl_mse_loss_fwd resets
+_workspace = StreamPartials(_MAX_BLOCKS).get
 
 
 def mse_loss_fwd(input, target, n, mean):

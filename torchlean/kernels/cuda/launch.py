@@ -20,6 +20,7 @@ import numpy as np
 from cupy.cuda import compiler, function, nvrtc
 from cupy.cuda.function import CPointer
 
+from ..caches import register_table
 from . import kernel_cache
 from .freelist import empty, empty_as, give_back  # noqa: F401  (re-exported: every module allocates through kernels.empty)
 
@@ -114,3 +115,22 @@ class BlockPartials:
 
     def nbytes(self) -> int:
         return self.partials.nbytes + 8  # the partials and the 8-byte counter
+
+
+class StreamPartials:
+    """The BlockPartials of each (device, stream), made on first use with ``blocks`` partials; the
+    table is a cache counted in ``cached_bytes`` and dropped by ``collect_allocator(True)``."""
+
+    __slots__ = ("blocks", "table")
+
+    def __init__(self, blocks: int) -> None:
+        self.blocks = blocks
+        self.table: dict[tuple[int, int], BlockPartials] = {}
+        register_table("cuda", self.table, BlockPartials.nbytes)
+
+    def get(self) -> BlockPartials:
+        key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr)
+        ws = self.table.get(key)
+        if ws is None:
+            ws = self.table[key] = BlockPartials(self.blocks)
+        return ws

@@ -12,9 +12,8 @@ from functools import lru_cache
 import cupy
 import numpy as np
 
-from ..caches import register_table
 from .elementwise import copy  # a device memcpy (ndarray.copy runs a CuPy elementwise kernel, dearer on the host)
-from .launch import BLOCK, BlockPartials, F32, I64, empty, empty_as, give_back, grid_for, kernel, sm_count
+from .launch import BLOCK, F32, I64, StreamPartials, empty, empty_as, give_back, grid_for, kernel, sm_count
 
 __all__ = [
     "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",
@@ -38,17 +37,8 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-_sum_workspace: dict[tuple[int, int], BlockPartials] = {}
-register_table("cuda", _sum_workspace, BlockPartials.nbytes)  # counted as cached, dropped by collect(True)
-
-
-def _workspace() -> BlockPartials:
-    """Per (device, stream): block partials and the zeroed completion counter tl_reduce_sum resets."""
-    key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr)
-    ws = _sum_workspace.get(key)
-    if ws is None:
-        ws = _sum_workspace[key] = BlockPartials(_MAX_SUM_BLOCKS)
-    return ws
+# per (device, stream): block partials and the zeroed completion counter tl_reduce_sum resets
+_workspace = StreamPartials(_MAX_SUM_BLOCKS).get
 
 
 def _sum(x, div: float):
