@@ -43,3 +43,19 @@ def cuda_device() -> str:
     """For tests that only make sense on a GPU (they also carry ``pytest.mark.cuda``)."""
     skip_unless_cuda()
     return "cuda"
+
+
+@pytest.fixture(autouse=True)
+def _audit_cuda_ownership(request):
+    """On CUDA tests: every array the free list takes back must be referenced by nothing else
+    (tests/ownership_audit.py); a test that makes it take a held one fails."""
+    if request.node.get_closest_marker("cuda") is None or cuda_unavailable_reason() is not None:
+        yield
+        return
+    import ownership_audit as audit  # (tests/ is on sys.path: conftest.py lives there)
+
+    audit.install()
+    start = len(audit.violations)
+    yield
+    found = audit.violations[start:]
+    assert not found, found[0]

@@ -29,7 +29,7 @@ def freelist(cuda_device):
 
 
 def _ptr(b: Buffer) -> int:
-    return b.data.data.ptr
+    return b._data.data.ptr  # (Buffer.data would mark the buffer shared: never recycled)
 
 
 def _buf(values, device):
@@ -177,18 +177,25 @@ def test_workspaces_given_back_are_reused_by_dtype(cuda_device, freelist):
     assert b.data.ptr == ptr and b.dtype == cupy.float64 and freelist.held_bytes(0) == 0
 
 
-def test_a_workspace_still_referenced_is_refused(cuda_device, freelist):
+def test_only_whole_workspaces_are_taken(cuda_device, freelist):
+    """give_back is the caller's declaration that nothing else holds the array; a view of another
+    array is never taken (its memory is its base's)."""
     w = freelist.empty(256)
-    view = w[10:]       # a view keeps the base alive
-    freelist.give_back(w)
+    freelist.give_back(w[10:])
     assert freelist.held_bytes(0) == 0
-    del view
-    pair = [w]          # so does a second reference
-    freelist.give_back(w)
-    assert freelist.held_bytes(0) == 0
-    del pair
     freelist.give_back(w)
     assert freelist.held_bytes(0) == 1024
+
+
+def test_a_buffer_whose_array_was_taken_is_never_recycled(cuda_device, freelist):
+    """Ownership is state, not a reference count: once a caller took ``Buffer.data`` the array
+    is theirs too, even after they drop their reference."""
+    x = _buf(np.arange(64), cuda_device)
+    a = P.scale(x, 2.0)
+    _ = a.data
+    del _
+    del a
+    assert freelist.held_bytes(0) == 0
 
 
 def test_a_conv_batchnorm_step_takes_its_workspaces_from_the_list(cuda_device, freelist):

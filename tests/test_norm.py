@@ -146,7 +146,7 @@ def test_cpu_chunks_threads_and_paths(monkeypatch):
     for (name, args, row_local), before, after in zip(cases, whole, chunked):
         for k in row_local:
             assert same_bits(after[k], before[k]), f"{name}: output {k} depends on the chunking"
-    monkeypatch.setattr(cpu_norm, "_PAR_MIN", 1)       # every call takes the parallel path
+    monkeypatch.setattr(cpu_norm, "_MIN_WORK", 1)      # every call takes the parallel path
     threads = numba.get_num_threads()
     try:
         for t in sorted({1, threads}):

@@ -108,7 +108,7 @@ def test_optimizer_matches_torch(name, kw, device):
 def test_sgd_is_bitwise_torch():
     # SGD's kernels round exactly as torch's (fma where torch's vector kernel fuses) and torch's
     # SGD takes no sqrt: bitwise equal on sizes that are multiples of the vector width. The last
-    # shape is past the CPU kernel's _PAR_MIN: its parallel chunks.
+    # shape is large enough for the CPU kernel to split into parallel chunks.
     ours, theirs = make_params("cpu", 3, [(64,), (16, 8), (256, 300)])
     kw = dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01)
     opt, topt = optim.SGD(ours, **kw), torch.optim.SGD(theirs, **kw)
@@ -611,7 +611,9 @@ def test_adam_in_place_only_when_nobody_else_sees_the_buffers(monkeypatch):
         real = getattr(P, name)
         monkeypatch.setattr(P, name, lambda *a, name=name, real=real: calls.append((name, len(a[0]))) or real(*a))
     ref, _ = _adam_run(init, grads, lambda ws, opt: None)
-    assert [c[0] for c in calls] == ["adam_step_many_inplace"] * 3  # nothing shared: in place
+    # Parameter(t) shares t's buffer (as torch's does), so the first step rebinds each parameter
+    # to a buffer of its own; from then on nothing else sees them: in place
+    assert [c[0] for c in calls] == ["adam_step_many"] + ["adam_step_many_inplace"] * 2
     # Whatever another holder keeps is a snapshot: the step after it does not write over it.
     holders = {
         "detach": lambda ws, opt: [(w.detach(), w.numpy().copy()) for w in ws],
@@ -619,7 +621,7 @@ def test_adam_in_place_only_when_nobody_else_sees_the_buffers(monkeypatch):
                                                     (w.detach() for w in ws)],
         "optimizer state dict": lambda ws, opt: [(t, t.numpy().copy()) for st in opt.state_dict()["state"].values()
                                                  for t in (st["exp_avg"], st["exp_avg_sq"])],
-        "raw array": lambda ws, opt: [(w._buf._data, w.numpy().copy()) for w in ws],
+        "raw array": lambda ws, opt: [(w._buf.data, w.numpy().copy()) for w in ws],
         # a slice is a view of the parameter's memory (slice1d's no-copy case)
         "slice view": lambda ws, opt: [(t, t.numpy().copy()) for t in (w.detach()[0] for w in ws)],
     }
@@ -654,11 +656,61 @@ def test_a_sliced_parameter_is_never_stepped_in_place():
     from torchlean.runtime.device import get_context
 
     owner = np.zeros((2, 8), F32)
-    w = tl.nn.Parameter(tl.Tensor._wrap(Buffer(owner.reshape(-1), get_context("cpu", "test")), (16,)))
+    w = tl.Tensor._wrap(Buffer(owner.reshape(-1), get_context("cpu", "test")), (16,), requires_grad=True)
     assert exclusively_held(w)
     view = P.slice1d(w._buf, 16, 8, 8)
     assert not exclusively_held(w)
     del view
+
+
+def _adam_paths(monkeypatch):
+    calls = []
+    for name in ("adam_step_many", "adam_step_many_inplace"):
+        real = getattr(P, name)
+        monkeypatch.setattr(P, name, lambda *a, name=name, real=real: calls.append(name) or real(*a))
+    return calls
+
+
+def test_naming_a_variable_changes_nothing(monkeypatch):
+    """Ownership is kept state, not reference counts: a local name for the parameter's buffer (or
+    for its array, taken privately as the kernels do) does not turn in-place steps off."""
+    calls = _adam_paths(monkeypatch)
+    w = tl.randn(6, requires_grad=True)
+    opt = optim.Adam([w], lr=0.1)
+    for _ in range(3):
+        buf = w._buf
+        arr = buf._data  # noqa: F841
+        w.grad = tl.ones(6)
+        opt.step()
+    assert calls == ["adam_step_many_inplace"] * 3
+
+
+def test_a_dropped_holder_costs_one_out_of_place_step(monkeypatch):
+    """A detach() or a graph dropped without backward keeps the buffer's counts up even after it
+    dies (Tensors have no finalizer): the next step rebinds to a fresh buffer, and the steps
+    after it are in place again."""
+    calls = _adam_paths(monkeypatch)
+    w = tl.randn(6, requires_grad=True)
+    opt = optim.Adam([w], lr=0.1)
+    w.grad = tl.ones(6)
+    opt.step()
+    d = w.detach()
+    del d
+    (w * w).sum()  # recorded, never run backward: its node pins w's buffer until it dies
+    for _ in range(3):
+        w.grad = tl.ones(6)
+        opt.step()
+    assert calls == ["adam_step_many_inplace", "adam_step_many"] + ["adam_step_many_inplace"] * 2
+
+
+def test_backward_unpins_what_the_tape_read():
+    w = tl.randn(5, requires_grad=True)
+    loss = w.exp().sum()
+    assert w._buf._pins == 1
+    loss.backward(retain_graph=True)
+    assert w._buf._pins == 1  # a retained graph still reads it
+    loss.backward()
+    assert w._buf._pins == 0
 
 
 # -- the step-count cache: bounded, and emptied by collect_allocator(True) ----------------------------

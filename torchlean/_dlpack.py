@@ -83,7 +83,7 @@ def tensor_dlpack_device(self: Tensor) -> tuple[int, int]:
             raise DTypeError(f"Tensor.__dlpack_device__: an {self.dtype} tensor on {self.device} cannot be "
                              f"exported (its values live on the host)")
         return (_KDL_CPU, 0)
-    dev_type, dev_id = self._buf.data.__dlpack_device__()
+    dev_type, dev_id = self._buf._live().__dlpack_device__()
     return (int(dev_type), int(dev_id))
 
 

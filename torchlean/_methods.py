@@ -98,7 +98,7 @@ def add_(self: Tensor, other: Any, alpha: float = 1.0) -> Tensor:
             and other._device == self._device and other._buf is not None and self._buf is not None
             and not (autograd.is_grad_enabled() and (self.requires_grad or other.requires_grad))):
         # The optimizer step p += alpha * g: one axpy (the same two roundings as scale, then add).
-        self._buf = P.axpy(self._buf, other._buf, alpha)
+        self._rebind(P.axpy(self._buf, other._buf, alpha))
         return self
     if alpha != 1.0:
         other = other * alpha if isinstance(other, numbers.Real) else ops.mul(other, alpha)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 from .errors import AutogradError
 from .runtime import primitives as P
-from .runtime.buffer import Buffer, full as _full_buffer, zeros as _zeros_buffer
+from .runtime.buffer import Buffer, full as _full_buffer, unpin, zeros as _zeros_buffer
 
 # "Tensor" in the annotations is torchlean.tensor.Tensor. The tape sits below it (tensor.py imports
 # this module): it reads a tensor's tape fields (requires_grad, _node, _retains_grad) and calls
@@ -77,23 +77,37 @@ class enable_grad(no_grad):
 
 
 class Node:
-    """One recorded op: its name, the input tensors, the VJP and the workspace it keeps."""
+    """One recorded op: its name, the input tensors, the VJP and the workspace it keeps.
 
-    __slots__ = ("name", "parents", "vjp", "workspace", "retired")
+    A VJP reads only its parents' buffers (as they were when the op ran), the output and the
+    workspace. The node pins the parents' buffers until it retires, so that no optimizer writes
+    over a value a later backward will read (runtime/buffer.py, ownership)."""
+
+    __slots__ = ("name", "parents", "vjp", "workspace", "pinned", "retired")
 
     def __init__(self, name: str, parents: tuple["Tensor", ...], vjp: VJP, workspace: tuple[Buffer, ...]) -> None:
         self.name = name
         self.parents = parents
         self.vjp = vjp
         self.workspace = workspace
+        pinned = []
+        for p in parents:  # (int and bool tensors have no float buffer)
+            b = p._buf
+            if b is not None:
+                b._pins += 1
+                pinned.append(b)
+        self.pinned = pinned
         self.retired = False
 
     def retire(self) -> None:
-        """Release the workspace and drop the closure; the node can no longer run backward."""
+        """Release the workspace, unpin the parents' buffers and drop the closure; the node can no
+        longer run backward."""
         if self.workspace:
             for w in self.workspace:
                 w.release()
             self.workspace = ()
+        unpin(self.pinned)
+        self.pinned = ()
         self.vjp = None  # type: ignore[assignment]
         self.parents = ()
         self.retired = True

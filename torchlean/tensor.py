@@ -72,6 +72,8 @@ class Tensor:
     @classmethod
     def _blank(cls, buf: Buffer | None, host: np.ndarray | None, shape: Sequence[int], device: str) -> "Tensor":
         t = object.__new__(cls)
+        if buf is not None:
+            buf._tensors += 1  # (ownership: runtime/buffer.py)
         t._buf = buf
         t._host = host
         t._shape = tuple(shape)
@@ -88,6 +90,7 @@ class Tensor:
         # _blank spelled out: this runs for every op's output, and the extra call and the
         # Buffer.device property cost more than the assignments
         t = _new_object(cls)
+        buf._tensors += 1  # one more Tensor holds buf (ownership: runtime/buffer.py)
         t._buf = buf
         t._host = None
         t._shape = shape if type(shape) is tuple else tuple(shape)
@@ -245,6 +248,15 @@ class Tensor:
             self.grad = Tensor._wrap(P.add(self.grad._float_buffer("grad"), g), self._shape)
 
     # -- in-place updates (optimizers, under no_grad) --------------------------------------
+    def _rebind(self, buf: Buffer) -> None:
+        """Hold ``buf`` instead of the current buffer (what every in-place update and optimizer
+        step does): the old buffer has one holder less, the new one one more (runtime/buffer.py)."""
+        old = self._buf
+        if old is not None:
+            old._tensors -= 1
+        buf._tensors += 1
+        self._buf = buf
+
     def _assign(self, op: str, new: "Tensor") -> "Tensor":
         if autograd.is_grad_enabled() and (self.requires_grad or new.requires_grad):
             raise AutogradError(
@@ -253,7 +265,7 @@ class Tensor:
             raise ShapeError(f"{op}: the result has shape {new.shape}, the tensor has shape {self._shape}")
         if new._device != self._device:
             raise DeviceError(f"{op}: the update is on {new._device}, the tensor on {self._device}")
-        self._buf = new._float_buffer(op)
+        self._rebind(new._float_buffer(op))
         return self
 
     def zero_(self) -> "Tensor":

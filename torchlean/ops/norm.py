@@ -119,7 +119,7 @@ def _rebind(t: Tensor, buf: Buffer) -> None:
     """Point a running-statistics tensor at its updated values. Not recorded: running statistics are
     state, not part of the differentiated computation (buffers are values: anyone holding the
     old buffer keeps the old numbers)."""
-    t._buf = buf
+    t._rebind(buf)
 
 
 def _update_running(op: str, running: Tensor, batch_stat: Buffer, momentum: float, factor: float = 1.0) -> None:

@@ -93,9 +93,9 @@ class Adam(Optimizer):
                         out = P.adam_step_many(*_step_args(shared), *hyper)
                         t = len(shared)
                         for i, (p, m, v) in enumerate(shared):
-                            p._buf = out[i]
-                            m._buf = out[t + i]
-                            v._buf = out[2 * t + i]
+                            p._rebind(out[i])
+                            m._rebind(out[t + i])
+                            v._rebind(out[2 * t + i])
                     step_buf = step_buffer(step)  # one shared value; each parameter its own Tensor
                     for _, st in entries:
                         st["step"] = Tensor._wrap(step_buf, ())
@@ -112,7 +112,8 @@ def _split_by_ownership(entries: list) -> tuple[list, list]:
     own, shared, seen, ordered = [], [], set(), []
     for p, st in entries:
         if not st:  # first step: zero moments (step 0 until this step lands)
-            n, dev = p._buf.size, p._buf.device  # (no local reference to the buffer: it would count)
+            pb = p._buf
+            n, dev = pb.size, pb.device
             st["step"] = step_tensor(0.0)
             st["exp_avg"] = Tensor._wrap(zeros(n, dev), p.shape)
             st["exp_avg_sq"] = Tensor._wrap(zeros(n, dev), p.shape)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import sys
 import warnings
 from collections import defaultdict
 from typing import Any, Callable
@@ -32,7 +31,7 @@ import numpy as np
 from .. import autograd
 from ..errors import ArgumentError, DTypeError, ShapeError, TorchLeanError
 from ..runtime.allocator import register_cache
-from ..runtime.buffer import Buffer
+from ..runtime.buffer import Buffer, exclusive
 from ..tensor import Tensor
 from ..interop import as_host_array
 
@@ -65,38 +64,19 @@ def _clear_step_cache() -> int:
 register_cache("cpu", lambda: 0, _clear_step_cache)
 
 
-class _Slot:
-    __slots__ = ("x",)
-
-
-def _calibrate() -> tuple[int, int]:
-    """sys.getrefcount of an object held by one slot, read through a local and through the slot
-    (the interpreter's own counting: measured, not assumed)."""
-    h, d = _Slot(), _Slot()
-    h.x, d.x = object(), object()
-    local = h.x
-    return sys.getrefcount(local), sys.getrefcount(d.x)
-
-
-_ONE_HOLDER_LOCAL, _ONE_HOLDER_ATTR = _calibrate()
-
-
 def exclusively_held(*tensors: Tensor) -> bool:
-    """True when each tensor's buffer, and that buffer's array, are referred to by that tensor
-    alone: no other Tensor (a ``detach()``, a ``state_dict()`` snapshot), tape closure (a retained
-    graph), DLPack export, array view or view Buffer (``Buffer._shared``: a NumPy view of a view
-    need not hold a reference to the array it came from) can see them, so writing over them in
-    place is unobservable. (Several tensors in one call: Adam asks about p, exp_avg and exp_avg_sq
-    of every parameter on every step.)
+    """True when each tensor's buffer can be written in place without anyone else seeing it:
+    ``runtime.buffer.exclusive`` (never shared, bound to this tensor alone, read by no live tape
+    node). A ``detach()``, a ``state_dict()`` snapshot, a retained graph, a DLPack export or
+    import, or a caller holding ``Buffer.data`` make it False. (Several tensors in one call: Adam
+    asks about p, exp_avg and exp_avg_sq of every parameter on every step.)
 
     This is the one rule of every optimizer: memory is written in place only when this says so,
-    and otherwise the step rebinds the tensor to a fresh buffer. Memory imported through DLPack
-    (NumPy, CuPy, torch: ``from_dlpack`` marks it ``_shared``) is never the optimizer's alone, so
-    its source keeps its values, and a read-only source is never written."""
+    and otherwise the step rebinds the tensor to a fresh buffer, so a source's values (a
+    read-only one included) are never changed and naming a variable changes nothing."""
     for t in tensors:
-        b = t._buf  # the one local reference that _ONE_HOLDER_LOCAL counts
-        if (b is None or b._shared or sys.getrefcount(b) > _ONE_HOLDER_LOCAL
-                or sys.getrefcount(b._data) > _ONE_HOLDER_ATTR):
+        b = t._buf
+        if b is None or not exclusive(b):
             return False
     return True
 

@@ -71,10 +71,10 @@ class SGD(Optimizer):
                         else:
                             pn, bn = sgd_step(pb, g._float_buffer("SGD.step"), buf._buf, pb.size, lr, mom, damp,
                                               wd, nesterov, False)
-                            buf._buf = bn
+                            buf._rebind(bn)
                     else:
                         pn, bn = sgd_step(pb, g._float_buffer("SGD.step"), None, pb.size, lr, 0.0, damp, wd, False,
                                           True)
                         bn.release()
-                    p._buf = pn
+                    p._rebind(pn)
         return loss

@@ -9,8 +9,23 @@ existing buffer's memory (``slice1d``), or two adjacent runs of one allocation j
 (``concat1d``), with no copy and no kernel. Values make that safe: nobody writes a buffer after it
 is made. A view is not counted by the allocator telemetry (its memory is its source's; it keeps
 that memory alive as long as it lives, as a PyTorch view does), and both it and its source are
-marked ``_shared``, so that no optimizer ever updates either in place
-(``optim.optimizer.exclusively_held``).
+marked ``_shared``, so that no optimizer ever updates either in place.
+
+Ownership is state the runtime keeps, never guessed from reference counts (``exclusive``):
+
+* ``_shared``: the memory is seen by something the runtime does not track: a view, a DLPack
+  export or import, or a caller who took the raw array (``Buffer.data``). Permanent.
+* ``_tensors``: how many Tensors have been bound to the buffer, less those that were explicitly
+  rebound away. Tensors have no finalizer (one per op would cost host time on every step), so a
+  Tensor that dies is not subtracted: the count never falls below the true number of holders.
+* ``_pins``: live tape nodes whose backward may read the buffer (``autograd.Node`` pins its
+  parents' buffers and unpins them when it retires). A node dropped without running backward
+  leaves its pins: again an over-count.
+
+Over-counting is always safe: an optimizer then steps out of place, which binds the parameter
+to a fresh buffer whose counts are exact, so the cost is one allocation, once. Naming a variable
+never changes what happens. The CUDA free list (``kernels/cuda/freelist.py``) takes an array
+back only from a buffer that was never shared.
 """
 
 from __future__ import annotations
@@ -30,7 +45,7 @@ _F32 = np.dtype(np.float32)
 class Buffer:
     """Flat float32 storage on one device. Create with ``from_numpy``, ``zeros`` or ``full``."""
 
-    __slots__ = ("_data", "_ctx", "_nbytes", "_counted", "_shared", "__weakref__")
+    __slots__ = ("_data", "_ctx", "_nbytes", "_counted", "_shared", "_tensors", "_pins", "__weakref__")
 
     def __init__(self, data: Any, ctx: DeviceContext) -> None:
         # Internal: `data` is a 1-D contiguous float32 array of ctx's backend, owned from now on.
@@ -39,6 +54,8 @@ class Buffer:
         self._nbytes = data.nbytes
         self._counted = True
         self._shared = False
+        self._tensors = 0
+        self._pins = 0
         ctx.counters.on_alloc(self._nbytes)
 
     @classmethod
@@ -47,6 +64,7 @@ class Buffer:
         (see the module docstring): not counted, and it and its sources marked shared."""
         b = object.__new__(cls)
         b._data, b._ctx, b._nbytes, b._counted, b._shared = data, ctx, data.nbytes, False, True
+        b._tensors = b._pins = 0
         for s in sources:
             s._shared = True
         return b
@@ -68,7 +86,14 @@ class Buffer:
     # -- properties ---------------------------------------------------------------------
     @property
     def data(self) -> Any:
-        """The backing array (NumPy or CuPy); ``BufferReleasedError`` after ``release()``."""
+        """The backing array (NumPy or CuPy); ``BufferReleasedError`` after ``release()``. The
+        caller may keep it and read it later, so the buffer is shared from now on (never written
+        in place, never recycled)."""
+        d = self._live()
+        self._shared = True
+        return d
+
+    def _live(self) -> Any:
         d = self._data
         if d is None:
             raise BufferReleasedError(f"Buffer: used after release() (a {self._nbytes}-byte buffer on {self._ctx.name})")
@@ -93,7 +118,7 @@ class Buffer:
 
     def to_numpy(self) -> np.ndarray:
         """A fresh host float32 copy of the contents."""
-        return self._ctx.backend.to_host(self.data)
+        return self._ctx.backend.to_host(self._live())
 
     # -- ownership ----------------------------------------------------------------------
     def release(self) -> bool:
@@ -105,14 +130,13 @@ class Buffer:
         if self._counted:
             ctx = self._ctx
             ctx.counters.on_free(self._nbytes)
-            if ctx.recycle is not None:
+            if ctx.recycle is not None and not self._shared:
                 ctx.recycle(d)
         return True
 
     def __del__(self) -> None:
         # Buffers dropped without release() still leave the live-bytes count.
-        # An owned array goes back to the backend's free list (CUDA), which keeps it only if
-        # nothing else refers to it (kernels/cuda/freelist.py).
+        # An array nobody else was given goes back to the backend's free list (CUDA).
         try:
             d = self._data
             if d is not None:
@@ -120,7 +144,7 @@ class Buffer:
                 if self._counted:
                     ctx = self._ctx
                     ctx.counters.on_free(self._nbytes)
-                    if ctx.recycle is not None:
+                    if ctx.recycle is not None and not self._shared:
                         ctx.recycle(d)
         except AttributeError:  # __init__ failed half-way
             pass
@@ -134,6 +158,19 @@ class Buffer:
 
     def __getstate__(self) -> Any:  # buffers cross process boundaries as host copies
         raise TypeError("Buffer: cannot be pickled; use to_numpy()")
+
+
+def exclusive(buf: Buffer) -> bool:
+    """True when writing over ``buf`` in place is unobservable by anyone but the one Tensor bound
+    to it: never shared, bound to at most one Tensor, read by no live tape node (module
+    docstring). The optimizers' one rule for in-place updates."""
+    return not buf._shared and buf._tensors <= 1 and not buf._pins
+
+
+def unpin(buffers: Iterable[Buffer]) -> None:
+    """A tape node that pinned ``buffers`` (``autograd.Node``) has retired."""
+    for b in buffers:
+        b._pins -= 1
 
 
 def wrap(ctx: DeviceContext, data: Any) -> Buffer:

@@ -24,7 +24,7 @@ arithmetic, which the cross entropy kernels here repeat operation for operation)
   No (rows, cols) intermediate: the scratch is one row per task.
 * cross_entropy_rows_bwd: dx = dl (expf(x - lse) - c) in float32, c = ls/cols (+ (1 - ls) at the
   target) built in float32 as on the GPU.
-Calls of at least ``_PAR_MIN`` elements spread rows (or chunks of elements) over Numba's threads
+Calls that ``parallel.parts`` splits spread rows (or chunks of elements) over Numba's threads
 with ``prange``; smaller ones run on the calling thread (a parallel region costs a few us). Each
 row or element is computed by the same code whichever thread runs it, so the bits never depend on
 the thread count or the path. The tanh GELU's float64 code lets LLVM fuse multiply-adds (``_FM``).
@@ -36,9 +36,11 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from numba import get_num_threads, njit, prange
+from numba import njit, prange
 from numba.core import types
 from numba.extending import intrinsic
+
+from .parallel import parts
 
 F32 = np.float32
 F64 = np.float64
@@ -55,10 +57,9 @@ _SQRT_2_OVER_PI = 0.7978845608028654
 _GELU_TANH_C = 0.044715
 _INF = np.inf
 _CHUNK = 1 << 14  # elements per parallel task of the elementwise kernels (about; see _tasks)
-# Below this many elements a kernel runs on the calling thread. Numba's OpenMP layer starts a
-# parallel region in a few microseconds, so even a mid-sized call (a small model's GELU) gains from
-# the split; the attention, optimizer and norm thresholds follow the same reasoning.
-_PAR_MIN = 1 << 15
+# Elements per thread that pay for a parallel region (parallel.parts). Numba's OpenMP layer starts
+# one in a few microseconds, so even a mid-sized call (a small model's GELU) gains from the split.
+_MIN_WORK = 1 << 14
 # The GELUs work in float64, far below float32 resolution: letting LLVM contract a * b + c into one
 # fma (one rounding instead of two) only makes them more accurate, and faster (one instruction).
 _FM = {"contract"}
@@ -267,10 +268,10 @@ def _bwd_par(x, dy, y, tanh_form, tasks):
 
 def _tasks(n: int) -> int:
     """Chunks of about _CHUNK elements, their count a multiple of the thread count (equal shares);
-    0 below _PAR_MIN: one chunk, run on the calling thread (a launch would cost more than it saves)."""
-    if n < _PAR_MIN:
+    0 where parallel.parts keeps it whole: one chunk, run on the calling thread (a launch would cost more than it saves)."""
+    t = parts(n, n, _MIN_WORK)
+    if t == 1:
         return 0
-    t = get_num_threads()
     return -(-n // (_CHUNK * t)) * t
 
 
@@ -465,7 +466,7 @@ def cross_entropy_rows(x, rows, cols, targets, label_smoothing):
         return loss, lse
     x2 = x.reshape(rows, cols)
     t = np.asarray(targets, dtype=np.int64)
-    if rows * cols >= _PAR_MIN:
+    if parts(rows * cols, rows, _MIN_WORK) > 1:
         _ce_fwd(x2, t, float(label_smoothing), loss, lse)
     else:
         _ce_fwd_rows(x2, t, float(label_smoothing), loss, lse, 0, rows)
@@ -510,7 +511,7 @@ def cross_entropy_rows_bwd(x, lse, dloss, rows, cols, targets, label_smoothing):
     b = ls / F32(cols)                # c_j = b, and a + b at the target: float32, as on the GPU
     ab = (F32(1.0) - ls) + b
     args = (x.reshape(rows, cols), lse, dloss, np.asarray(targets, dtype=np.int64), b, ab, dx.reshape(rows, cols))
-    if rows * cols >= _PAR_MIN:
+    if parts(rows * cols, rows, _MIN_WORK) > 1:
         _ce_bwd(*args)
     else:
         _ce_bwd_rows(*args, 0, rows)

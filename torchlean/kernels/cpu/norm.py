@@ -10,9 +10,9 @@ results are computed in float64 and rounded once to float32. Far inside the cont
 Determinism: a group's statistics are accumulated by one thread, in an order fixed by the compiled
 code (the sums are compiled with ``fastmath={"reassoc"}`` so that they vectorize; reassociation
 never assumes finite values). Column sums across rows (layer_norm_bwd's dgamma and dbeta) are
-partial sums over fixed chunks of _CHUNK_ELEMS elements' rows, added in chunk order. Calls of at
-least _PAR_MIN elements spread groups or chunks over Numba's threads with ``prange``; smaller ones
-run on the calling thread (a parallel region costs a few microseconds). Each group or chunk is
+partial sums over fixed chunks of _CHUNK_ELEMS elements' rows, added in chunk order. Calls that
+``parallel.parts`` splits spread groups or chunks over Numba's threads with ``prange``; smaller
+ones run on the calling thread (a parallel region costs a few microseconds). Each group or chunk is
 computed by the same code whatever thread runs it, so the bits never depend on the thread count
 or on the path.
 
@@ -30,12 +30,13 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .parallel import parts as _parts
+
 F32, F64 = np.float32, np.float64
 _CHUNK_ELEMS = 1 << 14  # layer_norm_bwd: rows per partial column sum ~ this many elements
-# At and above this many elements a call spreads its groups over Numba's threads: Numba's OpenMP
-# layer starts a region in a few microseconds, so even a small model's layer norms and batch norms
-# gain from the split (see classify._PAR_MIN).
-_PAR_MIN = 1 << 15
+# Elements per thread that pay for a parallel region (parallel.parts): Numba's OpenMP layer starts
+# one in a few microseconds, so even a small model's layer norms and batch norms gain from a split.
+_MIN_WORK = 1 << 14
 _RA = {"reassoc", "contract"}  # sums vectorize; never assumes finite values
 
 __all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer", "running_stat_update"]
@@ -87,12 +88,6 @@ def _ln_par(x2, g, b, has_g, has_b, eps, y2, mean, var, tasks):
         _ln_rows(x2, g, b, has_g, has_b, eps, y2, mean, var, rows * t // tasks, rows * (t + 1) // tasks)
 
 
-def _threads_tasks(groups: int) -> int:
-    from numba import get_num_threads
-
-    return min(groups, 8 * get_num_threads())
-
-
 def layer_norm(x, gamma, beta, rows, cols, eps):
     y = np.empty(rows * cols, F32)
     mean, var = np.empty(rows, F32), np.empty(rows, F32)
@@ -106,8 +101,9 @@ def layer_norm(x, gamma, beta, rows, cols, eps):
     g = _ONE if gamma is None else gamma
     b = _ONE if beta is None else beta
     args = (x2, g, b, gamma is not None, beta is not None, float(eps), y2, mean, var)
-    if rows * cols >= _PAR_MIN and rows > 1:
-        _ln_par(*args, _threads_tasks(rows))
+    width = _parts(rows * cols, rows, _MIN_WORK)
+    if width > 1:
+        _ln_par(*args, min(rows, 8 * width))  # 8 tasks a thread: rows of uneven cost even out
     else:
         _ln_rows(*args, 0, rows)
     return y, mean, var
@@ -181,7 +177,7 @@ def layer_norm_bwd(x, gamma, mean, var, dy, rows, cols, eps):
     g = _ONE if gamma is None else gamma
     args = (x.reshape(rows, cols), g, gamma is not None, mean, var, dy.reshape(rows, cols), float(eps),
             dx.reshape(rows, cols), parts, step)
-    if rows * cols >= _PAR_MIN and chunks > 1:
+    if _parts(rows * cols, chunks, _MIN_WORK) > 1:
         _ln_bwd_par(*args)
     else:
         _ln_bwd_serial(*args)
@@ -249,7 +245,7 @@ def batch_norm(x, gamma, beta, batch, channels, inner, eps):
     mean, var = np.empty(channels, F32), np.empty(channels, F32)
     args = (x.reshape(batch, channels, inner), _ONE if gamma is None else gamma, _ONE if beta is None else beta,
             gamma is not None, beta is not None, float(eps), y.reshape(batch, channels, inner), mean, var)
-    if y.size >= _PAR_MIN and channels > 1:
+    if _parts(y.size, channels, _MIN_WORK) > 1:
         _bn_par(*args)
     else:
         _bn_serial(*args)
@@ -303,7 +299,7 @@ def batch_norm_bwd(x, gamma, mean, var, dy, batch, channels, inner, eps):
     shape = (batch, channels, inner)
     args = (x.reshape(shape), _ONE if gamma is None else gamma, gamma is not None, mean, var, dy.reshape(shape),
             float(eps), dx.reshape(shape), dgamma, dbeta)
-    if dx.size >= _PAR_MIN and channels > 1:
+    if _parts(dx.size, channels, _MIN_WORK) > 1:
         _bn_bwd_par(*args)
     else:
         _bn_bwd_serial(*args)
@@ -334,7 +330,7 @@ def batch_norm_infer(x, mean, var, gamma, beta, batch, channels, inner, eps):
     shape = (batch, channels, inner)
     args = (x.reshape(shape), mean, var, _ONE if gamma is None else gamma, _ONE if beta is None else beta,
             gamma is not None, beta is not None, float(eps), y.reshape(shape))
-    if y.size >= _PAR_MIN and channels > 1:
+    if _parts(y.size, channels, _MIN_WORK) > 1:
         _bn_infer_par(*args)
     else:
         _bn_infer_serial(*args)

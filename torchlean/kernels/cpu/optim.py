@@ -4,7 +4,7 @@ Each element is read once and written once (p, g, m, v in; p, m, v out), in floa
 arranged as PyTorch's CPU kernels arrange it (see runtime/primitives_optim.py): a fused
 multiply-add where torch's vectorized kernel uses one (an LLVM ``fma`` intrinsic: one rounding,
 the same bits as CUDA's fmaf), one rounding per operation elsewhere. The coefficients arrive
-already rounded to float32. Tensors of at least ``_PAR_MIN`` elements run in parallel chunks
+already rounded to float32. Tensors that ``parallel.parts`` splits run in parallel chunks
 (elementwise: the result does not depend on the split).
 """
 
@@ -14,12 +14,17 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from .parallel import parts
+
 F32 = np.float32
 
 __all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step"]
 
-_CHUNK = 1 << 15      # elements per parallel task
-_PAR_MIN = 1 << 16    # below this (two chunks), one thread: the parallel region would cost more than it saves
+_CHUNK = 1 << 15  # elements per parallel task, and the work that pays for a thread (parallel.parts)
+
+
+def _split(n: int) -> bool:
+    return parts(n, -(-n // _CHUNK), _CHUNK) > 1
 
 
 @intrinsic
@@ -134,7 +139,7 @@ def _sgd_par(p, g, b, po, bo, wd, mom, keep, nlr, mode):
 def adam_step(p, g, m, v, n, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode):
     po, mo, vo = np.empty(n, F32), np.empty(n, F32), np.empty(n, F32)
     if n:
-        fn = _adam_par if n >= _PAR_MIN else _adam_seq
+        fn = _adam_par if _split(n) else _adam_seq
         fn(p, g, m, v, po, mo, vo, F32(wd), F32(decay), F32(w1), F32(beta2), F32(w2), F32(bc2_sqrt), F32(eps),
            F32(neg_step_size), int(mode))
     return po, mo, vo
@@ -144,7 +149,7 @@ def sgd_step(p, g, buf, n, wd, momentum, keep, neg_lr, mode):
     po, bo = np.empty(n, F32), np.empty(n, F32)
     if n:
         b = g if buf is None else buf  # first step: buf is not read
-        fn = _sgd_par if n >= _PAR_MIN else _sgd_seq
+        fn = _sgd_par if _split(n) else _sgd_seq
         fn(p, g, b, po, bo, F32(wd), F32(momentum), F32(keep), F32(neg_lr), int(mode))
     return po, bo
 
@@ -154,7 +159,7 @@ def adam_step_many_inplace(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, e
     c = (F32(wd), F32(decay), F32(w1), F32(beta2), F32(w2), F32(bc2_sqrt), F32(eps), F32(neg_step_size), int(mode))
     for p, g, m, v in zip(ps, gs, ms, vs):
         if p.size:
-            (_adam_par_inplace if p.size >= _PAR_MIN else _adam_seq_inplace)(p, g, m, v, *c)
+            (_adam_par_inplace if _split(p.size) else _adam_seq_inplace)(p, g, m, v, *c)
 
 
 def adam_step_many(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode):

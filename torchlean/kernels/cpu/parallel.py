@@ -6,7 +6,8 @@ and into how many parts, and who owns BLAS threading.
   ``cblas_sgemm`` from inside the regions (``sgemm_address()``). No other threads run kernels: two
   pools on the same cores fight, because OpenMP's workers (and OpenBLAS's) spin for a while after
   each region waiting for the next one, and a Python thread that needs the GIL to start its share
-  waits for the caller to release it.
+  waits for the caller to release it. The one exception: scipy.fft's transforms (spectral.py) run
+  on pocketfft's own threads, which cannot live inside a Numba region; ``parts()`` sizes them too.
 * When and how wide: ``parts(work, items, min_work)``: one part per Numba thread
   (``numba.get_num_threads()``, so it follows ``NUMBA_NUM_THREADS`` and ``numba.set_num_threads``),
   at most one per item (an image, a row block, a chunk) and one per ``min_work`` units of work; 1
@@ -34,13 +35,26 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["threads", "parts", "blas_one_thread", "blas_threads", "set_blas_threads", "blas_found_threads",
+__all__ = ["threads", "max_threads", "set_threads", "parts", "blas_one_thread", "blas_threads", "set_blas_threads", "blas_found_threads",
            "forget_blas_threads", "blas_lock", "sgemm_address"]
 
 
 def threads() -> int:
     """Numba's thread count now (1 under the workqueue layer: see the module docstring)."""
     return 1 if _layer() == "workqueue" else numba.get_num_threads()
+
+
+def max_threads() -> int:
+    """The most threads Numba's pool can run (``NUMBA_NUM_THREADS``; 1 under the workqueue layer)."""
+    return 1 if _layer() == "workqueue" else int(numba.config.NUMBA_NUM_THREADS)
+
+
+def set_threads(n: int) -> int:
+    """Run the calling thread's parallel kernels on ``n`` threads (1 <= n <= max_threads(), checked by
+    the caller). Numba keeps this count per Python thread; returns the count in force."""
+    if _layer() != "workqueue":
+        numba.set_num_threads(int(n))
+    return threads()
 
 
 def parts(work: int, items: int, min_work: int) -> int:

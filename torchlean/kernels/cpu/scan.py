@@ -17,7 +17,9 @@ float64 in time order and round once. Everything is bitwise repeatable.
 from __future__ import annotations
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import njit, prange
+
+from .parallel import parts
 
 F32 = np.float32
 
@@ -100,9 +102,10 @@ def _bwd_par(A, B, X, h0, H, dH, L, S, cs, blk, dA, dB, dX, dh0):
 
 def _block(L: int, S: int) -> int:
     """Channels per task, or 0 for one serial pass: one task of >= _MIN_BLOCK channels per thread."""
-    if L * S < _PARALLEL_ELEMS or S < 2 * _MIN_BLOCK or get_num_threads() < 2:
+    width = parts(L * S, S // _MIN_BLOCK, _PARALLEL_ELEMS // 2)
+    if width == 1:
         return 0
-    return max(_MIN_BLOCK, -(-S // get_num_threads()))
+    return max(_MIN_BLOCK, -(-S // width))
 
 
 def _fwd(A, B, X, h0, L, S, var):

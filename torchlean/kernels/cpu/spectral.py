@@ -28,13 +28,13 @@ dW_im = P01 - P10. ``CONV_ROUTE`` ("auto", "dft" or "fft") forces a route (tests
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import scipy.fft as sfft
 
 from ..caches import ByteLRU
 from ..spectral_basis import make_bases
+from .parallel import parts
 
 __all__ = ["rfft1d_packed", "irfft1d_packed", "spectral_conv1d_rfft_fwd", "spectral_conv1d_rfft_bwd_x",
            "spectral_conv1d_rfft_bwd_wre", "spectral_conv1d_rfft_bwd_wim", "spectral_conv1d_rfft_bwd_w"]
@@ -49,11 +49,10 @@ _basis_cache = ByteLRU("cpu", _BASIS_CACHE_BYTES, max_entries=32)
 _PARALLEL_MIN = 1 << 16  # elements below which one pocketfft thread is faster than several
 
 
-_CPUS = os.cpu_count() or 1  # read once: os.cpu_count() reads /sys on every call
-
-
 def _workers(elems: int) -> int:
-    return _CPUS if elems >= _PARALLEL_MIN else 1
+    """pocketfft's threads for a transform of ``elems`` elements: scipy.fft runs its own (it cannot
+    run inside a Numba region), as many as the one policy would give a Numba kernel."""
+    return parts(elems, elems, _PARALLEL_MIN // 2)
 
 
 def _as_complex(a: np.ndarray, rows: int, bins: int) -> np.ndarray:

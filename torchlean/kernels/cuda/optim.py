@@ -139,7 +139,7 @@ def _launch_many(batch, ptrs7, sizes, coef):
             old = kept.popitem(last=False)[1]
             while old:
                 dev_table = old.pop().dev
-                give_back(dev_table)  # unless something else still holds it (the counts refuse)
+                give_back(dev_table)  # only this cache held it, and its launches are queued
                 del dev_table
     else:
         kept.move_to_end(key)

@@ -24,7 +24,7 @@ import cupy
 import numpy as np
 
 from ..caches import register
-from .freelist import empty, empty_as, give_back
+from .freelist import empty, empty_as
 
 __all__ = ["upload_u32", "upload_i64", "upload_f32"]
 
@@ -118,8 +118,7 @@ def upload_u32(values) -> cupy.ndarray:
         if n <= _MAX_RECENT:
             recent.insert(0, _Kept(host.copy(), out))
             if len(recent) > _RECENT:
-                old = recent.pop().dev
-                give_back(old)  # to the free list, unless a caller still holds it (the counts refuse)
+                recent.pop()  # not given back: a caller may still hold it (a tape closure's indices)
         return out
 
 

@@ -282,7 +282,7 @@ class Module:
             if buf is None:
                 t._host = host
             else:
-                t._buf = buf
+                t._rebind(buf)
         return IncompatibleKeys(missing, unexpected)
 
     # -- calling and printing ------------------------------------------------------------
@@ -313,7 +313,7 @@ class Module:
 def _move(t: Tensor, dev: str) -> None:
     """Rebind t (and its grad) to a copy on ``dev``, keeping the Tensor object."""
     if t._buf is not None:
-        t._buf = Buffer.from_numpy(t._buf.to_numpy(), dev)
+        t._rebind(Buffer.from_numpy(t._buf.to_numpy(), dev))
     t._device = dev
     if t.grad is not None:
         g = t.grad
