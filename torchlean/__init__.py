@@ -22,6 +22,7 @@ from .checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 Tensor.__dlpack__ = _dlpack.tensor_dlpack
 Tensor.__dlpack_device__ = _dlpack.tensor_dlpack_device
 from . import nn, ops, optim
+from . import utils  # noqa: E402  (torch.utils.data)
 from .ops import (abs, bmm, cat, clamp, exp, flatten, index_select, log, maximum, mean, minimum, permute,
                   reshape, sigmoid, softmax, log_softmax, sqrt, squeeze, sum, tanh, transpose, unsqueeze)
 from . import fast_kernels  # noqa: E402

@@ -48,3 +48,7 @@ class OutOfMemoryError(TorchLeanError, MemoryError):
 
 class AutogradError(TorchLeanError, RuntimeError):
     """Misuse of the tape: backward twice through a retired graph, a non-scalar root, ..."""
+
+
+class WorkerError(TorchLeanError, RuntimeError):
+    """A DataLoader worker process died, or no batch came within the loader's timeout."""
