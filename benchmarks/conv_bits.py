@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from torchlean.kernels import cpu
+from torchlean.kernels.plans import conv_plan_of, conv_transpose_plan_of
 
 
 def _case(rng, rank):
@@ -40,13 +41,15 @@ def main(n_cases: int = 240) -> None:
         w = rng.standard_normal(out_c * in_c * math.prod(kernel)).astype(np.float32)
         b = rng.standard_normal(out_c).astype(np.float32)
         dy = rng.standard_normal(batch * out_c * math.prod(out)).astype(np.float32)
-        res = [cpu.conv(x, w, b, *dims), cpu.conv(x, w, None, *dims), cpu.conv_bwd_input(dy, w, *dims),
-               cpu.conv_bwd_weight(x, dy, *dims)]
+        plan = conv_plan_of(*dims)
+        res = [cpu.conv(x, w, b, plan), cpu.conv(x, w, None, plan), cpu.conv_bwd_input(dy, w, plan),
+               cpu.conv_bwd_weight(x, dy, plan)]
         ow = tuple(int(rng.integers(0, max(s, 1))) if s > 1 else 0 for s in stride)
         tdims = (batch, out_c, in_c, out, kernel, stride, padding, ow)
         tout = tuple((s - 1) * st - 2 * p + k + o for s, k, st, p, o in zip(out, kernel, stride, padding, ow))
         if all(v > 0 for v in tout):
-            res.append(cpu.conv_transpose(dy, w, rng.standard_normal(in_c).astype(np.float32), *tdims))
+            res.append(cpu.conv_transpose(dy, w, rng.standard_normal(in_c).astype(np.float32),
+                                       conv_transpose_plan_of(*tdims)))
         h = hashlib.sha256(b"".join(r.tobytes() for r in res)).hexdigest()[:16]
         print(i, dims, h)
 

@@ -24,6 +24,8 @@ import time
 
 import numpy as np
 
+from torchlean.kernels.plans import conv_plan_of, conv_transpose_plan_of
+
 CASES = [  # name, batch, in_c, out_c, spatial, kernel, stride, padding
     ("resnet 3x3 s1", 32, 64, 64, (56, 56), (3, 3), (1, 1), (1, 1)),
     ("1x1 s1", 32, 256, 64, (56, 56), (1, 1), (1, 1), (0, 0)),
@@ -119,7 +121,8 @@ def check(cupy, torch, C, rng, dev: str = "cuda") -> bool:
         w = torch.tensor(rng.normal(size=(out_c, in_c) + kernel), **f64).float()
         b = torch.tensor(rng.normal(size=out_c), **f64).float()
         dy = torch.tensor(rng.normal(size=(batch, out_c) + out), **f64).float()
-        args = (batch, in_c, out_c, spatial, kernel, stride, padding)
+        dims = (batch, in_c, out_c, spatial, kernel, stride, padding)
+        plan = conv_plan_of(*dims)
         xd, wd, bd, dyd = x.double(), w.double(), b.double(), dy.double()
         xd_ = xd.clone().requires_grad_(True)
         wd_ = wd.clone().requires_grad_(True)
@@ -130,9 +133,9 @@ def check(cupy, torch, C, rng, dev: str = "cuda") -> bool:
         dxabs, dwabs = torch.autograd.grad(yabs, (xa, wa), dyd.abs())
         got = {}
         for _ in range(2):  # twice: the bits must repeat
-            y = C.conv(_cp(cupy, x), _cp(cupy, w), _cp(cupy, b), *args)
-            dx = C.conv_bwd_input(_cp(cupy, dy), _cp(cupy, w), *args)
-            dw = C.conv_bwd_weight(_cp(cupy, x), _cp(cupy, dy), *args)
+            y = C.conv(_cp(cupy, x), _cp(cupy, w), _cp(cupy, b), plan)
+            dx = C.conv_bwd_input(_cp(cupy, dy), _cp(cupy, w), plan)
+            dw = C.conv_bwd_weight(_cp(cupy, x), _cp(cupy, dy), plan)
             for name, v in (("y", y), ("dx", dx), ("dw", dw)):
                 got.setdefault(name, []).append(torch.from_dlpack(v).clone())
         res = {
@@ -146,7 +149,7 @@ def check(cupy, torch, C, rng, dev: str = "cuda") -> bool:
         if tr is not None:
             op = tuple(int(rng.integers(0, s)) for s in stride)
             wt = torch.tensor(rng.normal(size=(in_c, out_c) + kernel), **f64).float()
-            yt = C.conv_transpose(_cp(cupy, x), _cp(cupy, wt), _cp(cupy, b), *args, op)
+            yt = C.conv_transpose(_cp(cupy, x), _cp(cupy, wt), _cp(cupy, b), conv_transpose_plan_of(*dims, op))
             ref = tr(xd, wt.double(), bd, stride=stride, padding=padding, output_padding=op)
             absr = tr(xd.abs(), wt.double().abs(), bd.abs(), stride=stride, padding=padding, output_padding=op)
             res["conv_transpose"] = _ratio(torch, torch.from_dlpack(yt), ref.reshape(-1), absr.reshape(-1), in_c * K + 1)
@@ -154,7 +157,7 @@ def check(cupy, torch, C, rng, dev: str = "cuda") -> bool:
         worst = max([worst] + list(res.values()))
         if bad:
             ok = False
-            print(f"FAIL shape={args}: {bad} {res}")
+            print(f"FAIL shape={dims}: {bad} {res}")
     print(f"check: {'all within the contract bound' if ok else 'FAILURES above'}; worst err/bound = {worst:.3g} "
           f"({len(shapes)} shapes, 4 primitives, bitwise repeat checked)")
     return ok
@@ -194,19 +197,20 @@ def timing(cupy, torch, C, reps: int, only: str | None, rng) -> None:
         x, w, dy, out = _case_inputs(cupy, torch, case, rng)
         r = len(spatial)
         flops = 2 * batch * out_c * math.prod(out) * in_c * math.prod(kernel)
-        args = (batch, in_c, out_c, spatial, kernel, stride, padding)
+        dims = (batch, in_c, out_c, spatial, kernel, stride, padding)
+        plan = conv_plan_of(*dims)
         xc, wc, dyc = _cp(cupy, x), _cp(cupy, w), _cp(cupy, dy)
         fwd, _ = _torch_fns(torch, r)
         cb = torch.ops.aten.convolution_backward
         common = (list(stride), list(padding), [1] * r, False, [0] * r, 1)
         pieces = [
-            ("forward", lambda: C.conv(xc, wc, None, *args), lambda: fwd(x, w, None, stride, padding)),
-            ("bwd_input", lambda: C.conv_bwd_input(dyc, wc, *args),
+            ("forward", lambda: C.conv(xc, wc, None, plan), lambda: fwd(x, w, None, stride, padding)),
+            ("bwd_input", lambda: C.conv_bwd_input(dyc, wc, plan),
              lambda: cb(dy, x, w, None, *common, [True, False, False])),
-            ("bwd_weight", lambda: C.conv_bwd_weight(xc, dyc, *args),
+            ("bwd_weight", lambda: C.conv_bwd_weight(xc, dyc, plan),
              lambda: cb(dy, x, w, None, *common, [False, True, False])),
-            ("fwd+bwd", lambda: (C.conv(xc, wc, None, *args), C.conv_bwd_input(dyc, wc, *args),
-                                 C.conv_bwd_weight(xc, dyc, *args)),
+            ("fwd+bwd", lambda: (C.conv(xc, wc, None, plan), C.conv_bwd_input(dyc, wc, plan),
+                                 C.conv_bwd_weight(xc, dyc, plan)),
              lambda: (fwd(x, w, None, stride, padding), cb(dy, x, w, None, *common, [True, True, False]))),
         ]
         for piece, ours, theirs in pieces:

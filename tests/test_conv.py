@@ -29,6 +29,7 @@ import torchlean as tl
 import torchlean.nn.functional as TF
 from torchlean import ops
 from torchlean.kernels import cpu as cpu_backend
+from torchlean.kernels.plans import conv_plan_of
 from torchlean.contract import CONTRACTS
 from torchlean.errors import ArgumentError, ShapeError
 from torchlean.runtime import Buffer
@@ -387,10 +388,11 @@ def test_cpu_images_in_parallel_are_repeatable(monkeypatch):
     dy = rng.standard_normal(n * co * math.prod(sp)).astype(F32)
     dims = (n, ci, co, sp, kn, st, pd)
     before = CPU_PARALLEL.blas_threads()
+    plan = conv_plan_of(*dims)
 
     def run():
-        return [cpu_backend.conv(x, w, None, *dims), cpu_backend.conv_bwd_input(dy, w, *dims),
-                cpu_backend.conv_bwd_weight(x, dy, *dims)]
+        return [cpu_backend.conv(x, w, None, plan), cpu_backend.conv_bwd_input(dy, w, plan),
+                cpu_backend.conv_bwd_weight(x, dy, plan)]
 
     serial = run()
     monkeypatch.setattr(CPU_CONV, "_ND_PART_MACS", 0)
@@ -404,8 +406,8 @@ def test_cpu_images_in_parallel_are_repeatable(monkeypatch):
     assert CPU_PARALLEL.blas_found_threads() in (None, before) or before == 1
 
 
-def _bwd_input_all_phases(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
-    out = tuple((s + 2 * p - k) // t + 1 for s, k, t, p in zip(spatial, kernel, stride, padding))
+def _bwd_input_all_phases(dy, w, plan):
+    batch, in_c, out_c, spatial, kernel, stride, padding, out = plan[:8]
     dx = np.empty((batch, in_c) + tuple(spatial), F32)
     CPU_CONV._bwd_input_by_phases(dx, dy.reshape((batch, out_c) + out), w.reshape((out_c, in_c) + tuple(kernel)),
                                   kernel, stride, padding, spatial, out)
@@ -449,39 +451,39 @@ def test_cpu_stride1_backward_shortcut_steps_aside_for_inf_weights():
     w = np.ones(9, F32)
     w[0] = np.inf
     dy = np.ones(9, F32)
-    dx = cpu_backend.conv_bwd_input(dy, w, 1, 1, 1, (3, 3), (3, 3), (1, 1), (1, 1)).reshape(3, 3)
+    dx = cpu_backend.conv_bwd_input(dy, w, conv_plan_of(1, 1, 1, (3, 3), (3, 3), (1, 1), (1, 1))).reshape(3, 3)
     assert not np.isnan(dx).any(), dx
     assert np.isposinf(dx[:2, :2]).all() and dx[2, 2] == 4.0 and dx[0, 2] == 4.0 and dx[2, 0] == 4.0
 
 
 # -- the contracts catch wrong kernels -------------------------------------------------------------
-def _flipped_conv(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding):
+def _flipped_conv(x, w, b, plan):
     """A true convolution (kernel flipped): the classic mix-up with cross-correlation."""
-    wf = w.reshape((out_c, in_c, -1))[:, :, ::-1].copy().reshape(-1)
-    return CPU_CONV.conv(x, wf, b, batch, in_c, out_c, spatial, kernel, stride, padding)
+    wf = w.reshape((plan.out_c, plan.in_c, -1))[:, :, ::-1].copy().reshape(-1)
+    return CPU_CONV.conv(x, wf, b, plan)
 
 
-def _conv_without_bias(x, w, b, *dims):
-    return CPU_CONV.conv(x, w, None, *dims)
+def _conv_without_bias(x, w, b, plan):
+    return CPU_CONV.conv(x, w, None, plan)
 
 
-def _bwd_input_forward_padding(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
+def _bwd_input_forward_padding(dy, w, plan):
     """The stride-1 shortcut without its finite-weight guard (NaN from padded zeros times inf)."""
+    batch, in_c, out_c, spatial, kernel, stride, padding, out = plan[:8]
     w3 = w.reshape(out_c, in_c, -1)
     wt = np.ascontiguousarray(w3[:, :, ::-1].transpose(1, 0, 2)).reshape(-1)
     pads = tuple(k - 1 - p for k, p in zip(kernel, padding))
-    return CPU_CONV.conv(dy, wt, None, batch, out_c, in_c, tuple(
-        (s + 2 * p - k) // t + 1 for s, k, t, p in zip(spatial, kernel, stride, padding)), kernel, stride, pads)
+    return CPU_CONV.conv(dy, wt, None, conv_plan_of(batch, out_c, in_c, out, kernel, stride, pads))
 
 
-def _bwd_weight_fp16(x, dy, *dims):
-    return CPU_CONV.conv_bwd_weight(x.astype(np.float16).astype(F32), dy, *dims)
+def _bwd_weight_fp16(x, dy, plan):
+    return CPU_CONV.conv_bwd_weight(x.astype(np.float16).astype(F32), dy, plan)
 
 
-def _transpose_channels_swapped(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, output_padding):
+def _transpose_channels_swapped(x, w, b, plan):
     """Reads the transposed layout (in_c, out_c, *kernel) as if it were conv's (out_c, in_c, *kernel)."""
-    ws = np.ascontiguousarray(w.reshape(in_c, out_c, -1).transpose(1, 0, 2)).reshape(-1)
-    return CPU_CONV.conv_transpose(x, ws, b, batch, in_c, out_c, spatial, kernel, stride, padding, output_padding)
+    ws = np.ascontiguousarray(w.reshape(plan.in_c, plan.out_c, -1).transpose(1, 0, 2)).reshape(-1)
+    return CPU_CONV.conv_transpose(x, ws, b, plan)
 
 
 _R = np.random.default_rng(17)
@@ -654,8 +656,9 @@ def test_cpu_fast_2d_path_same_bits_for_any_thread_count(monkeypatch):
     monkeypatch.setattr(CPU_CONV, "_GROUP_IMAGES", 2)
 
     def run():
-        return [cpu_backend.conv(x, w, b, *dims).tobytes(), cpu_backend.conv_bwd_input(dy, w, *dims).tobytes(),
-                cpu_backend.conv_bwd_weight(x, dy, *dims).tobytes()]
+        plan = conv_plan_of(*dims)
+        return [cpu_backend.conv(x, w, b, plan).tobytes(), cpu_backend.conv_bwd_input(dy, w, plan).tobytes(),
+                cpu_backend.conv_bwd_weight(x, dy, plan).tobytes()]
 
     monkeypatch.setattr(CPU_CONV, "_PART_MACS", 1 << 60)
     serial = run()
@@ -700,8 +703,9 @@ def test_cpu_fast_2d_path_on_numba_threads_gives_the_matmul_bits(monkeypatch, co
         monkeypatch.setattr(CPU_CONV, name, spy)
 
     def run(x, w, b, dy, dims):
-        return [cpu_backend.conv(x, w, b, *dims).tobytes(), cpu_backend.conv(x, w, None, *dims).tobytes(),
-                cpu_backend.conv_bwd_input(dy, w, *dims).tobytes(), cpu_backend.conv_bwd_weight(x, dy, *dims).tobytes()]
+        plan = conv_plan_of(*dims)
+        return [cpu_backend.conv(x, w, b, plan).tobytes(), cpu_backend.conv(x, w, None, plan).tobytes(),
+                cpu_backend.conv_bwd_input(dy, w, plan).tobytes(), cpu_backend.conv_bwd_weight(x, dy, plan).tobytes()]
 
     for i, geom in enumerate(_OMP_GEOMS):
         x, w, dy, b, dims, _ = _fast_case(np.random.default_rng(100 + i), geom)
@@ -805,8 +809,9 @@ def test_cpu_conv_runs_on_numbas_threads_only(monkeypatch, geom):
     x, w, dy, b, dims, _ = _fast_case(np.random.default_rng(31), geom)
 
     def run():
-        return [cpu_backend.conv(x, w, b, *dims), cpu_backend.conv_bwd_input(dy, w, *dims),
-                cpu_backend.conv_bwd_weight(x, dy, *dims)]
+        plan = conv_plan_of(*dims)
+        return [cpu_backend.conv(x, w, b, plan), cpu_backend.conv_bwd_input(dy, w, plan),
+                cpu_backend.conv_bwd_weight(x, dy, plan)]
 
     one = run()
     before = set(threading.enumerate())
@@ -1044,7 +1049,7 @@ def test_conv_bwd_input_visits_only_the_phases_that_hold_taps(monkeypatch):
     # stride 2**16 + 1 > kernel 3, padding < kernel (so the geometry is not gathered first)
     dy = rng.standard_normal(1 * 2 * 1).astype(F32)
     w = rng.standard_normal(2 * 2 * 3).astype(F32)
-    dx = cpu_backend.conv_bwd_input(dy, w, 1, 2, 2, (5,), (3,), (2**16 + 1,), (1,))
+    dx = cpu_backend.conv_bwd_input(dy, w, conv_plan_of(1, 2, 2, (5,), (3,), (2**16 + 1,), (1,)))
     assert len(calls) <= 3
     ref = np.zeros((2, 5))
     for c in range(2):

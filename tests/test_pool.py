@@ -26,6 +26,7 @@ import torchlean as tl
 import torchlean.nn.functional as TF
 from torchlean import ops, spec
 from torchlean.kernels import cpu as cpu_backend
+from torchlean.kernels.plans import pool_plan_of
 from torchlean.contract import CONTRACTS
 from torchlean.errors import ArgumentError, BufferReleasedError, DTypeError, ShapeError
 from torchlean.runtime import Buffer
@@ -436,7 +437,8 @@ def _last_max_winners(x, planes, sp, k, s, p):
     return win
 
 
-def _fake_max_bwd_last_tie(x, dy, planes, sp, k, s, p):
+def _fake_max_bwd_last_tie(x, dy, plan):
+    planes, sp, k, s, p = plan[:5]
     win = _last_max_winners(x, planes, sp, k, s, p)
     dx = np.zeros((planes, x.size // max(planes, 1)), F32)
     for pl in range(planes):
@@ -446,19 +448,22 @@ def _fake_max_bwd_last_tie(x, dy, planes, sp, k, s, p):
     return dx.reshape(-1)
 
 
-def _fake_max_fmax(x, planes, sp, k, s, p):
+def _fake_max_fmax(x, plan):
+    planes, sp, k, s, p = plan[:5]
     table = spec.pool.window_table(sp, k, s, p)
     vals = np.where(table >= 0, x.reshape(planes, -1)[:, np.maximum(table, 0)], -np.inf)
     return np.fmax.reduce(vals, axis=2).astype(F32).reshape(-1)
 
 
-def _fake_avg_valid_count(x, planes, sp, k, s, p):
+def _fake_avg_valid_count(x, plan):
+    planes, sp, k, s, p = plan[:5]
     table = spec.pool.window_table(sp, k, s, p)
     vals = np.where(table >= 0, x.reshape(planes, -1)[:, np.maximum(table, 0)], 0.0)
     return (vals.sum(axis=2) / np.maximum((table >= 0).sum(axis=1), 1)).astype(F32).reshape(-1)
 
 
-def _fake_smooth_ignoring_padding(x, planes, sp, k, s, p, beta):
+def _fake_smooth_ignoring_padding(x, plan, beta):
+    planes, sp, k, s, p = plan[:5]
     table = spec.pool.window_table(sp, k, s, p)
     v = np.where(table >= 0, beta * x.reshape(planes, -1).astype(np.float64)[:, np.maximum(table, 0)], -np.inf)
     m = v.max(axis=2, keepdims=True)
@@ -526,8 +531,9 @@ def test_cpu_max_pool_2x2_stride_2(monkeypatch, spatial, parallel):
     for name, args in [("max_pool", [x, *geo]), ("max_pool_bwd", [x, dy, *geo])]:
         verdict = run_case(TABLE[name], args, "cpu")[0]
         assert verdict.ok, f"{name} {spatial}: {verdict.detail}"
-    assert cpu_backend.max_pool_bwd(x, dy, *geo).tobytes() == cpu_pool._bwd(0, x, cpu_pool._EMPTY, dy, *geo).tobytes()
-    assert cpu_backend.max_pool(x, *geo).tobytes() == cpu_pool._fwd(0, x, *geo).tobytes()
+    plan = pool_plan_of(*geo)
+    assert cpu_backend.max_pool_bwd(x, dy, plan).tobytes() == cpu_pool._bwd(0, x, cpu_pool._EMPTY, dy, *geo).tobytes()
+    assert cpu_backend.max_pool(x, plan).tobytes() == cpu_pool._fwd(0, x, *geo).tobytes()
 
 
 @pytest.mark.parametrize("spatial", [(4, 6), (7, 10), (3, 2), (16, 16), (9, 8)])

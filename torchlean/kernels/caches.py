@@ -4,16 +4,20 @@ Every such cache is bounded, reports its bytes to the allocator telemetry (``cac
 ``allocator_stats``: its arrays are no Buffer's, so live bytes never see them) and is emptied by
 ``collect_allocator(True)``. A cache registers once, under its backend's name ("cpu" or "cuda");
 the backend's ``cached_bytes()`` and ``collect(True)`` go through ``held_bytes`` and ``clear``.
-Small caches of Python shape tuples stay plain ``lru_cache``s.
+
+Memos of results computed from shapes (plans, launch data, device geometry) are ``memo``s: one
+bounded least-recently-used mechanism for the whole package, whose statistics ``stats()`` reports
+and ``clear_memos()`` resets.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from typing import Any, Callable, Hashable
 
-__all__ = ["ByteLRU", "register", "register_table", "held_bytes", "clear"]
+__all__ = ["ByteLRU", "register", "register_table", "held_bytes", "clear", "memo", "stats", "clear_memos"]
 
 _registry: dict[str, list[tuple[Callable[[Any], int], Callable[[], int]]]] = {}
 
@@ -100,3 +104,68 @@ class ByteLRU:
             freed, self._bytes = self._bytes, 0
             self._items.clear()
         return freed
+
+
+# -- memos -------------------------------------------------------------------------------------------
+class _Memo:
+    """The bookkeeping of one memo: its lru_cache and how many of its misses raised (those keep no
+    entry, so they are no evictions)."""
+
+    __slots__ = ("cached", "failures")
+
+    def __init__(self, cached: Any) -> None:
+        self.cached, self.failures = cached, 0
+
+    def stats(self) -> dict[str, int | None]:
+        info = self.cached.cache_info()
+        return {"hits": info.hits, "misses": info.misses, "entries": info.currsize, "maxsize": info.maxsize,
+                "evictions": info.misses - self.failures - info.currsize}
+
+    def clear(self) -> int:
+        entries = self.cached.cache_info().currsize
+        self.cached.cache_clear()  # (resets its counts too)
+        self.failures = 0
+        return entries
+
+
+_memos: dict[str, _Memo] = {}
+
+
+def memo(name: str, maxsize: int, backend: str | None = None, entry_bytes: int = 0) -> Callable[[Callable], Callable]:
+    """Decorator: remember the results of ``fn`` (hashable arguments) for its ``maxsize`` most
+    recently used argument tuples, under ``name`` in ``stats()``. Only returned results are kept:
+    a call that raises raises again the next time. The wrapper is functools' C ``lru_cache``, so a
+    hit costs what an lru_cache hit costs; only a miss runs Python bookkeeping.
+
+    A memo whose values hold memory (device arrays, ``entry_bytes`` each) names its ``backend``: it
+    then counts into that backend's cached bytes and ``collect(True)`` empties it."""
+    def wrap(fn: Callable) -> Callable:
+        record: _Memo
+
+        @functools.wraps(fn)
+        def compute(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except BaseException:
+                record.failures += 1
+                raise
+
+        cached = functools.lru_cache(maxsize=maxsize)(compute)
+        record = _memos[name] = _Memo(cached)
+        if backend is not None:
+            register(backend, lambda device=None: cached.cache_info().currsize * entry_bytes,
+                     lambda: record.clear() * entry_bytes)
+        return cached
+
+    return wrap
+
+
+def stats() -> dict[str, dict[str, int | None]]:
+    """name -> {hits, misses, evictions, entries, maxsize} of every memo (counted since its last
+    clear)."""
+    return {name: m.stats() for name, m in _memos.items()}
+
+
+def clear_memos() -> int:
+    """Empty every memo (and reset its counts); the number of entries dropped."""
+    return sum(m.clear() for m in list(_memos.values()))

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import math
 import numbers
-from functools import lru_cache
 from typing import Any
 
 from .. import autograd
 from .._validate import MAX_FLOAT_ELEMENTS
 from ..errors import ArgumentError, DTypeError, ShapeError
+from ..kernels.caches import memo
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
+from ..runtime.primitives_conv import (conv_plan, conv_transpose_plan, run_conv, run_conv_bwd_input,
+                                       run_conv_bwd_weight, run_conv_transpose)
 from ._base import Tensor, new, operand, plain_ints, same_device
 
 _U32_MAX = 2**32 - 1  # stride, padding and output_padding reach the primitives as uint32 dims
@@ -112,8 +114,8 @@ def _check_bias(op: str, b_shape: tuple | None, out_c: int) -> None:
 def _geometry(op: str, x_shape: tuple, w_shape: tuple, b_shape: tuple | None, stride: Any, padding: Any,
               output_padding: Any, transposed: bool) -> tuple:
     """Every check of conv_nd (transposed=False) or conv_transpose_nd on the shapes and arguments, in
-    their order, and what they give: (batch, in_c, out_c, spatial, kernel, unbatched, st, pd, opd,
-    out, y_shape); opd is None for conv_nd."""
+    their order, and what they give: (plan, y_shape), the runtime's checked plan of the call (a
+    ConvPlan, or a ConvTransposePlan) and the output's shape."""
     rank = len(w_shape) - 2
     if rank < 1:
         wdesc = "(in_channels, out_channels, *kernel)" if transposed else "(out_channels, in_channels, *kernel)"
@@ -141,19 +143,22 @@ def _geometry(op: str, x_shape: tuple, w_shape: tuple, b_shape: tuple | None, st
     if n_out > MAX_FLOAT_ELEMENTS:  # one float32 buffer holds at most 2**32 - 1 elements (the seed's uint32)
         raise ShapeError(f"{op}: the output would have shape {y_shape} = {n_out} elements, more than a tensor can "
                          f"hold (2**32 - 1)")
-    return batch, in_c, out_c, spatial, kernel, unbatched, st, pd, opd, out, y_shape
+    # (the plan's own checks name the primitive, as a direct call of it would)
+    if transposed:
+        return conv_transpose_plan("conv_transpose", batch, in_c, out_c, spatial, kernel, st, pd, opd), y_shape
+    return conv_plan("conv", batch, in_c, out_c, spatial, kernel, st, pd), y_shape
 
 
-# A module calls its conv with the same shapes and arguments on every step: those are checked once
-# (only successful checks are cached: lru_cache keeps no exception). Tensor shapes are tuples of
-# ints; stride / padding / output_padding join the key only as a plain int or a tuple of plain ints
-# (a bool would share 1's entry and must still be refused; a list is unhashable).
-_geometry_cached = lru_cache(maxsize=1024)(_geometry)
+# A module calls its conv with the same shapes and arguments on every step: those are checked, and
+# the plan built, once (only successful checks are kept). Tensor shapes are tuples of ints; stride /
+# padding / output_padding join the key only as a plain int or a tuple of plain ints (a bool would
+# share 1's entry and must still be refused; a list is unhashable).
+_geometry_memo = memo("ops.conv.geometry", 1024)(_geometry)
 
 
 def _checked_geometry(op: str, x: Tensor, w: Tensor, b: Tensor | None, stride: Any, padding: Any,
                       output_padding: Any, transposed: bool) -> tuple:
-    geometry = _geometry_cached if plain_ints(stride) and plain_ints(padding) and (
+    geometry = _geometry_memo if plain_ints(stride) and plain_ints(padding) and (
         output_padding is None or plain_ints(output_padding)) else _geometry
     return geometry(op, x._shape, w._shape, None if b is None else b._shape, stride, padding, output_padding,
                     transposed)
@@ -190,20 +195,18 @@ def conv_nd(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any =
 def _conv(op: str, x: Tensor, weight: Tensor, bias: Any, stride: Any, padding: Any) -> Tensor:
     """conv_nd once its input and weight are float tensors."""
     bias = None if bias is None else _tensor(op, "bias", bias, x)
-    batch, in_c, out_c, spatial, kernel, unbatched, st, pd, _, out, shape = _checked_geometry(
-        op, x, weight, bias, stride, padding, None, False)
+    plan, shape = _checked_geometry(op, x, weight, bias, stride, padding, None, False)
     parents = _parents(op, x, weight, bias)
     xb, wb = x._buf, weight._buf  # float tensors (_tensor)
     bb = None if bias is None else bias._buf
-    dims = (batch, in_c, out_c, spatial, kernel, st, pd)
-    yb = P.conv(xb, wb, bb, *dims)
+    yb = run_conv(plan, xb, wb, bb)
 
     def vjp(g: Buffer):
-        dx = P.conv_bwd_input(g, wb, *dims) if x.requires_grad else None
-        dw = P.conv_bwd_weight(xb, g, *dims) if weight.requires_grad else None
+        dx = run_conv_bwd_input(plan, g, wb) if x.requires_grad else None
+        dw = run_conv_bwd_weight(plan, xb, g) if weight.requires_grad else None
         if bias is None:
             return dx, dw
-        return dx, dw, (_bias_grad(g, batch, out_c, math.prod(out)) if bias.requires_grad else None)
+        return dx, dw, (_bias_grad(g, plan.batch, plan.out_c, math.prod(plan.out)) if bias.requires_grad else None)
 
     return autograd.record(op, new(yb, shape), parents, vjp)
 
@@ -223,21 +226,20 @@ def _conv_transpose(op: str, x: Tensor, weight: Tensor, bias: Any, stride: Any, 
                     output_padding: Any) -> Tensor:
     """conv_transpose_nd once its input and weight are float tensors."""
     bias = None if bias is None else _tensor(op, "bias", bias, x)
-    batch, in_c, out_c, spatial, kernel, unbatched, st, pd, opd, out, shape = _checked_geometry(
-        op, x, weight, bias, stride, padding, output_padding, True)
+    plan, shape = _checked_geometry(op, x, weight, bias, stride, padding, output_padding, True)
     parents = _parents(op, x, weight, bias)
     xb, wb = x._buf, weight._buf  # float tensors (_tensor)
     bb = None if bias is None else bias._buf
-    yb = P.conv_transpose(xb, wb, bb, batch, in_c, out_c, spatial, kernel, st, pd, opd)
+    yb = run_conv_transpose(plan, xb, wb, bb)
 
     def vjp(g: Buffer):
-        # y = A^T x with A the conv from out_c to in_c channels over `out` with this weight, so
-        # dx = A g (a conv of g) and dw = the weight gradient of that conv with g as its input.
-        dx = P.conv(g, wb, None, batch, out_c, in_c, out, kernel, st, pd) if x.requires_grad else None
-        dw = P.conv_bwd_weight(g, xb, batch, out_c, in_c, out, kernel, st, pd) if weight.requires_grad else None
+        # y = A^T x with A the plan's adjoint conv (out_c to in_c channels over `out`, this weight),
+        # so dx = A g (a conv of g) and dw = the weight gradient of that conv with g as its input.
+        dx = run_conv(plan.adjoint, g, wb, None) if x.requires_grad else None
+        dw = run_conv_bwd_weight(plan.adjoint, g, xb) if weight.requires_grad else None
         if bias is None:
             return dx, dw
-        return dx, dw, (_bias_grad(g, batch, out_c, math.prod(out)) if bias.requires_grad else None)
+        return dx, dw, (_bias_grad(g, plan.batch, plan.out_c, math.prod(plan.out)) if bias.requires_grad else None)
 
     return autograd.record(op, new(yb, shape), parents, vjp)
 

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import math
 import numbers
-from functools import lru_cache
 from typing import Any, Sequence
 
 from .. import autograd
 from ..errors import ArgumentError, DTypeError, ShapeError
-from ..runtime import primitives as P
+from ..kernels.caches import memo
 from ..runtime.buffer import Buffer
 from ..runtime.checks import check_scalar
+from ..runtime.primitives_pool import (pool_plan, run_avg_pool, run_avg_pool_bwd, run_max_pool, run_max_pool_bwd,
+                                       run_smooth_max_pool, run_smooth_max_pool_bwd)
 from ._base import Tensor, fbuf, new, plain_ints
 
 __all__ = ["max_pool_nd", "avg_pool_nd", "smooth_max_pool_nd",
@@ -65,15 +66,15 @@ def _geometry_checked(op: str, r: int, kernel_size: Any, stride: Any, padding: A
     return k, s, p
 
 
-# A module pools with the same arguments on every call: they are checked once (lru_cache keeps
-# no exception, so only successful checks are cached; the key holds only plain ints, None and op).
-_geometry_cached = lru_cache(maxsize=1024)(_geometry_checked)
+# A module pools with the same arguments on every call: they are checked once (only successful
+# checks are kept; the key holds only plain ints, None and op).
+_geometry_memo = memo("ops.pool.arguments", 1024)(_geometry_checked)
 
 
 def _geometry(op: str, r: int, kernel_size: Any, stride: Any, padding: Any):
     """(kernel, stride, padding) as tuples of r ints, each checked (stride None: the kernel)."""
     if plain_ints(kernel_size) and (stride is None or plain_ints(stride)) and plain_ints(padding):
-        return _geometry_cached(op, r, kernel_size, stride, padding)
+        return _geometry_memo(op, r, kernel_size, stride, padding)
     return _geometry_checked(op, r, kernel_size, stride, padding)
 
 
@@ -84,18 +85,18 @@ def _rank_of(op: str, kernel_size: Any) -> int:
     return len(kernel_size)
 
 
-def _layout(op: str, x: Any, r: int, k, s, p):
-    """(x, lead dims, planes, spatial, out) for x (N, C, *spatial) or (C, *spatial)."""
+def _layout(op: str, prim: str, x: Any, r: int, k, s, p):
+    """(x, output shape, plan of the primitive ``prim``) for x (N, C, *spatial) or (C, *spatial)."""
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op}: argument input must be a Tensor, got {type(x).__name__}")
     # k, s, p are tuples of ints (_geometry) and a tensor's shape is a tuple of ints: the shape
-    # arithmetic below is done once per (shape, geometry)
-    return (x,) + _shape_layout(op, x._shape, r, k, s, p)
+    # arithmetic and the plan are made once per (shape, geometry)
+    return (x,) + _shape_layout(op, prim, x._shape, r, k, s, p)
 
 
-@lru_cache(maxsize=1024)
-def _shape_layout(op: str, shape: tuple, r: int, k, s, p):
-    """(lead dims, planes, spatial, out) of an input of this shape (errors: never cached)."""
+@memo("ops.pool.layout", 1024)
+def _shape_layout(op: str, prim: str, shape: tuple, r: int, k, s, p):
+    """(output shape, plan) of an input of this shape (the plan's own checks name ``prim``)."""
     if len(shape) not in (r + 1, r + 2):
         raise ShapeError(f"{op}: expected a {r + 1}-D (C, *spatial) or {r + 2}-D (N, C, *spatial) input for "
                          f"{r} pooled axes, got shape {tuple(shape)}")
@@ -108,25 +109,25 @@ def _shape_layout(op: str, shape: tuple, r: int, k, s, p):
             raise ShapeError(f"{op}: input spatial size {spatial} (plus padding {p}) is smaller than kernel_size {k} "
                              f"on axis {i}: the output would be empty")
         out.append((span - k[i]) // s[i] + 1)
-    return lead, math.prod(lead), spatial, tuple(out)
+    return lead + tuple(out), pool_plan(prim, math.prod(lead), spatial, k, s, p)
 
 
 # -- tape ops --------------------------------------------------------------------------------------
 def _max_pool(op: str, x: Tensor, r: int, k, s, p) -> Tensor:
-    x, lead, planes, spatial, out = _layout(op, x, r, k, s, p)
+    x, shape, plan = _layout(op, "max_pool", x, r, k, s, p)
     xb = fbuf(op, x)
-    y = new(P.max_pool(xb, planes, spatial, k, s, p), lead + out)
+    y = new(run_max_pool(plan, xb), shape)
 
     def vjp(g: Buffer):
-        return (P.max_pool_bwd(xb, g, planes, spatial, k, s, p),)
+        return (run_max_pool_bwd(plan, xb, g),)
 
     return autograd.record(op, y, (x,), vjp)
 
 
 def _avg_pool(op: str, x: Tensor, r: int, k, s, p) -> Tensor:
-    x, lead, planes, spatial, out = _layout(op, x, r, k, s, p)
-    y = new(P.avg_pool(fbuf(op, x), planes, spatial, k, s, p), lead + out)
-    return autograd.record(op, y, (x,), lambda g: (P.avg_pool_bwd(g, planes, spatial, k, s, p),))
+    x, shape, plan = _layout(op, "avg_pool", x, r, k, s, p)
+    y = new(run_avg_pool(plan, fbuf(op, x)), shape)
+    return autograd.record(op, y, (x,), lambda g: (run_avg_pool_bwd(plan, g),))
 
 
 def _beta(op: str, beta: Any) -> float:
@@ -138,13 +139,13 @@ def _beta(op: str, beta: Any) -> float:
 
 def _smooth_max_pool(op: str, x: Tensor, r: int, k, s, p, beta: Any) -> Tensor:
     b = _beta(op, beta)
-    x, lead, planes, spatial, out = _layout(op, x, r, k, s, p)
+    x, shape, plan = _layout(op, "smooth_max_pool", x, r, k, s, p)
     xb = fbuf(op, x)
-    yb = P.smooth_max_pool(xb, planes, spatial, k, s, p, b)
-    y = new(yb, lead + out)
+    yb = run_smooth_max_pool(plan, xb, b)
+    y = new(yb, shape)
 
     def vjp(g: Buffer):
-        return (P.smooth_max_pool_bwd(xb, yb, g, planes, spatial, k, s, p, b),)
+        return (run_smooth_max_pool_bwd(plan, xb, yb, g, b),)
 
     return autograd.record(op, y, (x,), vjp)
 

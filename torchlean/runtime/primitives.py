@@ -7,10 +7,10 @@ inputs' backend and wraps the result in a new Buffer. Inputs are never modified.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any, Sequence
 
 from ..errors import ArgumentError, AxisError, ShapeError
+from ..kernels.caches import memo
 from .buffer import Buffer, check_buffer, same_device, wrap
 from .checks import (
     U32_LIMIT,
@@ -52,99 +52,200 @@ __all__ = [
 
 
 # -- elementwise -------------------------------------------------------------------------
-def _unary(name: str, doc: str):
-    def prim(x: Buffer) -> Buffer:
-        if type(x) is not Buffer or x._data is None:
-            check_buffer(name, "x", x)
-        ctx = x._ctx
-        return wrap(ctx, run_allocating(name, ctx, x.size, getattr(ctx.backend, name), x._data))
-
-    prim.__name__ = prim.__qualname__ = name
-    prim.__doc__ = doc
-    return prim
-
-
-def _binary(name: str, a_name: str, b_name: str, doc: str):
-    def prim(a: Buffer, b: Buffer) -> Buffer:
-        # The hot path of every tape op: the full checks run only when a cheap test fails.
-        if type(a) is not Buffer or type(b) is not Buffer or a._data is None or b._data is None:
-            check_buffer(name, a_name, a)
-            check_buffer(name, b_name, b)
-        ctx = a._ctx
-        if b._ctx is not ctx:
-            same_device(name, **{a_name: a, b_name: b})
-        if a._nbytes != b._nbytes:
-            raise ShapeError(f"{name}: expected {a_name} and {b_name} of equal size, got {a.size} and {b.size}")
-        return wrap(ctx, run_allocating(name, ctx, a.size, getattr(ctx.backend, name), a._data, b._data))
-
-    prim.__name__ = prim.__qualname__ = name
-    prim.__doc__ = doc
-    return prim
-
-
-abs = _unary("abs", "|x|.")
-sqrt = _unary("sqrt", "sqrt(x); NaN for x < 0.")
-exp = _unary("exp", "e**x.")
-log = _unary("log", "ln(x); -inf at 0, NaN below.")
-inv = _unary("inv", "1/x.")
-relu = _unary("relu", "max(x, 0); NaN propagates.")
-copy = _unary("copy", "A new buffer with the same contents.")
-sigmoid = _unary("sigmoid", "1/(1+e**-x), evaluated without overflow.")
-tanh = _unary("tanh", "tanh(x); never NaN for large |x|.")
-softplus = _unary("softplus", "max(x,0) + log1p(exp(-|x|)).")
-safe_log = _unary("safe_log", "log(softplus(x) + 1e-6).")
-
-abs_bwd = _binary("abs_bwd", "x", "dy", "dx = sign(x) * dy with sign(0) = 0.")
-sqrt_bwd = _binary("sqrt_bwd", "x", "dy", "dx = dy / (2 sqrt(x)) for x > 0, else 0.")
-relu_bwd = _binary("relu_bwd", "x", "dy", "dx = dy where x > 0, else 0.")
-sigmoid_bwd = _binary("sigmoid_bwd", "y", "dy", "dx = dy * y * (1 - y), from the output y.")
-tanh_bwd = _binary("tanh_bwd", "y", "dy", "dx = dy * (1 - y**2), from the output y.")
-softplus_bwd = _binary("softplus_bwd", "x", "dy", "dx = dy * sigmoid(x).")
-safe_log_bwd = _binary("safe_log_bwd", "x", "dy", "dx = dy * sigmoid(x) / (softplus(x) + 1e-6).")
-max = _binary("max", "a", "b", "Elementwise fmax: a NaN loses to a number.")
-min = _binary("min", "a", "b", "Elementwise fmin: a NaN loses to a number.")
-div = _binary("div", "a", "b", "a / b (IEEE: x/0 = +-inf, 0/0 = NaN).")
-add = _binary("add", "a", "b", "a + b.")
-sub = _binary("sub", "a", "b", "a - b.")
-mul = _binary("mul", "a", "b", "a * b.")
-
-
-def _pair_bwd(name: str, doc: str):
-    def prim(a: Buffer, b: Buffer, dy: Buffer) -> tuple[Buffer, Buffer]:
-        for n_, v in (("a", a), ("b", b), ("dy", dy)):
-            check_buffer(name, n_, v)
-        ctx = same_device(name, a=a, b=b, dy=dy)
-        if not (a.size == b.size == dy.size):
-            raise ShapeError(f"{name}: expected a, b, dy of equal size, got {a.size}, {b.size}, {dy.size}")
-        da, db = run_allocating(name, ctx, 2 * a.size, getattr(ctx.backend, name), a._data, b._data, dy._data)
-        return wrap(ctx, da), wrap(ctx, db)
-
-    prim.__name__ = prim.__qualname__ = name
-    prim.__doc__ = doc
-    return prim
-
-
-max_bwd = _pair_bwd("max_bwd", "(da, db): the strict winner of max gets dy; a tie splits it 0.5/0.5.")
-min_bwd = _pair_bwd("min_bwd", "(da, db): the strict winner of min gets dy; a tie splits it 0.5/0.5.")
-
-
-def _scalar_op(name: str, scalar_names: Sequence[str], doc: str):
-    def prim(x: Buffer, *scalars: Any) -> Buffer:
+def _unary(name: str, x: Buffer) -> Buffer:
+    if type(x) is not Buffer or x._data is None:
         check_buffer(name, "x", x)
-        if len(scalars) != len(scalar_names):
-            raise ArgumentError(f"{name}: expected scalars {', '.join(scalar_names)}, got {len(scalars)} values")
-        vals = [check_scalar(name, n_, v) for n_, v in zip(scalar_names, scalars)]
-        ctx = x._ctx
-        return wrap(ctx, run_allocating(name, ctx, x.size, getattr(ctx.backend, name), x._data, *vals))
-
-    prim.__name__ = prim.__qualname__ = name
-    prim.__doc__ = doc
-    return prim
+    ctx = x._ctx
+    return wrap(ctx, run_allocating(name, ctx, x.size, getattr(ctx.backend, name), x._data))
 
 
-scale = _scalar_op("scale", ("c",), "scale(x, c) = c * x, c rounded to float32.")
-add_scalar = _scalar_op("add_scalar", ("c",), "add_scalar(x, c) = x + c, c rounded to float32.")
-clamp = _scalar_op("clamp", ("lo", "hi"), "clamp(x, lo, hi) = min(max(x, lo), hi); NaN propagates.")
+def _binary(name: str, a_name: str, b_name: str, a: Buffer, b: Buffer) -> Buffer:
+    # The hot path of every tape op: the full checks run only when a cheap test fails.
+    if type(a) is not Buffer or type(b) is not Buffer or a._data is None or b._data is None:
+        check_buffer(name, a_name, a)
+        check_buffer(name, b_name, b)
+    ctx = a._ctx
+    if b._ctx is not ctx:
+        same_device(name, **{a_name: a, b_name: b})
+    if a._nbytes != b._nbytes:
+        raise ShapeError(f"{name}: expected {a_name} and {b_name} of equal size, got {a.size} and {b.size}")
+    return wrap(ctx, run_allocating(name, ctx, a.size, getattr(ctx.backend, name), a._data, b._data))
+
+
+def abs(x: Buffer) -> Buffer:
+    """|x|."""
+    return _unary("abs", x)
+
+
+def sqrt(x: Buffer) -> Buffer:
+    """sqrt(x); NaN for x < 0."""
+    return _unary("sqrt", x)
+
+
+def exp(x: Buffer) -> Buffer:
+    """e**x."""
+    return _unary("exp", x)
+
+
+def log(x: Buffer) -> Buffer:
+    """ln(x); -inf at 0, NaN below."""
+    return _unary("log", x)
+
+
+def inv(x: Buffer) -> Buffer:
+    """1/x."""
+    return _unary("inv", x)
+
+
+def relu(x: Buffer) -> Buffer:
+    """max(x, 0); NaN propagates."""
+    return _unary("relu", x)
+
+
+def copy(x: Buffer) -> Buffer:
+    """A new buffer with the same contents."""
+    return _unary("copy", x)
+
+
+def sigmoid(x: Buffer) -> Buffer:
+    """1/(1+e**-x), evaluated without overflow."""
+    return _unary("sigmoid", x)
+
+
+def tanh(x: Buffer) -> Buffer:
+    """tanh(x); never NaN for large |x|."""
+    return _unary("tanh", x)
+
+
+def softplus(x: Buffer) -> Buffer:
+    """max(x,0) + log1p(exp(-|x|))."""
+    return _unary("softplus", x)
+
+
+def safe_log(x: Buffer) -> Buffer:
+    """log(softplus(x) + 1e-6)."""
+    return _unary("safe_log", x)
+
+
+def abs_bwd(x: Buffer, dy: Buffer) -> Buffer:
+    """dx = sign(x) * dy with sign(0) = 0."""
+    return _binary("abs_bwd", "x", "dy", x, dy)
+
+
+def sqrt_bwd(x: Buffer, dy: Buffer) -> Buffer:
+    """dx = dy / (2 sqrt(x)) for x > 0, else 0."""
+    return _binary("sqrt_bwd", "x", "dy", x, dy)
+
+
+def relu_bwd(x: Buffer, dy: Buffer) -> Buffer:
+    """dx = dy where x > 0, else 0."""
+    return _binary("relu_bwd", "x", "dy", x, dy)
+
+
+def sigmoid_bwd(y: Buffer, dy: Buffer) -> Buffer:
+    """dx = dy * y * (1 - y), from the output y."""
+    return _binary("sigmoid_bwd", "y", "dy", y, dy)
+
+
+def tanh_bwd(y: Buffer, dy: Buffer) -> Buffer:
+    """dx = dy * (1 - y**2), from the output y."""
+    return _binary("tanh_bwd", "y", "dy", y, dy)
+
+
+def softplus_bwd(x: Buffer, dy: Buffer) -> Buffer:
+    """dx = dy * sigmoid(x)."""
+    return _binary("softplus_bwd", "x", "dy", x, dy)
+
+
+def safe_log_bwd(x: Buffer, dy: Buffer) -> Buffer:
+    """dx = dy * sigmoid(x) / (softplus(x) + 1e-6)."""
+    return _binary("safe_log_bwd", "x", "dy", x, dy)
+
+
+def max(a: Buffer, b: Buffer) -> Buffer:
+    """Elementwise fmax: a NaN loses to a number."""
+    return _binary("max", "a", "b", a, b)
+
+
+def min(a: Buffer, b: Buffer) -> Buffer:
+    """Elementwise fmin: a NaN loses to a number."""
+    return _binary("min", "a", "b", a, b)
+
+
+def div(a: Buffer, b: Buffer) -> Buffer:
+    """a / b (IEEE: x/0 = +-inf, 0/0 = NaN)."""
+    return _binary("div", "a", "b", a, b)
+
+
+def add(a: Buffer, b: Buffer) -> Buffer:
+    """a + b."""
+    return _binary("add", "a", "b", a, b)
+
+
+def sub(a: Buffer, b: Buffer) -> Buffer:
+    """a - b."""
+    return _binary("sub", "a", "b", a, b)
+
+
+def mul(a: Buffer, b: Buffer) -> Buffer:
+    """a * b."""
+    return _binary("mul", "a", "b", a, b)
+
+
+def _pair_bwd(name: str, a: Buffer, b: Buffer, dy: Buffer) -> tuple[Buffer, Buffer]:
+    for n_, v in (("a", a), ("b", b), ("dy", dy)):
+        check_buffer(name, n_, v)
+    ctx = same_device(name, a=a, b=b, dy=dy)
+    if not (a.size == b.size == dy.size):
+        raise ShapeError(f"{name}: expected a, b, dy of equal size, got {a.size}, {b.size}, {dy.size}")
+    da, db = run_allocating(name, ctx, 2 * a.size, getattr(ctx.backend, name), a._data, b._data, dy._data)
+    return wrap(ctx, da), wrap(ctx, db)
+
+
+def max_bwd(a: Buffer, b: Buffer, dy: Buffer) -> tuple[Buffer, Buffer]:
+    """(da, db): the strict winner of max gets dy; a tie splits it 0.5/0.5."""
+    return _pair_bwd("max_bwd", a, b, dy)
+
+
+def min_bwd(a: Buffer, b: Buffer, dy: Buffer) -> tuple[Buffer, Buffer]:
+    """(da, db): the strict winner of min gets dy; a tie splits it 0.5/0.5."""
+    return _pair_bwd("min_bwd", a, b, dy)
+
+
+class _Required:
+    """The default of a scalar the caller must give: a missing one is an ArgumentError naming it
+    (the runtime's layer-1 API reports bad calls as TorchLeanErrors, not TypeErrors)."""
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+_REQUIRED: Any = _Required()
+
+
+def _scalar_op(name: str, scalar_names: Sequence[str], x: Buffer, *scalars: Any) -> Buffer:
+    check_buffer(name, "x", x)
+    if any(v is _REQUIRED for v in scalars):
+        given = sum(v is not _REQUIRED for v in scalars)
+        raise ArgumentError(f"{name}: expected scalars {', '.join(scalar_names)}, got {given} values")
+    vals = [check_scalar(name, n_, v) for n_, v in zip(scalar_names, scalars)]
+    ctx = x._ctx
+    return wrap(ctx, run_allocating(name, ctx, x.size, getattr(ctx.backend, name), x._data, *vals))
+
+
+def scale(x: Buffer, c: float = _REQUIRED) -> Buffer:
+    """scale(x, c) = c * x, c rounded to float32."""
+    return _scalar_op("scale", ("c",), x, c)
+
+
+def add_scalar(x: Buffer, c: float = _REQUIRED) -> Buffer:
+    """add_scalar(x, c) = x + c, c rounded to float32."""
+    return _scalar_op("add_scalar", ("c",), x, c)
+
+
+def clamp(x: Buffer, lo: float = _REQUIRED, hi: float = _REQUIRED) -> Buffer:
+    """clamp(x, lo, hi) = min(max(x, lo), hi); NaN propagates."""
+    return _scalar_op("clamp", ("lo", "hi"), x, lo, hi)
 
 
 def clamp_bwd(x: Buffer, dy: Buffer, lo: float, hi: float) -> Buffer:
@@ -188,24 +289,31 @@ def _matrix(op: str, b: Buffer, rows: Any, cols: Any) -> tuple[int, int]:
     return r, c
 
 
-def _axis_reduce(name: str, doc: str, out_axis: int):
-    def prim(b: Buffer, rows: int, cols: int) -> Buffer:
-        r, c = _matrix(name, b, rows, cols)
-        ctx = b._ctx
-        n_out = c if out_axis == 0 else r
-        return wrap(ctx, run_allocating(name, ctx, n_out, getattr(ctx.backend, name), b._data, r, c))
-
-    prim.__name__ = prim.__qualname__ = name
-    prim.__doc__ = doc
-    return prim
+def _axis_reduce(name: str, out_axis: int, b: Buffer, rows: int, cols: int) -> Buffer:
+    r, c = _matrix(name, b, rows, cols)
+    ctx = b._ctx
+    n_out = c if out_axis == 0 else r
+    return wrap(ctx, run_allocating(name, ctx, n_out, getattr(ctx.backend, name), b._data, r, c))
 
 
-reduce_sum_axis0 = _axis_reduce("reduce_sum_axis0", "Column sums of a (rows, cols) buffer: length cols.", 0)
-reduce_sum_axis1 = _axis_reduce("reduce_sum_axis1", "Row sums of a (rows, cols) buffer: length rows.", 1)
-reduce_max_axis0 = _axis_reduce(
-    "reduce_max_axis0", "Column maxima (fmax: NaN ignored unless all NaN; 0 when rows = 0): length cols.", 0)
-reduce_max_axis1 = _axis_reduce(
-    "reduce_max_axis1", "Row maxima (fmax: NaN ignored unless all NaN; 0 when cols = 0): length rows.", 1)
+def reduce_sum_axis0(b: Buffer, rows: int, cols: int) -> Buffer:
+    """Column sums of a (rows, cols) buffer: length cols."""
+    return _axis_reduce("reduce_sum_axis0", 0, b, rows, cols)
+
+
+def reduce_sum_axis1(b: Buffer, rows: int, cols: int) -> Buffer:
+    """Row sums of a (rows, cols) buffer: length rows."""
+    return _axis_reduce("reduce_sum_axis1", 1, b, rows, cols)
+
+
+def reduce_max_axis0(b: Buffer, rows: int, cols: int) -> Buffer:
+    """Column maxima (fmax: NaN ignored unless all NaN; 0 when rows = 0): length cols."""
+    return _axis_reduce("reduce_max_axis0", 0, b, rows, cols)
+
+
+def reduce_max_axis1(b: Buffer, rows: int, cols: int) -> Buffer:
+    """Row maxima (fmax: NaN ignored unless all NaN; 0 when cols = 0): length rows."""
+    return _axis_reduce("reduce_max_axis1", 1, b, rows, cols)
 
 
 def _nd(op: str, b: Buffer, dims: Any) -> tuple[int, ...]:
@@ -262,27 +370,28 @@ def slice1d(b: Buffer, n: int, start: int, length: int) -> Buffer:
     return wrap(b._ctx, run_allocating("slice1d", b._ctx, ln, b._ctx.backend.slice1d, b._data, n_, s, ln))
 
 
-def _vec_broadcast(name: str, doc: str, along_rows: bool):
-    def prim(vec: Buffer, rows: int, cols: int) -> Buffer:
-        r, c = check_u32(name, "rows", rows), check_u32(name, "cols", cols)
-        check_buffer(name, "vec", vec, c if along_rows else r)
-        n = check_product(name, "rows*cols", r, c)
-        return wrap(vec._ctx, run_allocating(name, vec._ctx, n, getattr(vec._ctx.backend, name), vec._data, r, c))
-
-    prim.__name__ = prim.__qualname__ = name
-    prim.__doc__ = doc
-    return prim
+def _vec_broadcast(name: str, along_rows: bool, vec: Buffer, rows: int, cols: int) -> Buffer:
+    r, c = check_u32(name, "rows", rows), check_u32(name, "cols", cols)
+    check_buffer(name, "vec", vec, c if along_rows else r)
+    n = check_product(name, "rows*cols", r, c)
+    return wrap(vec._ctx, run_allocating(name, vec._ctx, n, getattr(vec._ctx.backend, name), vec._data, r, c))
 
 
-broadcast_vec_to_rows = _vec_broadcast("broadcast_vec_to_rows", "out[i, j] = vec[j] (vec has length cols).", True)
-broadcast_vec_to_cols = _vec_broadcast("broadcast_vec_to_cols", "out[i, j] = vec[i] (vec has length rows).", False)
+def broadcast_vec_to_rows(vec: Buffer, rows: int, cols: int) -> Buffer:
+    """out[i, j] = vec[j] (vec has length cols)."""
+    return _vec_broadcast("broadcast_vec_to_rows", True, vec, rows, cols)
+
+
+def broadcast_vec_to_cols(vec: Buffer, rows: int, cols: int) -> Buffer:
+    """out[i, j] = vec[i] (vec has length rows)."""
+    return _vec_broadcast("broadcast_vec_to_cols", False, vec, rows, cols)
 
 
 def check_axis_map(op: str, in_dims: Any, out_dims: Any, axis_map: Any) -> tuple[tuple[int, ...], ...]:
     """Validate a (in_dims, out_dims, axis_map) broadcast description; return the checked tuples.
 
     The tape passes the same plain-int tuples on every step (every bias gradient): those are
-    checked once per description (lru_cache keeps no exception, so only successes are cached; bools
+    checked once per description (a memo keeps no exception, so only successes are cached; bools
     and NumPy ints, which hash like ints, take the uncached path)."""
     if type(in_dims) is tuple and type(out_dims) is tuple and type(axis_map) is tuple:
         for v in in_dims + out_dims + axis_map:
@@ -318,7 +427,7 @@ def _check_axis_map(op: str, in_dims: Any, out_dims: Any, axis_map: Any) -> tupl
     return ind, outd, amap
 
 
-_check_axis_map_cached = lru_cache(maxsize=1024)(_check_axis_map)
+_check_axis_map_cached = memo("runtime.axis_map", 1024)(_check_axis_map)
 
 
 def _prod(dims: Sequence[int]) -> int:
@@ -390,26 +499,26 @@ def bmm(a: Buffer, b: Buffer, batch: int, m: int, n: int, p: int) -> Buffer:
     return wrap(ctx, run_allocating("bmm", ctx, n_out, ctx.backend.bmm, a._data, b._data, bt, m_, n_, p_))
 
 
-def _bmm_variant(name: str, a_dims: tuple[str, str], b_dims: tuple[str, str], doc: str):
-    def prim(a: Buffer, b: Buffer, batch: int, m: int, n: int, p: int) -> Buffer:
-        dims = dict(zip(("batch", "m", "n", "p"), _bmm_dims(name, batch, m, n, p)))
-        bt = dims["batch"]
-        check_buffer(name, "a", a, check_product(name, f"batch*{a_dims[0]}*{a_dims[1]}", bt, dims[a_dims[0]], dims[a_dims[1]]))
-        check_buffer(name, "b", b, check_product(name, f"batch*{b_dims[0]}*{b_dims[1]}", bt, dims[b_dims[0]], dims[b_dims[1]]))
-        ctx = same_device(name, a=a, b=b)
-        n_out = check_product(name, "batch*m*p", bt, dims["m"], dims["p"])
-        return wrap(ctx, run_allocating(name, ctx, n_out, getattr(ctx.backend, name), a._data, b._data, bt,
-                               dims["m"], dims["n"], dims["p"]))
-
-    prim.__name__ = prim.__qualname__ = name
-    prim.__doc__ = doc
-    return prim
+def _bmm_variant(name: str, a_dims: tuple[str, str], b_dims: tuple[str, str], a: Buffer, b: Buffer, batch: int,
+        m: int, n: int, p: int) -> Buffer:
+    dims = dict(zip(("batch", "m", "n", "p"), _bmm_dims(name, batch, m, n, p)))
+    bt = dims["batch"]
+    check_buffer(name, "a", a, check_product(name, f"batch*{a_dims[0]}*{a_dims[1]}", bt, dims[a_dims[0]], dims[a_dims[1]]))
+    check_buffer(name, "b", b, check_product(name, f"batch*{b_dims[0]}*{b_dims[1]}", bt, dims[b_dims[0]], dims[b_dims[1]]))
+    ctx = same_device(name, a=a, b=b)
+    n_out = check_product(name, "batch*m*p", bt, dims["m"], dims["p"])
+    return wrap(ctx, run_allocating(name, ctx, n_out, getattr(ctx.backend, name), a._data, b._data, bt,
+                           dims["m"], dims["n"], dims["p"]))
 
 
-bmm_nt = _bmm_variant("bmm_nt", ("m", "n"), ("p", "n"),
-                      "a (batch, m, n) times b^T, b stored (batch, p, n): (batch, m, p). One GEMM, no transpose copy.")
-bmm_tn = _bmm_variant("bmm_tn", ("n", "m"), ("n", "p"),
-                      "a^T times b, a stored (batch, n, m), b (batch, n, p): (batch, m, p). One GEMM, no transpose copy.")
+def bmm_nt(a: Buffer, b: Buffer, batch: int, m: int, n: int, p: int) -> Buffer:
+    """a (batch, m, n) times b^T, b stored (batch, p, n): (batch, m, p). One GEMM, no transpose copy."""
+    return _bmm_variant("bmm_nt", ("m", "n"), ("p", "n"), a, b, batch, m, n, p)
+
+
+def bmm_tn(a: Buffer, b: Buffer, batch: int, m: int, n: int, p: int) -> Buffer:
+    """a^T times b, a stored (batch, n, m), b (batch, n, p): (batch, m, p). One GEMM, no transpose copy."""
+    return _bmm_variant("bmm_tn", ("n", "m"), ("n", "p"), a, b, batch, m, n, p)
 
 
 # -- indexing ----------------------------------------------------------------------------
@@ -474,22 +583,23 @@ def log_softmax_rows(x: Buffer, rows: int, cols: int) -> Buffer:
     return wrap(x._ctx, run_allocating("log_softmax_rows", x._ctx, x.size, x._ctx.backend.log_softmax_rows, x._data, r, c))
 
 
-def _rows_bwd(name: str, doc: str):
-    def prim(y: Buffer, dy: Buffer, rows: int, cols: int) -> Buffer:
-        r, c = check_u32(name, "rows", rows), check_u32(name, "cols", cols)
-        n = check_product(name, "rows*cols", r, c)
-        check_buffer(name, "y", y, n)
-        check_buffer(name, "dy", dy, n)
-        ctx = same_device(name, y=y, dy=dy)
-        return wrap(ctx, run_allocating(name, ctx, n, getattr(ctx.backend, name), y._data, dy._data, r, c))
-
-    prim.__name__ = prim.__qualname__ = name
-    prim.__doc__ = doc
-    return prim
+def _rows_bwd(name: str, y: Buffer, dy: Buffer, rows: int, cols: int) -> Buffer:
+    r, c = check_u32(name, "rows", rows), check_u32(name, "cols", cols)
+    n = check_product(name, "rows*cols", r, c)
+    check_buffer(name, "y", y, n)
+    check_buffer(name, "dy", dy, n)
+    ctx = same_device(name, y=y, dy=dy)
+    return wrap(ctx, run_allocating(name, ctx, n, getattr(ctx.backend, name), y._data, dy._data, r, c))
 
 
-softmax_rows_bwd = _rows_bwd("softmax_rows_bwd", "dx = y * (dy - sum(dy * y, axis=1)), y the softmax output.")
-log_softmax_rows_bwd = _rows_bwd("log_softmax_rows_bwd", "dx = dy - exp(y) * sum(dy, axis=1), y the log-softmax output.")
+def softmax_rows_bwd(y: Buffer, dy: Buffer, rows: int, cols: int) -> Buffer:
+    """dx = y * (dy - sum(dy * y, axis=1)), y the softmax output."""
+    return _rows_bwd("softmax_rows_bwd", y, dy, rows, cols)
+
+
+def log_softmax_rows_bwd(y: Buffer, dy: Buffer, rows: int, cols: int) -> Buffer:
+    """dx = dy - exp(y) * sum(dy, axis=1), y the log-softmax output."""
+    return _rows_bwd("log_softmax_rows_bwd", y, dy, rows, cols)
 
 
 # -- random numbers ----------------------------------------------------------------------

@@ -98,37 +98,64 @@ def flash_attention_fwd(q: Buffer, k: Buffer, v: Buffer, mask: Buffer | None, ba
     return wrap(ctx, out), wrap(ctx, lse)
 
 
-def _bwd(name: str, doc: str, outs: int):
-    def prim(q: Buffer, k: Buffer, v: Buffer, mask: Buffer | None, out: Buffer, lse: Buffer, dout: Buffer, batch: int,
-             n_q: int, n_k: int, d: int, scale: float, causal: bool = False, mask_mode: str = "none",
-             mask_layout: Any = None):
-        b, nq, nk, dd, sc, layout = _check(name, q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode,
-                                           mask_layout)
-        check_buffer(name, "out", out, b * nq * dd)
-        check_buffer(name, "lse", lse, b * nq)
-        check_buffer(name, "dout", dout, b * nq * dd)
-        bufs = dict(q=q, k=k, v=v, out=out, lse=lse, dout=dout)
-        if mask is not None:
-            bufs["mask"] = mask
-        ctx = same_device(name, **bufs)
-        res = run_allocating(name, ctx, outs * b * max(nq, nk) * dd, getattr(ctx.backend, name), q._data, k._data, v._data,
-                   None if mask is None else mask._data, out._data, lse._data, dout._data, b, nq, nk, dd, sc, causal,
-                   mask_mode, layout)
-        if outs == 1:
-            return wrap(ctx, res)
-        return tuple(wrap(ctx, r) for r in res)
-
-    prim.__name__ = prim.__qualname__ = name
-    prim.__doc__ = doc
-    return prim
+def _bwd(name: str, outs: int, q: Buffer, k: Buffer, v: Buffer, mask: Buffer | None, out: Buffer, lse: Buffer,
+        dout: Buffer, batch: int, n_q: int, n_k: int, d: int, scale: float, causal: bool = False,
+        mask_mode: str = "none", mask_layout: Any = None):
+    b, nq, nk, dd, sc, layout = _check(name, q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode,
+                                       mask_layout)
+    check_buffer(name, "out", out, b * nq * dd)
+    check_buffer(name, "lse", lse, b * nq)
+    check_buffer(name, "dout", dout, b * nq * dd)
+    bufs = dict(q=q, k=k, v=v, out=out, lse=lse, dout=dout)
+    if mask is not None:
+        bufs["mask"] = mask
+    ctx = same_device(name, **bufs)
+    res = run_allocating(name, ctx, outs * b * max(nq, nk) * dd, getattr(ctx.backend, name), q._data, k._data, v._data,
+               None if mask is None else mask._data, out._data, lse._data, dout._data, b, nq, nk, dd, sc, causal,
+               mask_mode, layout)
+    if outs == 1:
+        return wrap(ctx, res)
+    return tuple(wrap(ctx, r) for r in res)
 
 
-flash_attention_bwd_q = _bwd("flash_attention_bwd_q", "dq = scale dS k (batch, n_q, d), dS = P (dP - D).", 1)
-flash_attention_bwd_k = _bwd("flash_attention_bwd_k", "dk = scale dS^T q (batch, n_k, d).", 1)
-flash_attention_bwd_v = _bwd("flash_attention_bwd_v", "dv = P^T dout (batch, n_k, d).", 1)
-flash_attention_bwd_kv = _bwd("flash_attention_bwd_kv", "(dk, dv) in one pass over the tiles.", 2)
-flash_attention_bwd = _bwd("flash_attention_bwd", "(dq, dk, dv): bwd_q and bwd_kv in one call (D = rowsum(dout out) "
-                           "computed once).", 3)
+def flash_attention_bwd_q(q: Buffer, k: Buffer, v: Buffer, mask: Buffer | None, out: Buffer, lse: Buffer,
+        dout: Buffer, batch: int, n_q: int, n_k: int, d: int, scale: float, causal: bool = False,
+        mask_mode: str = "none", mask_layout: Any = None):
+    """dq = scale dS k (batch, n_q, d), dS = P (dP - D)."""
+    return _bwd("flash_attention_bwd_q", 1, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal,
+                mask_mode, mask_layout)
+
+
+def flash_attention_bwd_k(q: Buffer, k: Buffer, v: Buffer, mask: Buffer | None, out: Buffer, lse: Buffer,
+        dout: Buffer, batch: int, n_q: int, n_k: int, d: int, scale: float, causal: bool = False,
+        mask_mode: str = "none", mask_layout: Any = None):
+    """dk = scale dS^T q (batch, n_k, d)."""
+    return _bwd("flash_attention_bwd_k", 1, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal,
+                mask_mode, mask_layout)
+
+
+def flash_attention_bwd_v(q: Buffer, k: Buffer, v: Buffer, mask: Buffer | None, out: Buffer, lse: Buffer,
+        dout: Buffer, batch: int, n_q: int, n_k: int, d: int, scale: float, causal: bool = False,
+        mask_mode: str = "none", mask_layout: Any = None):
+    """dv = P^T dout (batch, n_k, d)."""
+    return _bwd("flash_attention_bwd_v", 1, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal,
+                mask_mode, mask_layout)
+
+
+def flash_attention_bwd_kv(q: Buffer, k: Buffer, v: Buffer, mask: Buffer | None, out: Buffer, lse: Buffer,
+        dout: Buffer, batch: int, n_q: int, n_k: int, d: int, scale: float, causal: bool = False,
+        mask_mode: str = "none", mask_layout: Any = None):
+    """(dk, dv) in one pass over the tiles."""
+    return _bwd("flash_attention_bwd_kv", 2, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal,
+                mask_mode, mask_layout)
+
+
+def flash_attention_bwd(q: Buffer, k: Buffer, v: Buffer, mask: Buffer | None, out: Buffer, lse: Buffer, dout: Buffer,
+        batch: int, n_q: int, n_k: int, d: int, scale: float, causal: bool = False, mask_mode: str = "none",
+        mask_layout: Any = None):
+    """(dq, dk, dv): bwd_q and bwd_kv in one call (D = rowsum(dout out) computed once)."""
+    return _bwd("flash_attention_bwd", 3, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal,
+                mask_mode, mask_layout)
 
 
 def _check_packed(op: str, qkv, mask, batch, heads, n, d, scale, causal, mask_mode, mask_layout):

@@ -104,32 +104,38 @@ def cross_entropy_reduce_bwd(x: Buffer, lse: Buffer, dloss: Buffer, rows: int, c
                            x._data, lse._data, dloss._data, r, c, t, ls, sc))
 
 
-def _unary(name: str, doc: str):
-    def prim(x: Buffer) -> Buffer:
-        check_buffer(name, "x", x)
-        ctx = x._ctx
-        return wrap(ctx, run_allocating(name, ctx, x.size, getattr(ctx.backend, name), x._data))
-
-    prim.__name__ = prim.__qualname__ = name
-    prim.__doc__ = doc
-    return prim
+def _unary(name: str, x: Buffer) -> Buffer:
+    check_buffer(name, "x", x)
+    ctx = x._ctx
+    return wrap(ctx, run_allocating(name, ctx, x.size, getattr(ctx.backend, name), x._data))
 
 
-def _bwd(name: str, doc: str):
-    def prim(x: Buffer, dy: Buffer) -> Buffer:
-        check_buffer(name, "x", x)
-        check_buffer(name, "dy", dy)
-        ctx = same_device(name, x=x, dy=dy)
-        if x.size != dy.size:
-            raise ShapeError(f"{name}: expected x and dy of equal size, got {x.size} and {dy.size}")
-        return wrap(ctx, run_allocating(name, ctx, x.size, getattr(ctx.backend, name), x._data, dy._data))
-
-    prim.__name__ = prim.__qualname__ = name
-    prim.__doc__ = doc
-    return prim
+def _bwd(name: str, x: Buffer, dy: Buffer) -> Buffer:
+    check_buffer(name, "x", x)
+    check_buffer(name, "dy", dy)
+    ctx = same_device(name, x=x, dy=dy)
+    if x.size != dy.size:
+        raise ShapeError(f"{name}: expected x and dy of equal size, got {x.size} and {dy.size}")
+    return wrap(ctx, run_allocating(name, ctx, x.size, getattr(ctx.backend, name), x._data, dy._data))
 
 
-gelu = _unary("gelu", "x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), stable for x -> -inf; gelu(-inf) = -0.")
-gelu_tanh = _unary("gelu_tanh", "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), evaluated as x sigmoid(2z).")
-gelu_bwd = _bwd("gelu_bwd", "dx = dy (Phi(x) + x phi(x)); 1 at +inf, 0 at -inf.")
-gelu_tanh_bwd = _bwd("gelu_tanh_bwd", "dx = dy * d/dx gelu_tanh(x); 1 at +inf, 0 at -inf.")
+def gelu(x: Buffer) -> Buffer:
+    """x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), stable for x -> -inf; gelu(-inf) = -0."""
+    return _unary("gelu", x)
+
+
+def gelu_tanh(x: Buffer) -> Buffer:
+    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), evaluated as x sigmoid(2z)."""
+    return _unary("gelu_tanh", x)
+
+
+def gelu_bwd(x: Buffer, dy: Buffer) -> Buffer:
+    """dx = dy (Phi(x) + x phi(x)); 1 at +inf, 0 at -inf."""
+    return _bwd("gelu_bwd", x, dy)
+
+
+def gelu_tanh_bwd(x: Buffer, dy: Buffer) -> Buffer:
+    """dx = dy * d/dx gelu_tanh(x); 1 at +inf, 0 at -inf."""
+    return _bwd("gelu_tanh_bwd", x, dy)
+
+

@@ -8,18 +8,20 @@ Channels-first, row-major flat float32 buffers, any spatial rank r in 1..8, zero
 conv_transpose takes w in PyTorch's transposed layout (in_c, out_c, *kernel) and gives
 (batch, out_c, *out) with out_i = (spatial_i - 1) stride_i - 2 padding_i + kernel_i + output_padding_i.
 Dims are checked once here (uint32, kernel and stride >= 1, one length r for every tuple, the
-output at least 1 along every axis, every buffer's size); backends get checked tuples of ints.
+output at least 1 along every axis, every buffer's size) into a plan (``torchlean.kernels.plans``):
+``conv_plan`` / ``conv_transpose_plan`` build it, the ``run_*`` functions run a primitive on one
+(the ops build a layer's plan once and reuse it for the forward and both gradients), and the
+backends get it with the arrays.
 """
 
 from __future__ import annotations
 
-import math
-from functools import lru_cache
 from typing import Any
 
 from ..errors import ShapeError
+from ..kernels.plans import ConvPlan, ConvTransposePlan, conv_plan_of, conv_transpose_plan_of
 from .buffer import Buffer, check_buffer, same_device, wrap
-from .checks import U32_LIMIT, check_product, check_u32, check_u32_tuple
+from .checks import check_product, check_u32, check_u32_tuple
 from .oom import run_allocating
 
 __all__ = ["conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose"]
@@ -37,16 +39,7 @@ def _tuple(op: str, name: str, value: Any, rank: int | None) -> tuple[int, ...]:
 
 def _geometry(op: str, batch: Any, in_c: Any, out_c: Any, spatial: Any, kernel: Any, stride: Any,
               padding: Any) -> tuple:
-    """The checked (batch, in_c, out_c, spatial, kernel, stride, padding); calls with plain int
-    tuples (every call from the ops layer) are checked once per geometry."""
-    args = (op, batch, in_c, out_c, spatial, kernel, stride, padding)
-    if _plain(batch, in_c, out_c, spatial, kernel, stride, padding):
-        return _geometry_cached(*args)
-    return _geometry_checked(*args)
-
-
-def _geometry_checked(op: str, batch: Any, in_c: Any, out_c: Any, spatial: Any, kernel: Any, stride: Any,
-                      padding: Any) -> tuple:
+    """The checked (batch, in_c, out_c, spatial, kernel, stride, padding)."""
     bt, ic, oc = (check_u32(op, n, v) for n, v in (("batch", batch), ("in_c", in_c), ("out_c", out_c)))
     sp = _tuple(op, "spatial", spatial, None)
     if not 1 <= len(sp) <= MAX_RANK:
@@ -65,48 +58,23 @@ def _geometry_checked(op: str, batch: Any, in_c: Any, out_c: Any, spatial: Any, 
     return bt, ic, oc, sp, kn, st, pd
 
 
-# Only successful checks are cached (lru_cache does not keep exceptions); the tuples hold ints
-# (bools and numpy ints take the uncached path, where the checks name them).
-_geometry_cached = lru_cache(maxsize=1024)(_geometry_checked)
+# -- plans ------------------------------------------------------------------------------------------
+# A plan is checked once, where it is built; the run_* functions take a plan and check only their
+# buffers (one cheap test each; when one fails, the full checks run and raise their own error).
+def conv_plan(op: str, batch: Any, in_c: Any, out_c: Any, spatial: Any, kernel: Any, stride: Any,
+              padding: Any) -> ConvPlan:
+    """The checked plan of a conv (and of its two gradients); errors name ``op``."""
+    bt, ic, oc, sp, kn, st, pd = _geometry(op, batch, in_c, out_c, spatial, kernel, stride, padding)
+    _out_dims(op, sp, kn, st, pd)
+    return conv_plan_of(bt, ic, oc, sp, kn, st, pd)
 
 
-# -- the hot path of conv / conv_bwd_input / conv_bwd_weight ----------------------------------------
-# The tape calls these with the same plain-int dims on every step. _plan checks those dims once per
-# geometry (the same checks, in the same order, as the full path) and keeps the buffer sizes; a call
-# then only has to test its buffers. Whenever a cheap test fails, the full path runs and raises
-# exactly its own error.
-def _plain(batch: Any, in_c: Any, out_c: Any, spatial: Any, kernel: Any, stride: Any, padding: Any) -> bool:
-    """Plain ints and tuples of plain ints only: safe as a cache key (True == 1 would share an entry)."""
-    if type(spatial) is tuple and type(kernel) is tuple and type(stride) is tuple and type(padding) is tuple \
-            and type(batch) is int and type(in_c) is int and type(out_c) is int:
-        for v in spatial + kernel + stride + padding:
-            if type(v) is not int:
-                return False
-        return True
-    return False
-
-
-def _plan(op: str, batch: Any, in_c: Any, out_c: Any, spatial: Any, kernel: Any, stride: Any,
-          padding: Any) -> tuple | None:
-    """(bt, ic, oc, sp, kn, st, pd, n_x, n_w, n_y) for plain-int dims whose checks pass and whose
-    sizes fit in uint32; None for anything else (the caller takes the full path)."""
-    if _plain(batch, in_c, out_c, spatial, kernel, stride, padding):
-        return _plan_cached(op, batch, in_c, out_c, spatial, kernel, stride, padding)
-    return None
-
-
-@lru_cache(maxsize=1024)
-def _plan_cached(op: str, batch: int, in_c: int, out_c: int, spatial: tuple, kernel: tuple, stride: tuple,
-                 padding: tuple) -> tuple | None:
-    # the full path's first two steps (their errors propagate, never cached) ...
-    bt, ic, oc, sp, kn, st, pd = _geometry_checked(op, batch, in_c, out_c, spatial, kernel, stride, padding)
-    out = _out_dims(op, sp, kn, st, pd)
-    # ... then the sizes it checks next, in whichever order: one too large sends every call to the full
-    # path, which raises the error it meets first
-    n_x, n_w, n_y = math.prod((bt, ic) + sp), math.prod((oc, ic) + kn), math.prod((bt, oc) + out)
-    if n_x >= U32_LIMIT or n_w >= U32_LIMIT or n_y >= U32_LIMIT:
-        return None
-    return bt, ic, oc, sp, kn, st, pd, n_x, n_w, n_y
+def conv_transpose_plan(op: str, batch: Any, in_c: Any, out_c: Any, spatial: Any, kernel: Any, stride: Any,
+                        padding: Any, output_padding: Any) -> ConvTransposePlan:
+    """The checked plan of a transposed conv; errors name ``op``."""
+    bt, ic, oc, sp, kn, st, pd = _geometry(op, batch, in_c, out_c, spatial, kernel, stride, padding)
+    opd, _ = _transpose_out(op, sp, kn, st, pd, output_padding)
+    return conv_transpose_plan_of(bt, ic, oc, sp, kn, st, pd, opd)
 
 
 def _ok(buf: Any, size: int) -> bool:
@@ -138,64 +106,22 @@ def conv(x: Buffer, w: Buffer, b: Buffer | None, batch: int, in_c: int, out_c: i
          padding) -> Buffer:
     """Cross-correlation (PyTorch's conv): y[n,o,p] = b[o] + sum_{c,k} w[o,c,k] x[n,c,p*stride - padding + k],
     x read as 0 in the padding (a value: 0 times an inf weight is NaN)."""
-    plan = _plan("conv", batch, in_c, out_c, spatial, kernel, stride, padding)
-    if plan is not None:  # the hot path (see _plan); the full checks below otherwise
-        bt, ic, oc, sp, kn, st, pd, n_x, n_w, n_y = plan
-        ctx = x._ctx if type(x) is Buffer else None
-        if _ok(x, n_x) and _ok(w, n_w) and w._ctx is ctx and (b is None or (_ok(b, oc) and b._ctx is ctx)):
-            return wrap(ctx, run_allocating("conv", ctx, n_y, ctx.backend.conv, x._data, w._data,
-                                   None if b is None else b._data, bt, ic, oc, sp, kn, st, pd))
-    bt, ic, oc, sp, kn, st, pd = _geometry("conv", batch, in_c, out_c, spatial, kernel, stride, padding)
-    out = _out_dims("conv", sp, kn, st, pd)
-    check_buffer("conv", "x", x, check_product("conv", "batch*in_c*prod(spatial)", bt, ic, *sp))
-    check_buffer("conv", "w", w, check_product("conv", "out_c*in_c*prod(kernel)", oc, ic, *kn))
-    bb = _bias("conv", b, oc)
-    ctx = same_device("conv", x=x, w=w, **({} if bb is None else {"b": bb}))
-    n_out = check_product("conv", "batch*out_c*prod(out)", bt, oc, *out)
-    return wrap(ctx, run_allocating("conv", ctx, n_out, ctx.backend.conv, x._data, w._data, None if bb is None else bb._data,
-                           bt, ic, oc, sp, kn, st, pd))
+    return run_conv(conv_plan("conv", batch, in_c, out_c, spatial, kernel, stride, padding), x, w, b)
 
 
 def conv_bwd_input(dy: Buffer, w: Buffer, batch: int, in_c: int, out_c: int, spatial, kernel, stride,
                    padding) -> Buffer:
     """dx (batch, in_c, *spatial): the adjoint of conv in x. Only taps that land inside x are terms
     (one that lands in the padding is dropped whole)."""
-    op = "conv_bwd_input"
-    plan = _plan(op, batch, in_c, out_c, spatial, kernel, stride, padding)
-    if plan is not None:
-        bt, ic, oc, sp, kn, st, pd, n_x, n_w, n_y = plan
-        ctx = dy._ctx if type(dy) is Buffer else None
-        if _ok(dy, n_y) and _ok(w, n_w) and w._ctx is ctx:
-            return wrap(ctx, run_allocating(op, ctx, n_x, ctx.backend.conv_bwd_input, dy._data, w._data, bt, ic, oc, sp, kn,
-                                   st, pd))
-    bt, ic, oc, sp, kn, st, pd = _geometry(op, batch, in_c, out_c, spatial, kernel, stride, padding)
-    out = _out_dims(op, sp, kn, st, pd)
-    check_buffer(op, "dy", dy, check_product(op, "batch*out_c*prod(out)", bt, oc, *out))
-    check_buffer(op, "w", w, check_product(op, "out_c*in_c*prod(kernel)", oc, ic, *kn))
-    ctx = same_device(op, dy=dy, w=w)
-    n_out = check_product(op, "batch*in_c*prod(spatial)", bt, ic, *sp)
-    return wrap(ctx, run_allocating(op, ctx, n_out, ctx.backend.conv_bwd_input, dy._data, w._data, bt, ic, oc, sp, kn, st, pd))
+    return run_conv_bwd_input(conv_plan("conv_bwd_input", batch, in_c, out_c, spatial, kernel, stride, padding), dy, w)
 
 
 def conv_bwd_weight(x: Buffer, dy: Buffer, batch: int, in_c: int, out_c: int, spatial, kernel, stride,
                     padding) -> Buffer:
     """dw (out_c, in_c, *kernel): dw[o,c,k] = sum_{n,p} dy[n,o,p] x[n,c,p*stride - padding + k]
     (x = 0 in the padding)."""
-    op = "conv_bwd_weight"
-    plan = _plan(op, batch, in_c, out_c, spatial, kernel, stride, padding)
-    if plan is not None:
-        bt, ic, oc, sp, kn, st, pd, n_x, n_w, n_y = plan
-        ctx = x._ctx if type(x) is Buffer else None
-        if _ok(x, n_x) and _ok(dy, n_y) and dy._ctx is ctx:
-            return wrap(ctx, run_allocating(op, ctx, n_w, ctx.backend.conv_bwd_weight, x._data, dy._data, bt, ic, oc, sp, kn,
-                                   st, pd))
-    bt, ic, oc, sp, kn, st, pd = _geometry(op, batch, in_c, out_c, spatial, kernel, stride, padding)
-    out = _out_dims(op, sp, kn, st, pd)
-    check_buffer(op, "x", x, check_product(op, "batch*in_c*prod(spatial)", bt, ic, *sp))
-    check_buffer(op, "dy", dy, check_product(op, "batch*out_c*prod(out)", bt, oc, *out))
-    ctx = same_device(op, x=x, dy=dy)
-    n_out = check_product(op, "out_c*in_c*prod(kernel)", oc, ic, *kn)
-    return wrap(ctx, run_allocating(op, ctx, n_out, ctx.backend.conv_bwd_weight, x._data, dy._data, bt, ic, oc, sp, kn, st, pd))
+    return run_conv_bwd_weight(conv_plan("conv_bwd_weight", batch, in_c, out_c, spatial, kernel, stride, padding),
+                               x, dy)
 
 
 def conv_transpose(x: Buffer, w: Buffer, b: Buffer | None, batch: int, in_c: int, out_c: int, spatial, kernel,
@@ -203,23 +129,64 @@ def conv_transpose(x: Buffer, w: Buffer, b: Buffer | None, batch: int, in_c: int
     """Transposed conv (PyTorch's conv_transpose): x (batch, in_c, *spatial), w (in_c, out_c, *kernel),
     y (batch, out_c, *out), out_i = (spatial_i - 1) stride_i - 2 padding_i + kernel_i + output_padding_i;
     y = conv_bwd_input of a conv from out_c to in_c channels over out, plus the bias."""
-    op = "conv_transpose"
-    plan = _transpose_plan(op, batch, in_c, out_c, spatial, kernel, stride, padding, output_padding)
-    if plan is not None:  # the hot path, as in conv
-        bt, ic, oc, sp, kn, st, pd, opd, n_x, n_w, n_y = plan
-        ctx = x._ctx if type(x) is Buffer else None
-        if _ok(x, n_x) and _ok(w, n_w) and w._ctx is ctx and (b is None or (_ok(b, oc) and b._ctx is ctx)):
-            return wrap(ctx, run_allocating(op, ctx, n_y, ctx.backend.conv_transpose, x._data, w._data,
-                                   None if b is None else b._data, bt, ic, oc, sp, kn, st, pd, opd))
-    bt, ic, oc, sp, kn, st, pd = _geometry(op, batch, in_c, out_c, spatial, kernel, stride, padding)
-    opd, out = _transpose_out(op, sp, kn, st, pd, output_padding)
-    check_buffer(op, "x", x, check_product(op, "batch*in_c*prod(spatial)", bt, ic, *sp))
-    check_buffer(op, "w", w, check_product(op, "in_c*out_c*prod(kernel)", ic, oc, *kn))
-    bb = _bias(op, b, oc)
-    ctx = same_device(op, x=x, w=w, **({} if bb is None else {"b": bb}))
-    n_out = check_product(op, "batch*out_c*prod(out)", bt, oc, *out)
-    return wrap(ctx, run_allocating(op, ctx, n_out, ctx.backend.conv_transpose, x._data, w._data,
-                           None if bb is None else bb._data, bt, ic, oc, sp, kn, st, pd, opd))
+    plan = conv_transpose_plan("conv_transpose", batch, in_c, out_c, spatial, kernel, stride, padding, output_padding)
+    return run_conv_transpose(plan, x, w, b)
+
+
+def run_conv(plan: ConvPlan, x: Buffer, w: Buffer, b: Buffer | None) -> Buffer:
+    """conv on a checked plan."""
+    ctx = x._ctx if type(x) is Buffer else None
+    if not (plan.fits and _ok(x, plan.n_x) and _ok(w, plan.n_w) and w._ctx is ctx
+            and (b is None or (_ok(b, plan.out_c) and b._ctx is ctx))):
+        op, (bt, ic, oc, sp, kn) = "conv", plan[:5]
+        check_buffer(op, "x", x, check_product(op, "batch*in_c*prod(spatial)", bt, ic, *sp))
+        check_buffer(op, "w", w, check_product(op, "out_c*in_c*prod(kernel)", oc, ic, *kn))
+        _bias(op, b, oc)
+        ctx = same_device(op, x=x, w=w, **({} if b is None else {"b": b}))
+        check_product(op, "batch*out_c*prod(out)", bt, oc, *plan.out)
+    return wrap(ctx, run_allocating("conv", ctx, plan.n_y, ctx.backend.conv, x._data, w._data,
+                                    None if b is None else b._data, plan))
+
+
+def run_conv_bwd_input(plan: ConvPlan, dy: Buffer, w: Buffer) -> Buffer:
+    """conv_bwd_input on a checked plan."""
+    ctx = dy._ctx if type(dy) is Buffer else None
+    if not (plan.fits and _ok(dy, plan.n_y) and _ok(w, plan.n_w) and w._ctx is ctx):
+        op, (bt, ic, oc, sp, kn) = "conv_bwd_input", plan[:5]
+        check_buffer(op, "dy", dy, check_product(op, "batch*out_c*prod(out)", bt, oc, *plan.out))
+        check_buffer(op, "w", w, check_product(op, "out_c*in_c*prod(kernel)", oc, ic, *kn))
+        ctx = same_device(op, dy=dy, w=w)
+        check_product(op, "batch*in_c*prod(spatial)", bt, ic, *sp)
+    return wrap(ctx, run_allocating("conv_bwd_input", ctx, plan.n_x, ctx.backend.conv_bwd_input, dy._data, w._data,
+                                    plan))
+
+
+def run_conv_bwd_weight(plan: ConvPlan, x: Buffer, dy: Buffer) -> Buffer:
+    """conv_bwd_weight on a checked plan."""
+    ctx = x._ctx if type(x) is Buffer else None
+    if not (plan.fits and _ok(x, plan.n_x) and _ok(dy, plan.n_y) and dy._ctx is ctx):
+        op, (bt, ic, oc, sp, kn) = "conv_bwd_weight", plan[:5]
+        check_buffer(op, "x", x, check_product(op, "batch*in_c*prod(spatial)", bt, ic, *sp))
+        check_buffer(op, "dy", dy, check_product(op, "batch*out_c*prod(out)", bt, oc, *plan.out))
+        ctx = same_device(op, x=x, dy=dy)
+        check_product(op, "out_c*in_c*prod(kernel)", oc, ic, *kn)
+    return wrap(ctx, run_allocating("conv_bwd_weight", ctx, plan.n_w, ctx.backend.conv_bwd_weight, x._data, dy._data,
+                                    plan))
+
+
+def run_conv_transpose(plan: ConvTransposePlan, x: Buffer, w: Buffer, b: Buffer | None) -> Buffer:
+    """conv_transpose on a checked plan."""
+    ctx = x._ctx if type(x) is Buffer else None
+    if not (plan.fits and _ok(x, plan.n_x) and _ok(w, plan.n_w) and w._ctx is ctx
+            and (b is None or (_ok(b, plan.out_c) and b._ctx is ctx))):
+        op, (bt, ic, oc, sp, kn) = "conv_transpose", plan[:5]
+        check_buffer(op, "x", x, check_product(op, "batch*in_c*prod(spatial)", bt, ic, *sp))
+        check_buffer(op, "w", w, check_product(op, "in_c*out_c*prod(kernel)", ic, oc, *kn))
+        _bias(op, b, oc)
+        ctx = same_device(op, x=x, w=w, **({} if b is None else {"b": b}))
+        check_product(op, "batch*out_c*prod(out)", bt, oc, *plan.out)
+    return wrap(ctx, run_allocating("conv_transpose", ctx, plan.n_y, ctx.backend.conv_transpose, x._data, w._data,
+                                    None if b is None else b._data, plan))
 
 
 def _transpose_out(op: str, sp, kn, st, pd, output_padding: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -238,26 +205,3 @@ def _transpose_out(op: str, sp, kn, st, pd, output_padding: Any) -> tuple[tuple[
                 f"stride {list(st)}, padding {list(pd)}, output_padding {list(opd)})")
         out.append(n)
     return opd, tuple(out)
-
-
-def _transpose_plan(op: str, batch: Any, in_c: Any, out_c: Any, spatial: Any, kernel: Any, stride: Any,
-                    padding: Any, output_padding: Any) -> tuple | None:
-    """_plan for conv_transpose: (bt, ic, oc, sp, kn, st, pd, opd, n_x, n_w, n_y) or None."""
-    if type(output_padding) is not tuple or not _plain(batch, in_c, out_c, spatial, kernel, stride, padding):
-        return None
-    for v in output_padding:
-        if type(v) is not int:
-            return None
-    return _transpose_plan_cached(op, batch, in_c, out_c, spatial, kernel, stride, padding, output_padding)
-
-
-@lru_cache(maxsize=1024)
-def _transpose_plan_cached(op: str, batch: int, in_c: int, out_c: int, spatial: tuple, kernel: tuple,
-                           stride: tuple, padding: tuple, output_padding: tuple) -> tuple | None:
-    # conv_transpose's own steps up to the buffer checks (errors propagate, never cached), then its sizes
-    bt, ic, oc, sp, kn, st, pd = _geometry_checked(op, batch, in_c, out_c, spatial, kernel, stride, padding)
-    opd, out = _transpose_out(op, sp, kn, st, pd, output_padding)
-    sizes = (math.prod((bt, ic) + sp), math.prod((ic, oc) + kn), math.prod((bt, oc) + out))
-    if max(sizes) >= U32_LIMIT:
-        return None
-    return (bt, ic, oc, sp, kn, st, pd, opd) + sizes

@@ -6,15 +6,18 @@ length r, 1 <= r <= 8; kernel_i >= 1, stride_i >= 1; the output is (planes, *out
 out_i = (spatial_i + 2 padding_i - kernel_i) // stride_i + 1 >= 1. Output p on axis i covers
 input positions p * stride_i - padding_i + k, k in [0, kernel_i), visited in row-major order of
 the kernel offsets. See ``torchlean.spec.pool`` for the exact conventions.
+
+``pool_plan`` checks those dims once into a plan (``torchlean.kernels.plans.PoolPlan``), which the
+``run_*`` functions take (a forward and its backward share one) and the backends get with the arrays.
 """
 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from typing import Any, Sequence
 
 from ..errors import ArgumentError, ShapeError
+from ..kernels.plans import PoolPlan, pool_plan_of
 from .buffer import Buffer, check_buffer, same_device, wrap
 from .checks import check_dims, check_product, check_scalar, check_u32, check_u32_tuple
 from .oom import run_allocating
@@ -24,20 +27,8 @@ __all__ = ["max_pool", "max_pool_bwd", "avg_pool", "avg_pool_bwd", "smooth_max_p
 MAX_RANK = 8
 
 
-def _geometry(op: str, planes: Any, spatial: Any, kernel: Any, stride: Any, padding: Any):
-    """Checked (planes, spatial, kernel, stride, padding, out, n_in, n_out); calls with plain ints
-    (every call from the ops layer) are checked once per geometry."""
-    if type(planes) is int and type(spatial) is tuple and type(kernel) is tuple and type(stride) is tuple \
-            and type(padding) is tuple:
-        for v in spatial + kernel + stride + padding:
-            if type(v) is not int:  # True == 1 would share an entry; NumPy ints take the checked path
-                break
-        else:
-            return _geometry_cached(op, planes, spatial, kernel, stride, padding)
-    return _geometry_checked(op, planes, spatial, kernel, stride, padding)
-
-
-def _geometry_checked(op: str, planes: Any, spatial: Any, kernel: Any, stride: Any, padding: Any):
+def pool_plan(op: str, planes: Any, spatial: Any, kernel: Any, stride: Any, padding: Any) -> PoolPlan:
+    """The checked plan of a pooling (and of its backward); errors name ``op``."""
     pl = check_u32(op, "planes", planes)
     sp = check_dims(op, "spatial", spatial)
     r = len(sp)
@@ -63,14 +54,10 @@ def _geometry_checked(op: str, planes: Any, spatial: Any, kernel: Any, stride: A
                 f"{pd[i]} = {span}), so there is no output position")
         out.append((span - kn[i]) // st[i] + 1)
     out = tuple(out)
-    n_in = check_product(op, "planes*prod(spatial)", pl, *sp)
+    check_product(op, "planes*prod(spatial)", pl, *sp)
     check_product(op, "prod(out)", *out)
-    n_out = check_product(op, "planes*prod(out)", pl, *out)
-    return pl, sp, kn, st, pd, out, n_in, n_out
-
-
-# Only successful checks are cached (lru_cache keeps no exception).
-_geometry_cached = lru_cache(maxsize=1024)(_geometry_checked)
+    check_product(op, "planes*prod(out)", pl, *out)
+    return pool_plan_of(pl, sp, kn, st, pd)
 
 
 def _beta(op: str, beta: Any) -> float:
@@ -81,7 +68,8 @@ def _beta(op: str, beta: Any) -> float:
 
 
 def _run_pool(op: str, n_elems: int, buffers: tuple[tuple[str, Buffer, int], ...], *dims: Any) -> Buffer:
-    """Check the (name, buffer, size) operands, then run the backend's ``op`` on their arrays and dims."""
+    """Check the (name, buffer, size) operands, then run the backend's ``op`` on their arrays and
+    ``dims`` (the plan, and beta where there is one)."""
     ctx = None
     for _, buf, size in buffers:  # the common case in one test per buffer: live, the right size, one device
         if type(buf) is not Buffer or buf._data is None or buf._nbytes != 4 * size \
@@ -103,48 +91,67 @@ def max_pool(x: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[in
              padding: Sequence[int]) -> Buffer:
     """y (planes, *out): the window maximum; padding is -inf and never selected; a NaN in the window
     wins (the first one); an all-padding window gives -inf."""
-    pl, sp, kn, st, pd, out, n_in, n_out = _geometry("max_pool", planes, spatial, kernel, stride, padding)
-    return _run_pool("max_pool", n_out, (("x", x, n_in),), pl, sp, kn, st, pd)
+    return run_max_pool(pool_plan("max_pool", planes, spatial, kernel, stride, padding), x)
 
 
 def max_pool_bwd(x: Buffer, dy: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int],
                  stride: Sequence[int], padding: Sequence[int]) -> Buffer:
     """dx (planes, *spatial): each window's winner (recomputed from x: the first NaN, else the first
     strict maximum) receives its dy; dx[q] sums them in row-major order of the windows."""
-    pl, sp, kn, st, pd, out, n_in, n_out = _geometry("max_pool_bwd", planes, spatial, kernel, stride, padding)
-    return _run_pool("max_pool_bwd", n_in, (("x", x, n_in), ("dy", dy, n_out)), pl, sp, kn, st, pd)
+    return run_max_pool_bwd(pool_plan("max_pool_bwd", planes, spatial, kernel, stride, padding), x, dy)
 
 
 def avg_pool(x: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
              padding: Sequence[int]) -> Buffer:
     """y (planes, *out) = (sum of the window's in-bounds values) / prod(kernel): padding counts as 0
     (PyTorch's count_include_pad=True)."""
-    pl, sp, kn, st, pd, out, n_in, n_out = _geometry("avg_pool", planes, spatial, kernel, stride, padding)
-    return _run_pool("avg_pool", n_out, (("x", x, n_in),), pl, sp, kn, st, pd)
+    return run_avg_pool(pool_plan("avg_pool", planes, spatial, kernel, stride, padding), x)
 
 
 def avg_pool_bwd(dy: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
                  padding: Sequence[int]) -> Buffer:
     """dx (planes, *spatial): dx[q] = (sum of dy over the windows containing q, in row-major order) /
     prod(kernel)."""
-    pl, sp, kn, st, pd, out, n_in, n_out = _geometry("avg_pool_bwd", planes, spatial, kernel, stride, padding)
-    return _run_pool("avg_pool_bwd", n_in, (("dy", dy, n_out),), pl, sp, kn, st, pd)
+    return run_avg_pool_bwd(pool_plan("avg_pool_bwd", planes, spatial, kernel, stride, padding), dy)
 
 
 def smooth_max_pool(x: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
                     padding: Sequence[int], beta: float) -> Buffer:
     """y (planes, *out) = (m + log sum exp(beta v - m)) / beta over each window, padding counting as
     v = 0, m = max of beta v; beta finite and nonzero (beta < 0: a smooth min)."""
-    pl, sp, kn, st, pd, out, n_in, n_out = _geometry("smooth_max_pool", planes, spatial, kernel, stride, padding)
-    b = _beta("smooth_max_pool", beta)
-    return _run_pool("smooth_max_pool", n_out, (("x", x, n_in),), pl, sp, kn, st, pd, b)
+    plan = pool_plan("smooth_max_pool", planes, spatial, kernel, stride, padding)
+    return run_smooth_max_pool(plan, x, _beta("smooth_max_pool", beta))
 
 
 def smooth_max_pool_bwd(x: Buffer, y: Buffer, dy: Buffer, planes: int, spatial: Sequence[int], kernel: Sequence[int],
                         stride: Sequence[int], padding: Sequence[int], beta: float) -> Buffer:
     """dx (planes, *spatial): dx[q] = sum over windows w containing q (row-major) of
     dy[w] * exp(beta x[q] - beta y[w]), y the forward output; padding positions get nothing."""
-    pl, sp, kn, st, pd, out, n_in, n_out = _geometry("smooth_max_pool_bwd", planes, spatial, kernel, stride, padding)
-    b = _beta("smooth_max_pool_bwd", beta)
-    return _run_pool("smooth_max_pool_bwd", n_in, (("x", x, n_in), ("y", y, n_out), ("dy", dy, n_out)),
-                     pl, sp, kn, st, pd, b)
+    plan = pool_plan("smooth_max_pool_bwd", planes, spatial, kernel, stride, padding)
+    return run_smooth_max_pool_bwd(plan, x, y, dy, _beta("smooth_max_pool_bwd", beta))
+
+
+# -- on a checked plan (and, for the smooth max, a beta checked by the caller) -----------------------
+def run_max_pool(plan: PoolPlan, x: Buffer) -> Buffer:
+    return _run_pool("max_pool", plan.n_out, (("x", x, plan.n_in),), plan)
+
+
+def run_max_pool_bwd(plan: PoolPlan, x: Buffer, dy: Buffer) -> Buffer:
+    return _run_pool("max_pool_bwd", plan.n_in, (("x", x, plan.n_in), ("dy", dy, plan.n_out)), plan)
+
+
+def run_avg_pool(plan: PoolPlan, x: Buffer) -> Buffer:
+    return _run_pool("avg_pool", plan.n_out, (("x", x, plan.n_in),), plan)
+
+
+def run_avg_pool_bwd(plan: PoolPlan, dy: Buffer) -> Buffer:
+    return _run_pool("avg_pool_bwd", plan.n_in, (("dy", dy, plan.n_out),), plan)
+
+
+def run_smooth_max_pool(plan: PoolPlan, x: Buffer, beta: float) -> Buffer:
+    return _run_pool("smooth_max_pool", plan.n_out, (("x", x, plan.n_in),), plan, beta)
+
+
+def run_smooth_max_pool_bwd(plan: PoolPlan, x: Buffer, y: Buffer, dy: Buffer, beta: float) -> Buffer:
+    return _run_pool("smooth_max_pool_bwd", plan.n_in, (("x", x, plan.n_in), ("y", y, plan.n_out),
+                                                        ("dy", dy, plan.n_out)), plan, beta)

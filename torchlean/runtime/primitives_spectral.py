@@ -101,23 +101,24 @@ def spectral_conv1d_rfft_bwd_x(x: Buffer, w_re: Buffer, w_im: Buffer, dy: Buffer
                            dy._data, g, w, m, b))
 
 
-def _bwd_w_single(name: str, doc: str):
-    def prim(x: Buffer, w_re: Buffer, w_im: Buffer, dy: Buffer, grid: int, width: int, modes: int,
-             batch: int = 1) -> Buffer:
-        b, g, w, m, n_x, n_w = _conv_dims(name, grid, width, modes, batch)
-        ctx = _conv_inputs(name, x, w_re, w_im, n_x, n_w, dy=dy)
-        return wrap(ctx, run_allocating(name, ctx, n_w, getattr(ctx.backend, name), x._data, w_re._data, w_im._data,
-                               dy._data, g, w, m, b))
-
-    prim.__name__ = prim.__qualname__ = name
-    prim.__doc__ = doc
-    return prim
+def _bwd_w_single(name: str, x: Buffer, w_re: Buffer, w_im: Buffer, dy: Buffer, grid: int, width: int, modes: int,
+        batch: int = 1) -> Buffer:
+    b, g, w, m, n_x, n_w = _conv_dims(name, grid, width, modes, batch)
+    ctx = _conv_inputs(name, x, w_re, w_im, n_x, n_w, dy=dy)
+    return wrap(ctx, run_allocating(name, ctx, n_w, getattr(ctx.backend, name), x._data, w_re._data, w_im._data,
+                           dy._data, g, w, m, b))
 
 
-spectral_conv1d_rfft_bwd_wre = _bwd_w_single(
-    "spectral_conv1d_rfft_bwd_wre", "dw_re (modes, width, width): the VJP wrt w_re, summed over the batch.")
-spectral_conv1d_rfft_bwd_wim = _bwd_w_single(
-    "spectral_conv1d_rfft_bwd_wim", "dw_im (modes, width, width): the VJP wrt w_im, summed over the batch.")
+def spectral_conv1d_rfft_bwd_wre(x: Buffer, w_re: Buffer, w_im: Buffer, dy: Buffer, grid: int, width: int,
+        modes: int, batch: int = 1) -> Buffer:
+    """dw_re (modes, width, width): the VJP wrt w_re, summed over the batch."""
+    return _bwd_w_single("spectral_conv1d_rfft_bwd_wre", x, w_re, w_im, dy, grid, width, modes, batch)
+
+
+def spectral_conv1d_rfft_bwd_wim(x: Buffer, w_re: Buffer, w_im: Buffer, dy: Buffer, grid: int, width: int,
+        modes: int, batch: int = 1) -> Buffer:
+    """dw_im (modes, width, width): the VJP wrt w_im, summed over the batch."""
+    return _bwd_w_single("spectral_conv1d_rfft_bwd_wim", x, w_re, w_im, dy, grid, width, modes, batch)
 
 
 def spectral_conv1d_rfft_bwd_w(x: Buffer, w_re: Buffer, w_im: Buffer, dy: Buffer, grid: int, width: int, modes: int,

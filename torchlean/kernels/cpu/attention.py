@@ -38,13 +38,13 @@ the BLAS path mends a tile only when a reduction over it shows a NaN or infinity
 
 from __future__ import annotations
 
-from functools import lru_cache
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from numba import njit, prange
 
+from ..caches import memo
 from .classify import exp32
 
 __all__ = ["flash_attention_packed_fwd", "flash_attention_packed_bwd",
@@ -383,7 +383,7 @@ def _parallel(batch, n_q, n_k, d) -> bool:
     return batch * n_q * n_k * d >= PAR_WORK and batch > LANES
 
 
-@lru_cache(maxsize=64)
+@memo("cpu.attention.operands", 64)
 def _geo(packed: bool, heads: int, n_q: int, n_k: int, d: int) -> np.ndarray:
     """The kernels' operand table (see _GQ ...): q, k, v, dq, dk, dv as slices of a packed
     (batch, n, 3, heads, d) tensor and out, dout as (batch, n, heads, d) when packed; else every

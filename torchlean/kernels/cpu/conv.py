@@ -37,6 +37,7 @@ import numpy as np
 from numba import njit, prange
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
+from ..plans import ConvPlan, ConvTransposePlan, conv_plan_of
 from . import parallel
 from .cblas import NO_TRANS, TRANS, sgemm
 from .gemm import gemm
@@ -73,10 +74,6 @@ def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             and (tb or b.flags.c_contiguous):
         return gemm((a.T if ta else a).reshape(-1), (b.T if tb else b).reshape(-1), 1, m, n, k, ta, tb).reshape(m, n)
     return np.matmul(a, b)
-
-
-def _out(spatial, kernel, stride, padding) -> tuple[int, ...]:
-    return tuple((s + 2 * p - k) // st + 1 for s, k, st, p in zip(spatial, kernel, stride, padding))
 
 
 def _chunks(batch: int, per_image: int):
@@ -801,9 +798,9 @@ def _scatter_axes(d5: np.ndarray, axes, spatial, kernel, stride, padding, out) -
     return np.ascontiguousarray(d5)
 
 
-def conv(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding):
+def conv(x, w, b, plan: ConvPlan):
     parallel.blas_one_thread()  # every GEMM below, NumPy's included, at one OpenBLAS thread
-    out = _out(spatial, kernel, stride, padding)
+    batch, in_c, out_c, spatial, kernel, stride, padding, out = plan[:8]
     sparse = _sparse_axes(kernel, stride, padding)
     if sparse and batch * in_c:
         x5, spatial, stride, padding = _gather_axes(x.reshape((batch, in_c) + tuple(spatial)), sparse, spatial,
@@ -869,13 +866,13 @@ def _bwd_input_by_phases(dx5, g5, w5, kernel, stride, padding, spatial, out) -> 
         dx5[target] = part.reshape((batch, in_c) + ts)
 
 
-def conv_bwd_input(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
+def conv_bwd_input(dy, w, plan: ConvPlan):
     parallel.blas_one_thread()  # every GEMM below, NumPy's included, at one OpenBLAS thread
-    out = _out(spatial, kernel, stride, padding)
+    batch, in_c, out_c, spatial, kernel, stride, padding, out = plan[:8]
     sparse = _sparse_axes(kernel, stride, padding)
     if sparse and batch * in_c * math.prod(spatial) and out_c:
         sp, st, pd = _compact(sparse, spatial, kernel, stride, padding, out)
-        dxc = conv_bwd_input(dy, w, batch, in_c, out_c, sp, kernel, st, pd)
+        dxc = conv_bwd_input(dy, w, conv_plan_of(batch, in_c, out_c, sp, kernel, st, pd))
         return _scatter_axes(dxc.reshape((batch, in_c) + sp), sparse, spatial, kernel, stride, padding,
                              out).reshape(-1)
     k_n, p_n, s_n = math.prod(kernel), math.prod(out), math.prod(spatial)
@@ -955,9 +952,9 @@ def _bwd_weight_unfold_last(x5, g3, kernel, stride, padding, out) -> np.ndarray:
     return acc.reshape(kr_n, c, kl, o_n).transpose(1, 0, 2, 3).reshape(c * kr_n * kl, o_n)
 
 
-def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding):
+def conv_bwd_weight(x, dy, plan: ConvPlan):
     parallel.blas_one_thread()  # every GEMM below, NumPy's included, at one OpenBLAS thread
-    out = _out(spatial, kernel, stride, padding)
+    batch, in_c, out_c, spatial, kernel, stride, padding, out = plan[:8]
     sparse = _sparse_axes(kernel, stride, padding)
     if sparse and batch * in_c:
         x5, spatial, stride, padding = _gather_axes(x.reshape((batch, in_c) + tuple(spatial)), sparse, spatial,
@@ -1001,11 +998,10 @@ def _bwd_weight_part(x5, g3, kernel, stride, padding, out) -> np.ndarray:
     return dwt
 
 
-def conv_transpose(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, output_padding):
-    out = tuple((s - 1) * st - 2 * p + k + op
-                for s, k, st, p, op in zip(spatial, kernel, stride, padding, output_padding))
-    y = conv_bwd_input(x, w, batch, out_c, in_c, out, kernel, stride, padding)
+def conv_transpose(x, w, b, plan: ConvTransposePlan):
+    # the input gradient of the plan's adjoint conv (out_c channels on out to in_c on spatial)
+    y = conv_bwd_input(x, w, plan.adjoint)
     if b is not None and y.size:
         with np.errstate(all="ignore"):
-            y.reshape(batch, out_c, -1)[...] += b[:, None]
+            y.reshape(plan.batch, plan.out_c, -1)[...] += b[:, None]
     return y

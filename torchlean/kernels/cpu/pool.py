@@ -41,6 +41,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ..plans import PoolPlan
+
 F32 = np.float32
 I64 = np.int64
 
@@ -722,29 +724,31 @@ def _bwd(mode, x, y, dy, planes, spatial, kernel, stride, padding, beta=1.0):
 _EMPTY = np.zeros(0, dtype=F32)
 
 
-def max_pool(x, planes, spatial, kernel, stride, padding):
+def max_pool(x, plan: PoolPlan):
+    planes, spatial, kernel, stride, padding = plan[:5]
     if _plain_2d(spatial, padding):
         return _max2d(x, planes, spatial, kernel, stride)
     return _fwd(0, x, planes, spatial, kernel, stride, padding)
 
 
-def avg_pool(x, planes, spatial, kernel, stride, padding):
-    return _fwd(1, x, planes, spatial, kernel, stride, padding)
+def avg_pool(x, plan: PoolPlan):
+    return _fwd(1, x, *plan[:5])
 
 
-def smooth_max_pool(x, planes, spatial, kernel, stride, padding, beta):
-    return _fwd(2, x, planes, spatial, kernel, stride, padding, beta)
+def smooth_max_pool(x, plan: PoolPlan, beta):
+    return _fwd(2, x, *plan[:5], beta)
 
 
-def max_pool_bwd(x, dy, planes, spatial, kernel, stride, padding):
+def max_pool_bwd(x, dy, plan: PoolPlan):
+    planes, spatial, kernel, stride, padding = plan[:5]
     if _plain_2d(spatial, padding):
         return _max2d(x, planes, spatial, kernel, stride, dy)
     return _bwd(0, x, _EMPTY, dy, planes, spatial, kernel, stride, padding)
 
 
-def avg_pool_bwd(dy, planes, spatial, kernel, stride, padding):
-    return _bwd(1, _EMPTY, _EMPTY, dy, planes, spatial, kernel, stride, padding)
+def avg_pool_bwd(dy, plan: PoolPlan):
+    return _bwd(1, _EMPTY, _EMPTY, dy, *plan[:5])
 
 
-def smooth_max_pool_bwd(x, y, dy, planes, spatial, kernel, stride, padding, beta):
-    return _bwd(2, x, y, dy, planes, spatial, kernel, stride, padding, beta)
+def smooth_max_pool_bwd(x, y, dy, plan: PoolPlan, beta):
+    return _bwd(2, x, y, dy, *plan[:5], beta)

@@ -6,12 +6,16 @@ why CUDA cannot be used (no CuPy, no driver, no device), or returns None.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from typing import Any
 
 from ...errors import DeviceError
 
+# Process-wide facts, found once and never dropped (no memo: clearing would make a second backend
+# for a device that already has one, with its own free list and streams).
+_probed: list[str | None] = []
+_backends: dict[int, Any] = {}
 
-@lru_cache(maxsize=None)
+
 def _probe() -> str | None:
     try:
         import cupy  # noqa: F401
@@ -27,14 +31,18 @@ def _probe() -> str | None:
 
 
 def unavailable_reason() -> str | None:
-    return _probe()
+    if not _probed:
+        _probed.append(_probe())
+    return _probed[0]
 
 
-@lru_cache(maxsize=None)
 def _backend(index: int):
-    from .backend import make_backend
+    backend = _backends.get(index)
+    if backend is None:
+        from .backend import make_backend
 
-    return make_backend(index)
+        backend = _backends[index] = make_backend(index)
+    return backend
 
 
 def backend_for(index: int, op: str):
@@ -45,3 +53,4 @@ def backend_for(index: int, op: str):
     if index >= count:
         raise DeviceError(f"{op}: device 'cuda:{index}' is not available: the CUDA driver reports {count} device(s)")
     return _backend(index)
+

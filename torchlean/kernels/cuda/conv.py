@@ -41,11 +41,12 @@ the GEMM's time.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import cupy
 import numpy as np
 
+from ..caches import memo
+from ..plans import ConvPlan, ConvTransposePlan
 from .launch import BLOCK, I64, HostStruct, empty, empty_as, give_back, grid_for, kernel, sm_count
 
 _getdev = cupy.cuda.runtime.getDevice
@@ -93,7 +94,7 @@ def _cdiv(a: int, b: int) -> int:
 
 
 class _Geometry:
-    """A TlConvGeom, built once per shape (``_geom`` caches it): ``arr`` holds its fields and ``arg``
+    """A TlConvGeom, built once per plan (``_geom`` memoizes it): ``arr`` holds its fields and ``arg``
     passes its bytes to a kernel by value (a HostStruct, not the structured array itself)."""
 
     __slots__ = ("arr", "arg", "_fits")
@@ -111,9 +112,10 @@ class _Geometry:
         return hit
 
 
-@lru_cache(maxsize=1024)
-def _geom(spatial: tuple, out: tuple, kernel_: tuple, stride: tuple, padding: tuple) -> _Geometry:
-    """The geometry of one shape as a _Geometry (the 0-d structured array and its kernel argument)."""
+@memo("cuda.conv.geometry", 1024)
+def _geom(plan: ConvPlan) -> _Geometry:
+    """The geometry of one plan as a _Geometry (the 0-d structured array and its kernel argument)."""
+    spatial, out, kernel_, stride, padding = plan.spatial, plan.out, plan.kernel, plan.stride, plan.padding
     r = len(spatial)
     g = np.zeros((), dtype=_GEOM)
     g["r"], g["S"], g["P"], g["K"] = r, math.prod(spatial), math.prod(out), math.prod(kernel_)
@@ -121,11 +123,6 @@ def _geom(spatial: tuple, out: tuple, kernel_: tuple, stride: tuple, padding: tu
         g[name][:r] = dims
     g.flags.writeable = False
     return _Geometry(g)
-
-
-@lru_cache(maxsize=1024)
-def _out_dims(spatial, kernel_, stride, padding) -> tuple:
-    return tuple((s + 2 * p - k) // st + 1 for s, k, st, p in zip(spatial, kernel_, stride, padding))
 
 
 def _grid2(items: int, channels: int) -> tuple:
@@ -174,7 +171,7 @@ def _fits32(g, nb: int, c: int) -> bool:
 
 class _Launch:
     """One kernel launch whose function, grid and trailing scalar arguments depend on the shape
-    alone, built once per (device, shape) by the cached constructors below: a call passes only the
+    alone, built once per (device, plan) by the memoized constructors below: a call passes only the
     arrays. (Building names, grids and NumPy scalars on every call costs host time per conv, which
     bounds a small network's training step.)"""
 
@@ -191,29 +188,33 @@ _BLOCK = (BLOCK,)
 
 
 # The device is part of every key: kernels and SM counts are per device.
-@lru_cache(maxsize=1024)
-def _im2col_launch(device: int, g: _Geometry, nb: int, c: int, rank: int, p: int) -> _Launch:
+@memo("cuda.conv.im2col_launch", 1024)
+def _im2col_launch(device: int, plan: ConvPlan, nb: int) -> _Launch:
+    """im2col of nb images of ``plan``'s input (in_c channels on spatial, columns over out)."""
+    g, c, rank, p = _geom(plan), plan.in_c, len(plan.spatial), math.prod(plan.out)
     if rank <= 3 and g.fits32(nb, c):
         v = 4 if (nb * p) % 4 == 0 else 1
         return _Launch(f"tl_conv_im2col_fast_r{rank}v{v}", _grid2(nb * p // v, c), (g.arg, np.int32(nb), np.int32(c)))
     return _Launch(f"tl_conv_im2col_{_SUFFIX.get(rank, 'rn')}", _grid2(nb * p, c), (g.arg, I64(nb), I64(c)))
 
 
-def _im2col(x, cols, g: _Geometry, nb: int, c: int, rank: int, p: int) -> None:
-    _im2col_launch(_getdev(), g, nb, c, rank, p)(x, cols)
+def _im2col(x, cols, plan: ConvPlan, nb: int) -> None:
+    _im2col_launch(_getdev(), plan, nb)(x, cols)
 
 
-@lru_cache(maxsize=1024)
-def _col2im_launch(device: int, g: _Geometry, nb: int, c: int, rank: int, s: int) -> _Launch:
+@memo("cuda.conv.col2im_launch", 1024)
+def _col2im_launch(device: int, plan: ConvPlan, nb: int) -> _Launch:
+    """col2im of nb images onto ``plan``'s input (in_c channels on spatial)."""
+    g, c, rank, s = _geom(plan), plan.in_c, len(plan.spatial), math.prod(plan.spatial)
     return _Launch(f"tl_conv_bwd_input_col2im_{_SUFFIX.get(rank, 'rn')}", _grid2(nb * s, _cdiv(c, _CHANNEL_GROUP)),
                    (g.arg, I64(nb), I64(c)))
 
 
-def _col2im(dcols, dx, bias, g: _Geometry, nb: int, c: int, rank: int, s: int) -> None:
-    _col2im_launch(_getdev(), g, nb, c, rank, s)(dcols, dx, bias)
+def _col2im(dcols, dx, bias, plan: ConvPlan, nb: int) -> None:
+    _col2im_launch(_getdev(), plan, nb)(dcols, dx, bias)
 
 
-@lru_cache(maxsize=1024)
+@memo("cuda.conv.swap_launch", 1024)
 def _swap_launch(device: int, a0: int, a1: int, length: int) -> _Launch:
     return _Launch("tl_conv_swap01", (grid_for(a0 * a1 * length),), (I64(a0), I64(a1), I64(length)))
 
@@ -224,17 +225,16 @@ def _swap01(src, dst, bias, a0: int, a1: int, length: int) -> None:
 
 
 # -- forward ----------------------------------------------------------------------------------------
-def conv(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding):
-    spatial, kernel_, stride, padding = tuple(spatial), tuple(kernel), tuple(stride), tuple(padding)
-    out = _out_dims(spatial, kernel_, stride, padding)
-    return _forward(x, w, b, batch, in_c, out_c, spatial, out, kernel_, stride, padding, "conv")
+def conv(x, w, b, plan: ConvPlan):
+    return _forward(x, w, b, plan)
 
 
-@lru_cache(maxsize=1024)
-def _plan(batch, in_c, out_c, spatial, out, kernel_, stride, padding) -> tuple:
-    """(S, P, K, ck, pointwise, per_image, nb_max) of a conv-like shape, in_c channels on
-    `spatial` to out_c on `out` (forward and input gradient; nb_max counts the columns and, when
-    not per image, the permuted output)."""
+@memo("cuda.conv.chunking", 1024)
+def _chunking(plan: ConvPlan) -> tuple:
+    """(S, P, K, ck, pointwise, per_image, nb_max) of a plan, in_c channels on `spatial` to out_c on
+    `out` (forward and input gradient; nb_max counts the columns and, when not per image, the
+    permuted output)."""
+    batch, in_c, out_c, spatial, kernel_, stride, padding, out = plan[:8]
     S, P, K = math.prod(spatial), math.prod(out), math.prod(kernel_)
     ck = in_c * K
     pw = _pointwise(kernel_, stride, padding, spatial, out)
@@ -243,10 +243,10 @@ def _plan(batch, in_c, out_c, spatial, out, kernel_, stride, padding) -> tuple:
     return S, P, K, ck, pw, per_image, nb_max
 
 
-def _forward(x, w, b, batch, in_c, out_c, spatial, out, kernel_, stride, padding, name):
-    """y (batch, out_c, *out) = W (out_c, in_c*K) @ columns of x (batch, in_c, *spatial), + b[o].
-    `out` is given, not derived: positions whose taps all fall outside x get the bias alone."""
-    S, P, K, ck, pw, per_image, nb_max = _plan(batch, in_c, out_c, spatial, out, kernel_, stride, padding)
+def _forward(x, w, b, plan: ConvPlan, name="conv"):
+    """y (batch, out_c, *out) = W (out_c, in_c*K) @ columns of x (batch, in_c, *spatial), + b[o]."""
+    batch, in_c, out_c = plan.batch, plan.in_c, plan.out_c
+    S, P, K, ck, pw, per_image, nb_max = _chunking(plan)
     y = empty(batch * out_c * P)
     if y.size == 0:
         return y
@@ -262,12 +262,11 @@ def _forward(x, w, b, batch, in_c, out_c, spatial, out, kernel_, stride, padding
         return y
     cols = empty(ck * nb_max * P)
     tmp = None if per_image else empty(out_c * nb_max * P)
-    g = _geom(spatial, out, kernel_, stride, padding)
     if per_image and b is not None:
         _bias_fill(y, b, batch, out_c, P)
     for n0 in range(0, batch, nb_max):
         nb = min(nb_max, batch - n0)
-        _im2col(_at(x, n0 * in_c * S), cols, g, nb, in_c, len(spatial), P)
+        _im2col(_at(x, n0 * in_c * S), cols, plan, nb)
         yc = _at(y, n0 * out_c * P)
         if per_image:
             # y_n = W @ cols_n: cols_n is the (ck, P) block at column n*P of cols (ld nb*P).
@@ -283,9 +282,10 @@ def _forward(x, w, b, batch, in_c, out_c, spatial, out, kernel_, stride, padding
 
 
 # -- input gradient and the transposed conv -----------------------------------------------------------
-def _bwd_input(dy, w, bias, batch, in_c, out_c, spatial, out, kernel_, stride, padding):
+def _bwd_input(dy, w, bias, plan: ConvPlan):
     """dx (batch, in_c, *spatial) from dy (batch, out_c, *out), w (out_c, in_c, *kernel), + bias[c]."""
-    S, P, K, ck, pw, per_image, nb_max = _plan(batch, in_c, out_c, spatial, out, kernel_, stride, padding)
+    batch, in_c, out_c = plan.batch, plan.in_c, plan.out_c
+    S, P, K, ck, pw, per_image, nb_max = _chunking(plan)
     dx = empty(batch * in_c * S)
     if dx.size == 0:
         return dx
@@ -301,7 +301,6 @@ def _bwd_input(dy, w, bias, batch, in_c, out_c, spatial, out, kernel_, stride, p
         return dx
     dcols = empty(ck * nb_max * P)
     dyp = None if per_image else empty(out_c * nb_max * P)
-    g = _geom(tuple(spatial), tuple(out), kernel_, stride, padding)
     for n0 in range(0, batch, nb_max):
         nb = min(nb_max, batch - n0)
         dyc = _at(dy, n0 * out_c * P)
@@ -313,26 +312,21 @@ def _bwd_input(dy, w, bias, batch, in_c, out_c, spatial, out, kernel_, stride, p
             _swap01(dyc, dyp, None, nb, out_c, P)  # (nb, out_c, P) -> (out_c, nb, P)
             _gemm(w, dyp, dcols, ck, nb * P, out_c, ck, nb * P, nb * P, trans_a=True,
                   name="conv_bwd_input")
-        _col2im(dcols, _at(dx, n0 * in_c * S), bias, g, nb, in_c, len(spatial), S)
+        _col2im(dcols, _at(dx, n0 * in_c * S), bias, plan, nb)
     give_back(dcols)
     if dyp is not None:
         give_back(dyp)
     return dx
 
 
-def conv_bwd_input(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
-    spatial, kernel_, stride, padding = tuple(spatial), tuple(kernel), tuple(stride), tuple(padding)
-    out = _out_dims(spatial, kernel_, stride, padding)
-    return _bwd_input(dy, w, None, batch, in_c, out_c, spatial, out, kernel_, stride, padding)
+def conv_bwd_input(dy, w, plan: ConvPlan):
+    return _bwd_input(dy, w, None, plan)
 
 
-def conv_transpose(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, output_padding):
-    # y (batch, out_c, *out) is the input gradient of a conv from out_c channels on `out` to in_c
-    # channels on `spatial`, whose weights (in_c, out_c, *kernel) are w as stored; b starts each sum.
-    spatial, kernel_, stride, padding = tuple(spatial), tuple(kernel), tuple(stride), tuple(padding)
-    out = tuple((s - 1) * st - 2 * p + k + op
-                for s, k, st, p, op in zip(spatial, kernel_, stride, padding, output_padding))
-    return _bwd_input(x, w, b, batch, out_c, in_c, out, spatial, kernel_, stride, padding)
+def conv_transpose(x, w, b, plan: ConvTransposePlan):
+    # y (batch, out_c, *out) is the input gradient of the plan's adjoint conv (out_c channels on
+    # `out` to in_c on `spatial`), whose weights (in_c, out_c, *kernel) are w as stored; b starts each sum.
+    return _bwd_input(x, w, b, plan.adjoint)
 
 
 # -- weight gradient --------------------------------------------------------------------------------
@@ -343,15 +337,15 @@ def _segments(length: int, out_c: int, ck: int) -> int:
     return _cdiv(length, groups)
 
 
-@lru_cache(maxsize=1024)
-def _weight_plan(batch, in_c, out_c, spatial, kernel_, stride, padding) -> tuple:
-    """(out, S, P, ck, mn, per_image, pointwise, seg, nb_max, part_max) of conv_bwd_weight."""
-    out = _out_dims(spatial, kernel_, stride, padding)
+@memo("cuda.conv.weight_chunking", 1024)
+def _weight_chunking(plan: ConvPlan) -> tuple:
+    """(S, P, ck, mn, per_image, pointwise, seg, nb_max, part_max) of conv_bwd_weight."""
+    batch, in_c, out_c, spatial, kernel_, stride, padding, out = plan[:8]
     S, P, K = math.prod(spatial), math.prod(out), math.prod(kernel_)
     ck = in_c * K
     mn = out_c * ck
     if mn == 0 or batch == 0:  # the caller returns before using the rest
-        return out, S, P, ck, mn, False, False, 0, 1, 0
+        return S, P, ck, mn, False, False, 0, 1, 0
     pw = _pointwise(kernel_, stride, padding, spatial, out)
     # Per-image partials only for pointwise convs (no columns): everywhere else the segment rule
     # fills the GPU as well or better (per-image partials leave few, small GEMMs for small P).
@@ -365,20 +359,19 @@ def _weight_plan(batch, in_c, out_c, spatial, kernel_, stride, padding) -> tuple
         nb_max = _chunk(batch, (ck + out_c) * P)
         seg = _segments(nb_max * P, out_c, ck)
         part_max = _cdiv(nb_max * P, seg)
-    return out, S, P, ck, mn, per_image, pointwise, seg, nb_max, part_max
+    return S, P, ck, mn, per_image, pointwise, seg, nb_max, part_max
 
 
-@lru_cache(maxsize=1024)
+@memo("cuda.conv.sum_partials_args", 1024)
 def _sum_partials_args(device: int, groups: int, mn: int, first: bool, last: bool) -> tuple:
     """(function, grid, (G, MN), (first, last)) of tl_conv_bwd_weight_sum_partials, whose scalars sit
     between arrays."""
     return kernel(_FILE, "tl_conv_bwd_weight_sum_partials"), (grid_for(mn),), (I64(groups), I64(mn)), (I64(first), I64(last))
 
 
-def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding):
-    spatial, kernel_, stride, padding = tuple(spatial), tuple(kernel), tuple(stride), tuple(padding)
-    out, S, P, ck, mn, per_image, pointwise, seg, nb_max, part_max = _weight_plan(
-        batch, in_c, out_c, spatial, kernel_, stride, padding)
+def conv_bwd_weight(x, dy, plan: ConvPlan):
+    batch, in_c, out_c = plan.batch, plan.in_c, plan.out_c
+    S, P, ck, mn, per_image, pointwise, seg, nb_max, part_max = _weight_chunking(plan)
     dw = empty(mn)
     if mn == 0:
         return dw
@@ -391,12 +384,11 @@ def conv_bwd_weight(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding)
     chunks = _cdiv(batch, nb_max)
     acc = empty_as(mn, "d") if chunks > 1 else None
     dev = _getdev()
-    g = None if pointwise else _geom(spatial, out, kernel_, stride, padding)
     for i, n0 in enumerate(range(0, batch, nb_max)):
         nb = min(nb_max, batch - n0)
         xc, dyc = _at(x, n0 * in_c * S), _at(dy, n0 * out_c * P)
         if not pointwise:
-            _im2col(xc, cols, g, nb, in_c, len(spatial), P)
+            _im2col(xc, cols, plan, nb)
         if per_image:
             # part_n (out_c, ck) = dy_n (out_c, P) @ cols_n^T; cols_n is (ck, P) at column n*P of
             # cols (ld nb*P), or x_n itself (ld P) for a pointwise conv.

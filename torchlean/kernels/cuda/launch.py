@@ -12,7 +12,6 @@ the threat model: ``kernel_cache.py``).
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 
 import cupy
@@ -20,7 +19,7 @@ import numpy as np
 from cupy.cuda import compiler, function, nvrtc
 from cupy.cuda.function import CPointer
 
-from ..caches import register_table
+from ..caches import memo, register_table
 from . import kernel_cache
 from .freelist import empty, empty_as, give_back  # noqa: F401  (re-exported: every module allocates through kernels.empty)
 
@@ -55,7 +54,8 @@ def _compile(file: str, arch: str) -> bytes:
                                        f"nvrtc {nvrtc.getVersion()} cupy {cupy.__version__}", nvrtc_compile)
 
 
-@lru_cache(maxsize=None)
+# (per device and source file: a few dozen entries at most)
+@memo("cuda.modules", 256)
 def module(device: int, file: str) -> function.Module:
     with cupy.cuda.Device(device):
         mod = function.Module()
@@ -75,7 +75,7 @@ def kernel(file: str, name: str) -> function.Function:
     return fn
 
 
-@lru_cache(maxsize=None)
+@memo("cuda.sm_count", 64)
 def _sm_count(device: int) -> int:
     return cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
 

@@ -15,11 +15,11 @@ Nothing here synchronizes the device or reads device memory back to the host.
 
 from __future__ import annotations
 
-from functools import lru_cache
 
 import cupy
 import numpy as np
 
+from ..caches import memo
 from .elementwise import copy  # a device memcpy (ndarray.copy runs a CuPy elementwise kernel, dearer on the host)
 from .launch import BLOCK, I64, HostStruct, empty, grid_for, kernel
 
@@ -119,7 +119,7 @@ def _shape_arg(n_units: int, d: list, s: list) -> tuple:
     return (HostStruct(np.array([n_units, *d, *s], dtype=np.int64)),)
 
 
-@lru_cache(maxsize=1024)
+@memo("cuda.layout.gather", 1024)
 def _plan(dims: tuple, strides: tuple, aligned: bool) -> tuple | str:
     """The launch for a gather: computed once per (dims, strides), since training loops repeat shapes.
 

@@ -23,11 +23,11 @@ result's bits do not depend on the GPU model either.
 
 from __future__ import annotations
 
-from functools import lru_cache
 
 import cupy
 import numpy as np
 
+from ..caches import memo
 from .launch import BLOCK, F32, I64, empty, empty_as, give_back, grid_for, kernel, sm_count
 
 __all__ = ["layer_norm", "layer_norm_bwd", "batch_norm", "batch_norm_bwd", "batch_norm_infer", "running_stat_update"]
@@ -179,7 +179,7 @@ class _BNLaunches:
             self.apply_grid, self.apply_block = (_cdiv(ci, BLOCK), rows), (BLOCK,)
 
 
-@lru_cache(maxsize=1024)
+@memo("cuda.norm.bn_launches", 1024)
 def _bn_launches(device: int, bwd: bool, batch: int, channels: int, inner: int) -> _BNLaunches:
     return _BNLaunches(bwd, batch, channels, inner)
 

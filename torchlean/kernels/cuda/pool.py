@@ -3,8 +3,8 @@
 One launch per forward (one thread per output) and per backward (one thread per input element,
 gather form: no atomics, bitwise repeatable in every mode; max_pool_bwd adds one launch before it
 that writes each window's winner to a uint32 workspace). The geometry (rank, spatial, kernel,
-stride, padding, out, input and output strides) is a small int64 device array cached per device
-and geometry, so a call uploads nothing after the first; ranks 1-3 run kernels specialised for
+stride, padding, out, input and output strides) is a small int64 device array memoized per device
+and plan, so a call uploads nothing after the first; ranks 1-3 run kernels specialised for
 their rank, ranks 4-8 one generic kernel. See pool.cu for the conventions and the order of the
 float operations (the CPU backend performs the same ones).
 
@@ -16,22 +16,18 @@ writes dx once; max_pool_bwd also writes and reads 4 bytes of winner per output.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import cupy
 import numpy as np
 
-from ..caches import register
+from ..caches import memo
+from ..plans import PoolPlan
 from .launch import BLOCK, F32, I64, empty, empty_as, give_back, grid_for, kernel
 
 __all__ = ["max_pool", "max_pool_bwd", "avg_pool", "avg_pool_bwd", "smooth_max_pool", "smooth_max_pool_bwd"]
 
 _FILE = "pool.cu"
 _MAXR = 8
-
-
-def _out(spatial, kernel, stride, padding):
-    return tuple((n + 2 * p - k) // s + 1 for n, k, s, p in zip(spatial, kernel, stride, padding))
 
 
 def _strides(dims):
@@ -41,68 +37,51 @@ def _strides(dims):
     return st
 
 
-@lru_cache(maxsize=512)
-def _geometry_dev(device: int, spatial, kernel, stride, padding):
-    out = _out(spatial, kernel, stride, padding)
+# Its device arrays count as the backend's cached bytes (a few hundred each), dropped by collect(True).
+@memo("cuda.pool.setup", 512, backend="cuda", entry_bytes=(1 + 7 * _MAXR) * 8)
+def _setup_on(device: int, plan: PoolPlan):
+    spatial, kernel, stride, padding, out = plan.spatial, plan.kernel, plan.stride, plan.padding, plan.out
     g = np.zeros(1 + 7 * _MAXR, dtype=np.int64)
     g[0] = len(spatial)
     for j, vals in enumerate((spatial, kernel, stride, padding, out, _strides(spatial), _strides(out))):
         g[1 + j * _MAXR: 1 + j * _MAXR + len(vals)] = vals
     with cupy.cuda.Device(device):
-        return cupy.asarray(g)
+        g_dev = cupy.asarray(g)
+    r = len(spatial)
+    return g_dev, f"r{r}" if r <= 3 else "rn", math.prod(spatial), math.prod(out), math.prod(kernel)
 
 
-@lru_cache(maxsize=512)
-def _setup_key(device: int, spatial: tuple, kernel: tuple, stride: tuple, padding: tuple):
-    key = tuple(tuple(int(v) for v in a) for a in (spatial, kernel, stride, padding))
-    r = len(key[0])
-    return (_geometry_dev(device, *key), f"r{r}" if r <= 3 else "rn", math.prod(key[0]), math.prod(_out(*key)),
-            math.prod(key[1]))
-
-
-def _geometry_bytes(device=None) -> int:
-    """The device geometry arrays kept above (a few hundred bytes each, at most 512)."""
-    return _geometry_dev.cache_info().currsize * (1 + 7 * _MAXR) * 8
-
-
-def _clear_geometry() -> int:
-    freed = _geometry_bytes()
-    _setup_key.cache_clear()
-    _geometry_dev.cache_clear()
-    return freed
-
-
-register("cuda", _geometry_bytes, _clear_geometry)  # counted as cached, dropped by collect(True)
-
-
-def _setup(spatial, kernel, stride, padding):
-    """(device geometry, kernel-name suffix, S = prod(spatial), nout = prod(out), K = prod(kernel)),
-    cached per device and geometry (the arguments arrive as tuples of checked ints)."""
-    return _setup_key(cupy.cuda.runtime.getDevice(), tuple(spatial), tuple(kernel), tuple(stride), tuple(padding))
+def _setup(plan: PoolPlan):
+    """(device geometry, kernel-name suffix, S = prod(spatial), nout = prod(out), K = prod(kernel))
+    of the plan on the current device."""
+    return _setup_on(cupy.cuda.runtime.getDevice(), plan)
 
 
 def _launch(name: str, work: int, args) -> None:
     kernel(_FILE, name)((grid_for(work),), (BLOCK,), args)
 
 
-def max_pool(x, planes, spatial, kernel, stride, padding):
-    g, suf, S, nout, _ = _setup(spatial, kernel, stride, padding)
+def max_pool(x, plan: PoolPlan):
+    g, suf, S, nout, _ = _setup(plan)
+    planes = plan.planes
     y = empty(planes * nout)
     if planes * nout:
         _launch(f"tl_max_pool_{suf}", planes * nout, (x, y, g, I64(planes), I64(S), I64(nout)))
     return y
 
 
-def avg_pool(x, planes, spatial, kernel, stride, padding):
-    g, suf, S, nout, K = _setup(spatial, kernel, stride, padding)
+def avg_pool(x, plan: PoolPlan):
+    g, suf, S, nout, K = _setup(plan)
+    planes = plan.planes
     y = empty(planes * nout)
     if planes * nout:
         _launch(f"tl_avg_pool_{suf}", planes * nout, (x, y, g, I64(planes), I64(S), I64(nout), F32(K)))
     return y
 
 
-def smooth_max_pool(x, planes, spatial, kernel, stride, padding, beta):
-    g, suf, S, nout, K = _setup(spatial, kernel, stride, padding)
+def smooth_max_pool(x, plan: PoolPlan, beta):
+    g, suf, S, nout, K = _setup(plan)
+    planes = plan.planes
     y = empty(planes * nout)
     if planes * nout:
         _launch(f"tl_smooth_max_pool_{suf}", planes * nout,
@@ -110,8 +89,9 @@ def smooth_max_pool(x, planes, spatial, kernel, stride, padding, beta):
     return y
 
 
-def max_pool_bwd(x, dy, planes, spatial, kernel, stride, padding):
-    g, suf, S, nout, _ = _setup(spatial, kernel, stride, padding)
+def max_pool_bwd(x, dy, plan: PoolPlan):
+    g, suf, S, nout, _ = _setup(plan)
+    planes = plan.planes
     dx = empty(planes * S)
     if planes * S == 0:
         return dx
@@ -122,16 +102,18 @@ def max_pool_bwd(x, dy, planes, spatial, kernel, stride, padding):
     return dx
 
 
-def avg_pool_bwd(dy, planes, spatial, kernel, stride, padding):
-    g, suf, S, nout, K = _setup(spatial, kernel, stride, padding)
+def avg_pool_bwd(dy, plan: PoolPlan):
+    g, suf, S, nout, K = _setup(plan)
+    planes = plan.planes
     dx = empty(planes * S)
     if planes * S:
         _launch(f"tl_avg_pool_bwd_{suf}", planes * S, (dy, dx, g, I64(planes), I64(S), I64(nout), F32(K)))
     return dx
 
 
-def smooth_max_pool_bwd(x, y, dy, planes, spatial, kernel, stride, padding, beta):
-    g, suf, S, nout, _ = _setup(spatial, kernel, stride, padding)
+def smooth_max_pool_bwd(x, y, dy, plan: PoolPlan, beta):
+    g, suf, S, nout, _ = _setup(plan)
+    planes = plan.planes
     dx = empty(planes * S)
     if planes * S:
         _launch(f"tl_smooth_max_pool_bwd_{suf}", planes * S,

@@ -7,11 +7,11 @@ needs atomics to be fast (reduce_sum finishes in one launch; see tl_reduce_sum i
 
 from __future__ import annotations
 
-from functools import lru_cache
 
 import cupy
 import numpy as np
 
+from ..caches import memo
 from .elementwise import copy  # a device memcpy (ndarray.copy runs a CuPy elementwise kernel, dearer on the host)
 from .launch import BLOCK, F32, I64, StreamPartials, empty, empty_as, give_back, grid_for, kernel, sm_count
 
@@ -137,7 +137,7 @@ def reduce_sum_axis(b, dims, axis):
     return strided_reduce(b, outer, dims[axis], inner, "sum")
 
 
-@lru_cache(maxsize=1024)
+@memo("cuda.reduce.broadcast_adjoint", 1024)
 def _broadcast_adjoint_plan(in_dims: tuple, out_dims: tuple, axis_map: tuple) -> tuple:
     """The (outer, length, inner) strided sums, the final permutation (or None), and the (A, B, C)
     of a one-launch per-channel sum (or None), once per shape."""
