@@ -44,7 +44,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("library", ("torchlean.nn", "torchlean.optim", "torchlean.utils")),
     # the PyTorch-style front end: operators and methods bound onto Tensor, the fast-kernel
     # router, DLPack and PyTorch state-dict interop
-    ("front", ("torchlean._methods", "torchlean.fast_kernels", "torchlean._dlpack", "torchlean.interop")),
+    ("front", ("torchlean._methods", "torchlean.fast_kernels", "torchlean._dlpack", "torchlean.interop",
+               "torchlean._dtype_api")),
     ("ops", ("torchlean.ops",)),
     ("tensor", ("torchlean.tensor",)),
     ("tape", ("torchlean.autograd",)),
@@ -52,7 +53,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("kernels", ("torchlean.kernels",)),
     ("contract", ("torchlean.contract",)),
     ("spec", ("torchlean.spec",)),
-    ("base", ("torchlean.errors", "torchlean._validate", "torchlean._atomic_file")),
+    ("base", ("torchlean.errors", "torchlean._validate", "torchlean._atomic_file", "torchlean.dtypes")),
 ]
 
 

@@ -521,12 +521,14 @@ def _x(*shape):
 
 
 @pytest.mark.parametrize("call, exc, words", [
-    (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3), dilation=2), ArgumentError,
-     ["conv2d", "dilation", "not supported"]),
-    (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 1, 3, 3), groups=2), ArgumentError, ["conv2d", "groups", "not supported"]),
-    (lambda: TF.conv_transpose2d(_x(1, 2, 5, 5), _x(2, 3, 3, 3), dilation=(1, 2)), ArgumentError,
-     ["conv_transpose2d", "dilation"]),
-    (lambda: TF.conv_transpose1d(_x(1, 2, 5), _x(2, 1, 3), groups=2), ArgumentError, ["conv_transpose1d", "groups"]),
+    (lambda: TF.conv2d(_x(1, 2, 4, 4), _x(3, 2, 3, 3), dilation=2), ShapeError,
+     ["conv2d", "too small", "dilation (2, 2)"]),
+    (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(3, 1, 3, 3), groups=2), ShapeError,
+     ["conv2d", "output channels (3)", "divisible by groups=2"]),
+    (lambda: TF.conv_transpose2d(_x(1, 2, 5, 5), _x(2, 3, 3, 3), dilation=(1, 0)), ArgumentError,
+     ["conv_transpose2d", "dilation", ">= 1"]),
+    (lambda: TF.conv_transpose1d(_x(1, 2, 5), _x(2, 1, 3), groups=3), ShapeError,
+     ["conv_transpose1d", "divisible by groups=3"]),
     (lambda: TF.conv2d(_x(1, 3, 5, 5), _x(4, 2, 3, 3)), ShapeError, ["conv2d", "3 channels", "weight.shape[1] = 2"]),
     (lambda: TF.conv_transpose2d(_x(1, 3, 5, 5), _x(2, 4, 3, 3)), ShapeError, ["conv_transpose2d", "weight.shape[0]"]),
     (lambda: TF.conv2d(_x(1, 2, 5, 5), _x(4, 2, 3)), ShapeError, ["conv2d", "weight", "4 dims"]),
@@ -893,9 +895,9 @@ _x4 = lambda: _x(1, 2, 5, 5)  # noqa: E731
     (lambda: TF.conv2d(_x4(), _x(3, 2, 3, 3), None, 1, (True, 1)), ArgumentError,
      "conv2d: padding must be an int or a sequence of 2 ints, got (True, 1)"),
     (lambda: TF.conv2d(_x4(), _x(3, 2, 3, 3), None, 1, 1, True), ArgumentError,
-     "conv2d: dilation=True is not supported yet (only dilation=1)"),
+     "conv2d: dilation must be an int or a sequence of 2 ints, got True"),
     (lambda: TF.conv2d(_x4(), _x(3, 2, 3, 3), None, 1, 1, 1, True), ArgumentError,
-     "conv2d: groups=True is not supported yet (only groups=1)"),
+     "conv2d: groups must be a positive int, got True"),
     (lambda: tl.nn.Conv2d(2, 3, 3, stride=True)(_x4()), ArgumentError,  # refused when the module is built
      "Conv2d: stride must be an int or 2 ints, got True"),
     (lambda: TF.conv_transpose2d(_x4(), _x(2, 3, 3, 3), None, 2, 0, True), ArgumentError,

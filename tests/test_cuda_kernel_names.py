@@ -186,6 +186,7 @@ _FAMILY_PREFIXES = {
     "pool.cu": ("max_pool_", "avg_pool_", "smooth_max_pool_"),
     "reduce.cu": ("reduce_", "softmax_rows_", "log_softmax_rows_"),
     "rng.cu": ("rand_uniform", "rand_normal", "bernoulli_mask"),
+    "rnn.cu": ("lstm_cell_", "gru_cell_"),
     "scan.cu": ("selective_scan_",),
     "spectral.cu": ("irfft1d_packed_", "spectral_conv1d_rfft_"),
 }

@@ -227,6 +227,7 @@ HIERARCHY = {
     errors.ContractError: (AssertionError,),
     errors.OutOfMemoryError: (MemoryError,),
     errors.AutogradError: (RuntimeError,),
+    errors.NotPicklableError: (TypeError,),
     errors.WorkerError: (RuntimeError,),
 }
 

@@ -112,8 +112,11 @@ def test_import_numpy():
     assert d.dtype == tl.float32 and np.array_equal(d.numpy(), np.linspace(0, 1, 5).astype(np.float32))
     with pytest.raises(ArgumentError, match="needs a copy.*copy=False"):
         from_dlpack(a.T, copy=False)
-    i = from_dlpack(np.array([[1, 2]], dtype=np.int32))
-    assert i.dtype == tl.int64 and i.numpy().tolist() == [[1, 2]]
+    i = from_dlpack(np.array([[1, 2]], dtype=np.int32))  # its dtype kept, as torch.from_dlpack keeps it
+    assert i.dtype == tl.int32 and i.numpy().tolist() == [[1, 2]]
+    assert torch.from_dlpack(np.array([[1, 2]], dtype=np.int32)).dtype == torch.int32
+    u = from_dlpack(np.array([1, 2], dtype=np.uint16))  # no uint16 in torchlean: int64
+    assert u.dtype == tl.int64 and u.numpy().tolist() == [1, 2]
     assert from_dlpack(np.zeros((0, 2), np.float32)).shape == (0, 2)
     z = from_dlpack(np.array(2.5, np.float32))
     assert z.shape == () and z.item() == 2.5

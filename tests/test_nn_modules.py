@@ -230,7 +230,7 @@ def test_multihead_attention_matches_pytorch(device, case, need_weights):
     extra, textra = {}, {}
     if case == "bool_mask":
         m = rng.random((L, S)) < 0.3
-        m[2] = True  # a fully blocked row: we give 0, PyTorch NaN; compared on the other rows
+        m[2] = True  # a fully blocked row: NaN with need_weights (as PyTorch), else 0; checked apart
         extra["attn_mask"], textra["attn_mask"] = tl.tensor(m), torch.tensor(m)
     elif case == "float_mask":
         m = (rng.standard_normal((L, S)) * 2).astype(np.float32)
@@ -263,10 +263,14 @@ def test_multihead_attention_matches_pytorch(device, case, need_weights):
     o = out.numpy()
     query_axis = -2 if kw["batch_first"] else 0  # (N, L, E) or (L, N, E); unbatched (L, E) has it at 0
     rows = np.ones(L, bool)
-    if case == "bool_mask":  # fully blocked query row 2: attention gives exactly 0 (PyTorch: NaN), then out_proj
+    if case == "bool_mask":  # fully blocked query row 2: NaN with the weights (as PyTorch), else 0 then out_proj
         rows[2] = False
-        np.testing.assert_array_equal(np.take(o, 2, axis=query_axis),
-                                      np.broadcast_to(ours.out_proj.bias.numpy(), (N, E)))
+        blocked = np.take(o, 2, axis=query_axis)
+        assert np.isnan(np.take(out_t.detach().numpy(), 2, axis=query_axis)).all() == need_weights
+        if need_weights:
+            assert np.isnan(blocked).all()
+        else:
+            np.testing.assert_array_equal(blocked, np.broadcast_to(ours.out_proj.bias.numpy(), (N, E)))
     sel = (lambda a: np.take(a, np.flatnonzero(rows), axis=query_axis))
     assert_close_to_torch(sel(o), torch.tensor(sel(out_t.detach().numpy())), torch.tensor(sel(out_64.detach().numpy())),
                           f"MHA {case} output")

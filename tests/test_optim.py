@@ -255,7 +255,7 @@ def test_sgd_contract_rejects_missing_dampening():
 
 
 def test_adam_step_parallel_path_matches_sequential():
-    # the CPU kernel runs in parallel chunks from _PAR_MIN (2**16) elements: same bits as one thread
+    # the CPU kernel runs in parallel chunks from two chunks (2**16 elements) on: same bits as one thread
     from torchlean.kernels.cpu import optim as cpu_optim
     rng = np.random.default_rng(7)
     n = (1 << 17) + 5

@@ -42,10 +42,10 @@ def _keep_rng_state():
     ([[1, 2, 3], [4, 5, 6]], tl.int64, (2, 3)),
     ([[[1.0], [2.0]]], tl.float32, (1, 2, 1)),
     (np.arange(6, dtype=np.float64).reshape(2, 3), tl.float32, (2, 3)),
-    (np.arange(4, dtype=np.int32), tl.int64, (4,)),
+    (np.arange(4, dtype=np.int32), tl.int32, (4,)),  # NumPy's integer dtypes are kept, as in PyTorch
     (np.array([True, False, True]), tl.bool, (3,)),
     (np.float64(2.0), tl.float32, ()),
-    (np.array(7, dtype=np.int16), tl.int64, ()),
+    (np.array(7, dtype=np.int16), tl.int16, ()),
     ([], tl.float32, (0,)),
 ])
 def test_tensor_dtype_inference_and_shape(data, dtype, shape):
@@ -212,7 +212,7 @@ def test_properties():
     assert x.size() == (2, 3, 4) and x.size(1) == 3 and x.size(-1) == 4
     assert x.dtype == tl.float32 == np.float32
     assert x.device == "cpu"
-    assert x.is_floating_point and not tl.tensor([1]).is_floating_point
+    assert x.is_floating_point() and not tl.tensor([1]).is_floating_point()  # a method, as in PyTorch
     with pytest.raises(AxisError, match="size"):
         x.size(3)
     s = tl.tensor(2.0)
@@ -250,7 +250,8 @@ def test_repr():
     assert "requires_grad=True" in repr(tl.tensor([1.0], requires_grad=True))
     y = tl.tensor([1.0], requires_grad=True) * 2.0
     assert "grad_fn=<" in repr(y)
-    assert "int64" in repr(tl.tensor([1, 2]))
+    assert repr(tl.tensor([1, 2])) == "tensor([1, 2])"  # int64 (and bool) go without a dtype, as in PyTorch
+    assert "dtype=torchlean.int32" in repr(tl.tensor([1, 2], dtype=tl.int32))
 
 
 def test_to_cpu():
@@ -342,7 +343,7 @@ def test_integer_tensors_rejected_where_float_is_needed():
     with pytest.raises(DTypeError, match="gather_vec"):
         ops.gather_vec(tl.tensor([1.0, 2.0]), tl.tensor([True, False]))
     with pytest.raises(DTypeError, match="pow"):
-        tl.tensor([1.0]) ** tl.tensor([2.0])
+        tl.tensor([1.0]) ** "2"  # (tensor ** tensor is torch.pow's, supported since issue 22)
     with pytest.raises(DTypeError, match="backward"):
         (tl.tensor([1.0], requires_grad=True) * 2.0).backward(tl.tensor([1]))
     assert issubclass(DTypeError, TypeError) and issubclass(DTypeError, TorchLeanError)

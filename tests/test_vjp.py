@@ -28,6 +28,7 @@ numbers.
 
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -204,6 +205,20 @@ CASES = [
     C("pow2", normal(3, 4), lambda x: ops.pow(x, 2), lambda x: x * x),
     C("pow2_operator", normal(3, 4), lambda x: x ** 2, lambda x: x ** 2),
     C("pow3", normal(3, 4), lambda x: ops.pow(x, 3), lambda x: x ** 3),
+    # issue 22: the new elementwise primitives (sin, cos, erf, log1p, expm1, pow_scalar) and ops composed on them
+    C("sin", normal(3, 4, scale=2.0), ops.sin, np.sin),
+    C("cos", normal(3, 4, scale=2.0), ops.cos, np.cos),
+    C("tan", normal(3, 4, scale=0.5), ops.tan, np.tan),
+    C("erf", normal(3, 4), ops.erf, lambda x: np.vectorize(math.erf)(x)),
+    C("log1p", positive(3, 4), ops.log1p, np.log1p),
+    C("expm1", normal(3, 4), ops.expm1, np.expm1),
+    C("pow_scalar", positive(3, 4), lambda x: ops.pow(x, 2.5), lambda x: x ** 2.5),
+    C("pow_negative", positive(3, 4), lambda x: ops.pow(x, -1.5), lambda x: x ** -1.5),
+    C("rsqrt", positive(3, 4), ops.rsqrt, lambda x: 1.0 / np.sqrt(x)),
+    C("logsumexp", normal(3, 4), lambda x: ops.logsumexp(x, 1), lambda x: np.log(np.sum(np.exp(x), axis=1))),
+    C("cumprod", nonzero(3, 4), lambda x: ops.cumprod(x, 1), lambda x: np.cumprod(x, axis=1)),
+    C("einsum", many(normal(2, 3, 4), normal(4, 5)), lambda a, b: ops.einsum("bij,jk->bki", a, b),
+      lambda a, b: np.einsum("bij,jk->bki", a, b)),
     # elementwise, binary, same shape
     C("add", many(normal(3, 4), normal(3, 4)), ops.add, np.add),
     C("sub", many(normal(3, 4), normal(3, 4)), ops.sub, np.subtract),

@@ -6,7 +6,8 @@ Layers (each calls only the one below): tensor/autograd -> ops -> runtime (Buffe
 """
 
 from . import errors
-from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .autograd import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
+                       set_grad_enabled)
 from .errors import (ArgumentError, AutogradError, AxisError, BufferReleasedError, ContractError, DeviceError,
                      DTypeError, IndexOutOfRangeError, OutOfMemoryError, ShapeError, TorchLeanError)
 from .runtime import (Buffer, allocator_stats, collect_allocator, deterministic, deterministic_reductions,
@@ -25,17 +26,45 @@ from . import nn, ops, optim
 from . import utils  # noqa: E402  (torch.utils.data)
 from .ops import (abs, bmm, cat, clamp, exp, flatten, index_select, log, maximum, mean, minimum, permute,
                   reshape, sigmoid, softmax, log_softmax, sqrt, squeeze, sum, tanh, transpose, unsqueeze)
+# issue 22: more math, reductions with dim, shape/index functions, products, factories and sorting
+from .ops.math import (addcdiv, addcmul, ceil, clamp_max, clamp_min, cos, erf, erfc, exp2, expm1,  # noqa: E402
+                       float_power, floor, frac, hypot, isfinite, isinf, isnan, isneginf, isposinf, lerp, log1p,
+                       log2, log10, nan_to_num, pow, round, rsqrt, sign, sin, square, tan, trunc)
+from .ops.reduce_dim import (all, amax, amin, aminmax, any, argmax, argmin, count_nonzero, cumprod,  # noqa: E402
+                             cumsum, logsumexp, max, median, min, norm, prod, return_types, std, std_mean, var,
+                             var_mean)
+from .ops.select import (chunk, diag, diagonal, flip, fliplr, flipud, gather, hstack, index_put,  # noqa: E402
+                         masked_select, movedim, narrow, repeat_interleave, roll, scatter, scatter_add, split,
+                         stack, swapaxes, take, take_along_dim, tile, tril, triu, unbind, unflatten, vstack)
+from .ops.einsum import (addbmm, addmm, addmv, baddbmm, dot, einsum, inner, kron, mm, mv, outer,  # noqa: E402
+                         tensordot, vdot)
+from .ops.creation import (argsort, bincount, bucketize, eye, linspace, logspace, meshgrid,  # noqa: E402
+                           multinomial, rand_like, randint_like, randn_like, randperm, searchsorted, sort, topk,
+                           unique)
+clip, fix, sgn, ger, moveaxis, swapdims = clamp, trunc, sign, outer, movedim, swapaxes
 from . import fast_kernels  # noqa: E402
 from .fast_kernels import (Options, fast_matmul, get_options, gpu_matmul_fp64, matmul, options,  # noqa: E402
                            set_options)
+# issue 22: the namespaces a script touches first (device, cuda, backends, amp) and save/load
+from .runtime.device import device  # noqa: E402
+from . import accelerator, amp, backends, cuda, serialization  # noqa: E402
+from .nn import parallel as _nn_parallel  # noqa: E402,F401  (makes torchlean.nn.parallel an attribute)
+from .amp import autocast, is_autocast_enabled  # noqa: E402
+from .serialization import load, save  # noqa: E402
+from .switches import (are_deterministic_algorithms_enabled, get_float32_matmul_precision,  # noqa: E402
+                       get_num_interop_threads, get_num_threads, is_deterministic_algorithms_warn_only_enabled,
+                       set_float32_matmul_precision, set_num_interop_threads, set_num_threads,
+                       use_deterministic_algorithms)
 
 __version__ = "0.1.0"
-float = float32  # noqa: A001  (torch.float is float32 too)
-long = int64
-bool = bool_  # noqa: A001
+from . import dtypes  # noqa: E402
+from ._dtype_api import *  # noqa: E402,F401,F403  (dtype names, promotion, dtype-keeping functions)
 
 
 def is_cuda_available():
     from .runtime.device import cuda_unavailable_reason
 
     return cuda_unavailable_reason() is None
+
+# registers torchlean tensors with einops when einops is installed (einops finds backends by subclass)
+from . import _einops_backend  # noqa: E402,F401

@@ -1,14 +1,15 @@
 """DLPack exchange: ``Tensor.__dlpack__`` / ``__dlpack_device__`` and ``torchlean.from_dlpack``.
 
-Export (zero-copy): a float32 tensor hands out its buffer's backing array, the NumPy array on
-the CPU and the CuPy array on CUDA, shaped like the tensor, so ``np.from_dlpack(t)``,
-``cupy.from_dlpack(t)`` and ``torch.from_dlpack(t)`` share its memory.
+Export (zero-copy): a float32 tensor hands out its buffer's backing array, an integer or bool
+tensor its own array (its dtype kept), the NumPy array on the CPU and the CuPy array on CUDA,
+shaped like the tensor, so ``np.from_dlpack(t)``, ``cupy.from_dlpack(t)`` and
+``torch.from_dlpack(t)`` share its memory.
 
 Import: ``from_dlpack(obj)`` takes any object with ``__dlpack__``/``__dlpack_device__`` (NumPy,
 CuPy, PyTorch, JAX arrays ...). A C-contiguous float32 source on the CPU or a CUDA device is
 adopted without a copy; anything else (strided views, float64/float16, ...) is copied and
-converted to a contiguous float32 buffer. Integer and bool sources become torchlean's int64/bool
-index and mask tensors (host arrays; int64 contiguous CPU sources without a copy).
+converted to a contiguous float32 buffer. Integer and bool sources keep their dtype (uint16/32/64,
+which torchlean lacks, become int64) and their device, without a copy when C-contiguous.
 
 Aliasing, read this: torchlean treats buffers as immutable values (primitives never write their
 inputs; ``add_`` and the optimizers rebind a tensor to a new buffer). Sharing memory through
@@ -31,8 +32,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import contextlib
+
 import numpy as np
 
+from .dtypes import from_numpy_dtype
 from .errors import ArgumentError, AutogradError, DeviceError, DTypeError
 from .runtime.buffer import Buffer
 from .runtime.device import get_context
@@ -52,10 +56,7 @@ def _exported_array(t: Tensor, op: str) -> Any:
         raise AutogradError(f"{op}: cannot export a tensor that requires grad (its gradient would be lost); "
                             f"use tensor.detach()")
     if t._buf is None:
-        if t.device != "cpu":
-            raise DTypeError(f"{op}: an {t.dtype} tensor on {t.device} keeps its values on the host; only float32 "
-                             f"tensors export from a CUDA device")
-        return t._host
+        return t._arr  # an integer or bool tensor's own array (NumPy on the CPU, CuPy on CUDA)
     return t._buf.data.reshape(t.shape)  # a view: the buffer is flat and contiguous
 
 
@@ -78,12 +79,8 @@ def tensor_dlpack_device(self: Tensor) -> tuple[int, int]:
     """``Tensor.__dlpack_device__``: ``(1, 0)`` (kDLCPU) or ``(2, index)`` (kDLCUDA)."""
     if not isinstance(self, Tensor):
         raise DTypeError(f"Tensor.__dlpack_device__: expected a torchlean Tensor, got {type(self).__name__}")
-    if self._buf is None:
-        if self.device != "cpu":
-            raise DTypeError(f"Tensor.__dlpack_device__: an {self.dtype} tensor on {self.device} cannot be "
-                             f"exported (its values live on the host)")
-        return (_KDL_CPU, 0)
-    dev_type, dev_id = self._buf._live().__dlpack_device__()
+    arr = self._arr if self._buf is None else self._buf._live()
+    dev_type, dev_id = arr.__dlpack_device__()
     return (int(dev_type), int(dev_id))
 
 
@@ -102,8 +99,8 @@ def from_dlpack(obj: Any, *, copy: bool | None = None) -> Tensor:
 
     Zero-copy when ``obj`` is float32 and C-contiguous, on the CPU or a CUDA device (the tensor's
     device is ``"cpu"`` or ``"cuda:N"`` accordingly); otherwise the values are copied and converted
-    to a contiguous float32 buffer (float64, float16, strided views ...). Integer sources become
-    int64 and bool sources bool tensors (host index/mask tensors, as ``torchlean.tensor`` makes).
+    to a contiguous float32 buffer (float64, float16, strided views ...). Integer and bool sources
+    keep their dtype and device (uint16/32/64 become int64), zero-copy when C-contiguous.
     ``copy=True`` always copies; ``copy=False`` raises ArgumentError where a copy would be needed.
     Complex sources raise DTypeError. A PyTorch tensor that requires grad must be detached first
     (PyTorch refuses to export it).
@@ -118,8 +115,8 @@ def from_dlpack(obj: Any, *, copy: bool | None = None) -> Tensor:
         raise ArgumentError(f"from_dlpack: copy must be None, True or False, got {copy!r}")
     if isinstance(obj, Tensor):
         if obj._buf is None:
-            arr = obj._host.copy() if copy else obj._host
-            return Tensor._wrap_host(arr, obj.device)
+            arr = obj._arr.copy() if copy else obj._arr
+            return Tensor._wrap_array(arr, obj.device)
         if copy:
             return Tensor._wrap(Buffer.from_numpy(obj._buf.to_numpy(), obj.device), obj.shape)
         obj._buf._shared = True  # two tensors over one buffer: neither may be updated in place
@@ -143,14 +140,17 @@ def from_dlpack(obj: Any, *, copy: bool | None = None) -> Tensor:
     if kind == "c":
         raise DTypeError(f"from_dlpack: complex data ({arr.dtype}) is not supported")
     if kind in "iub":
-        host = arr if xp is np else cupy.asnumpy(arr)
-        want = np.bool_ if kind == "b" else np.int64
-        needs_copy = xp is not np or host.dtype != want or not host.flags.c_contiguous
+        # an integer or bool tensor: an array of its own dtype on its device (uint16/32/64, which
+        # torchlean has no dtype for, become int64)
+        want = arr.dtype if from_numpy_dtype(arr.dtype) is not None else np.dtype(np.int64)
+        needs_copy = arr.dtype != want or not arr.flags.c_contiguous
         if needs_copy and copy is False:
-            raise ArgumentError(f"from_dlpack: a {arr.dtype} source on {ctx.name} needs a copy (index tensors are "
-                                f"int64 host arrays) but copy=False")
-        out = np.array(host, dtype=want, copy=True) if (needs_copy or copy) else host
-        return Tensor._wrap_host(out, ctx.name)
+            raise ArgumentError(f"from_dlpack: a {'strided ' if not arr.flags.c_contiguous else ''}{arr.dtype} "
+                                f"source on {ctx.name} needs a copy (to a contiguous {want} array) but copy=False")
+        if needs_copy or copy:
+            with (cupy.cuda.Device(dev_id) if xp is not np else contextlib.nullcontext()):
+                arr = xp.array(arr, dtype=want, copy=True, order="C")
+        return Tensor._wrap_array(arr, ctx.name)
     if kind != "f":
         raise DTypeError(f"from_dlpack: unsupported dtype {arr.dtype}")
     shape = tuple(int(s) for s in arr.shape)

@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from . import autograd, fast_kernels, ops
+from . import autograd, dtypes, fast_kernels, ops
 from ._validate import real_arg, type_name
 from .errors import DTypeError, ShapeError
 from .runtime import primitives as P
+from .runtime.buffer import zeros as _zeros_buffer
 from .runtime.device import canonical_device
-from .tensor import Tensor, canonical_dtype, float32, inplace_operand, int64, tensor
+from .tensor import Tensor, canonical_dtype, empty, full, inplace_operand, ones, tensor, zeros
 
 
 def _r(fn):
@@ -68,6 +69,7 @@ def _install() -> None:
     T.__ge__ = lambda s, o: _compare(s, o, "ge")
     T.__eq__ = lambda s, o: _compare(s, o, "eq")
     T.__ne__ = lambda s, o: _compare(s, o, "ne")
+    _install_dtype_ops(T)
     T.__hash__ = object.__hash__  # tensors hash by identity (kept explicit next to __eq__, as PyTorch does)
     T.to = to
     T.clone = ops.clone
@@ -78,18 +80,41 @@ def _install() -> None:
     T.copy_ = copy_
 
 
-def to(self: Tensor, device: Any = None, dtype: Any = None) -> Tensor:
-    """A copy on ``device`` (differentiable), optionally converted to ``dtype``."""
+def to(self: Tensor, *args: Any, device: Any = None, dtype: Any = None, non_blocking: bool = False,
+       copy: bool = False) -> Tensor:
+    """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or ``to(other)`` (other's device and
+    dtype): a copy on ``device`` (differentiable), converted to ``dtype``."""
+    for a in args:
+        if isinstance(a, Tensor):
+            device, dtype = a.device, a.dtype
+        elif _is_dtype(a):
+            dtype = a
+        elif device is None:
+            device = a
+        else:
+            raise DTypeError(f"to: expected a device, a dtype or a Tensor, got {a!r} ({type_name(a)})")
     out = self
     if dtype is not None:
-        d = canonical_dtype("to", dtype)
-        out = out.float() if d == float32 else (out.long() if d == int64 else out.bool())
+        out = out._as("to", canonical_dtype("to", dtype))
     if device is not None and canonical_device(device, "to") != out._device:
         out = ops.to_device(out, device)
     return out
 
 
-# -- in-place updates (optimizers, under no_grad) ----------------------------------------------------
+# -- in-place updates ----------------------------------------------------------------------------------
+# As in PyTorch: under no_grad (the optimizers) they rebind the tensor to the result; while
+# gradients are recorded they are differentiable on a non-leaf or on a tensor that does not require
+# grad, and refused on a leaf that does (Tensor._assign).
+def _source(op: str, self: Tensor, other: Any = None) -> Tensor:
+    """What an in-place update computes from: ``self``, or when the update will be recorded a
+    stand-in for its current value (so that ``self`` never becomes its own parent on the tape)."""
+    if self._buf is not None and autograd.is_grad_enabled():
+        self._check_inplace(op)
+        if self.requires_grad or (isinstance(other, Tensor) and other.requires_grad):
+            return ops.select.snapshot(self)
+    return self
+
+
 def add_(self: Tensor, other: Any, alpha: float = 1.0) -> Tensor:
     inplace_operand("add_", other)
     if type(alpha) is not float and type(alpha) is not int:
@@ -101,8 +126,10 @@ def add_(self: Tensor, other: Any, alpha: float = 1.0) -> Tensor:
         self._rebind(P.axpy(self._buf, other._buf, alpha))
         return self
     if alpha != 1.0:
+        if self._buf is None and float(alpha).is_integer():
+            alpha = int(alpha)  # an integer tensor stays integer: x.sub_(y) is x.add_(y, alpha=-1)
         other = other * alpha if isinstance(other, numbers.Real) else ops.mul(other, alpha)
-    return self._assign("add_", ops.add(self, other))
+    return self._assign("add_", ops.add(_source("add_", self, other), other))
 
 
 def sub_(self: Tensor, other: Any, alpha: float = 1.0) -> Tensor:
@@ -114,17 +141,25 @@ def sub_(self: Tensor, other: Any, alpha: float = 1.0) -> Tensor:
 
 def mul_(self: Tensor, other: Any) -> Tensor:
     inplace_operand("mul_", other)
-    return self._assign("mul_", ops.mul(self, other))
+    return self._assign("mul_", ops.mul(_source("mul_", self, other), other))
 
 
 def div_(self: Tensor, other: Any) -> Tensor:
     inplace_operand("div_", other)
-    return self._assign("div_", ops.div(self, other))
+    return self._assign("div_", ops.div(_source("div_", self, other), other))
 
 
-def copy_(self: Tensor, src: Tensor) -> Tensor:
+def copy_(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
+    """The values of ``src`` (broadcast, converted to this tensor's dtype and device) written in place."""
     if not isinstance(src, Tensor):
         src = tensor(src, device=self._device)
+    if self._buf is None:
+        src = src.to(self._device)._as("copy_", self.dtype)
+        if src.shape != self._shape:
+            src = ops.expand(src, self._shape)
+        self._arr = ops.integer.clone(src)._arr
+        return self
+    self._check_inplace("copy_")
     src = src.float().to(self._device)
     if src.shape != self._shape:
         if len(src.shape) > len(self._shape) or any(
@@ -132,20 +167,192 @@ def copy_(self: Tensor, src: Tensor) -> Tensor:
             raise ShapeError(f"copy_: the source of shape {src.shape} does not broadcast to the tensor's "
                              f"shape {self._shape}")
         src = ops.expand(src, self._shape)
-    return self._assign("copy_", Tensor._wrap(P.copy(src._buf), self._shape))
+    new = Tensor._wrap(P.copy(src._buf), self._shape)
+    if autograd.is_grad_enabled() and (self.requires_grad or src.requires_grad):
+        # differentiable in src, and the old values' history gets zeros (PyTorch's CopyBackwards)
+        old, n, dev = _source("copy_", self, src), new.numel(), self._device
+        autograd.record("copy_", new, (old, src),
+                        lambda g: (_zeros_buffer(n, dev) if old.requires_grad else None, g))
+    return self._assign("copy_", new)
 
 
 def _compare(a: Tensor, b: Any, how: str) -> Tensor:
-    """Comparisons give host boolean (mask) tensors; not differentiable."""
-    av = a.numpy()
-    bv = b.numpy() if isinstance(b, Tensor) else np.asarray(b) if not isinstance(b, (str, bytes)) else None
-    if bv is None or bv.dtype.kind not in "biuf":
-        if how in ("eq", "ne"):
-            return NotImplemented  # Python's fallback: x == None is False, as for a torch tensor
-        raise DTypeError(f"{how}: cannot compare a Tensor with {type_name(b)} (expected a Tensor or a number)")
-    res = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
-           "ne": np.not_equal}[how](av, bv)
-    return Tensor._wrap_host(np.asarray(res), a.device)
+    """Comparisons give bool tensors on the operands' device; not differentiable. ``x == None`` is
+    NotImplemented (Python then answers False, as for a torch tensor)."""
+    return ops.integer.compare(how, a, b)
+
+
+def _is_dtype(a: Any) -> bool:
+    return (isinstance(a, (dtypes.dtype, np.dtype)) or type(a).__name__ == "dtype"
+            or (isinstance(a, type) and (a in (float, int, bool) or issubclass(a, np.generic))))
+
+
+def _new_factory(fn: Any) -> Any:
+    def method(self: Tensor, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
+               **kw: Any) -> Tensor:
+        return fn(*size, dtype=self.dtype if dtype is None else dtype,
+                  device=self._device if device is None else device, requires_grad=requires_grad, **kw)
+    method.__name__ = f"new_{fn.__name__}"
+    return method
+
+
+def _new_full(self: Tensor, size: Any, fill_value: Any, dtype: Any = None, device: Any = None,
+              requires_grad: bool = False) -> Tensor:
+    return full(size, fill_value, dtype=self.dtype if dtype is None else dtype,
+                              device=self._device if device is None else device, requires_grad=requires_grad)
+
+
+def _new_tensor(self: Tensor, data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    return tensor(data, dtype=self.dtype if dtype is None else dtype,
+                  device=self._device if device is None else device, requires_grad=requires_grad)
+
+
+def _int_inplace(op: str, fn: Any) -> Any:
+    def method(self: Tensor, other: Any) -> Tensor:
+        inplace_operand(op, other)
+        return self._assign(op, fn(_source(op, self, other), other))
+    method.__name__ = op
+    return method
+
+
+def _install_dtype_ops(T: type) -> None:
+    """Operators whose result dtype follows PyTorch's promotion (ops/integer.py)."""
+    I = ops.integer
+    T.__floordiv__ = T.floor_divide = lambda s, o: I.floor_divide(s, o)
+    T.__rfloordiv__ = lambda s, o: I.floor_divide(o, s)
+    T.__mod__ = T.remainder = lambda s, o: ops.elementwise.remainder(s, o)
+    T.__rmod__ = lambda s, o: ops.elementwise.remainder(o, s)
+    T.__rpow__ = lambda s, o: _rpow(o, s)
+    for name, op in (("and", "bitwise_and"), ("or", "bitwise_or"), ("xor", "bitwise_xor"),
+                     ("lshift", "bitwise_left_shift"), ("rshift", "bitwise_right_shift")):
+        fwd = (lambda op_: lambda s, o: I.bitwise(op_, s, o))(op)
+        setattr(T, f"__{name}__", fwd)
+        setattr(T, op, fwd)
+        setattr(T, f"__r{name}__", (lambda op_: lambda s, o: I.bitwise(op_, o, s))(op))
+        setattr(T, f"__i{name}__", _int_inplace(op + "_", fwd))
+        setattr(T, op + "_", _int_inplace(op + "_", fwd))
+    T.__invert__ = T.bitwise_not = lambda s: I.bitwise_not(s)
+    for op in ("logical_and", "logical_or", "logical_xor"):
+        setattr(T, op, (lambda op_: lambda s, o: I.logical(op_, s, o))(op))
+    T.logical_not = lambda s: I.logical_not(s)
+    for how in ("eq", "ne", "lt", "le", "gt", "ge"):
+        setattr(T, how, (lambda h: lambda s, o: _compare(s, o, h))(how))
+    T.greater, T.less, T.greater_equal, T.less_equal, T.not_equal = T.gt, T.lt, T.ge, T.le, T.ne
+    T.__ifloordiv__ = T.floor_divide_ = _int_inplace("floor_divide_", I.floor_divide)
+    T.__imod__ = T.remainder_ = _int_inplace("remainder_", ops.elementwise.remainder)
+    T.new_zeros = _new_factory(zeros)
+    T.new_ones = _new_factory(ones)
+    T.new_empty = _new_factory(empty)
+    T.new_full = _new_full
+    T.new_tensor = _new_tensor
+
+
+def _rpow(base: Any, exponent: Tensor) -> Tensor:
+    """``number ** tensor``: integers stay integers (PyTorch's promotion); a float result is
+    exp(exponent * log(base)) for base > 0."""
+    out = ops.integer.arith("pow", base, exponent) if exponent._buf is None else None
+    if out is not None:
+        return out
+    if not isinstance(base, (int, float)) or isinstance(base, bool) or base <= 0:
+        raise DTypeError(f"pow: number ** tensor needs a positive base, got {base!r}")
+    import math
+
+    return ops.exp(ops.mul(exponent.float(), math.log(base)))
+
+
+# -- issue 22: math, reductions with dim, shape/index functions, products, sorting ---------------------
+def _inplace(name: str, fn: Any) -> Any:
+    """``x.name_(...)``: ``fn(x, ...)`` written into x, recorded on the tape (ops.select.inplace_update)."""
+    def method(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        # computed from a stand-in for self's current value, so that self never becomes its own parent
+        old = ops.select.snapshot(self)
+        args = tuple(old if a is self else a for a in args)
+        kwargs = {k: old if v is self else v for k, v in kwargs.items()}
+        return ops.select.inplace_update(name, self, fn(old, *args, **kwargs))
+
+    method.__name__ = name
+    return method
+
+
+def _random_fill(name: str, draw: Any) -> Any:
+    def method(self: Tensor, *args: Any, generator: Any = None, **kwargs: Any) -> Tensor:
+        self._check_inplace(name)
+        with autograd.no_grad():  # the draw has no gradient; the update itself is recorded as any other
+            new = draw(self, generator, *args, **kwargs)
+        return ops.select.inplace_update(name, self, new)
+
+    method.__name__ = name
+    return method
+
+
+def _normal(self: Tensor, generator: Any, mean: float = 0.0, std: float = 1.0) -> Tensor:
+    from .tensor import randn
+
+    return ops.add(ops.mul(randn(*self.shape, device=self.device, generator=generator), float(std)), float(mean))
+
+
+def _uniform(self: Tensor, generator: Any, a: float = 0.0, b: float = 1.0) -> Tensor:
+    from .tensor import rand
+
+    return ops.add(ops.mul(rand(*self.shape, device=self.device, generator=generator), float(b) - float(a)), float(a))
+
+
+def _install_more() -> None:
+    T = Tensor
+    M, S, R, E, C = ops.math_ops, ops.select, ops.reduce_dim, ops.einsum_ops, ops.creation
+    methods = {
+        # elementwise math
+        "sin": M.sin, "cos": M.cos, "tan": M.tan, "erf": M.erf, "erfc": M.erfc, "log1p": M.log1p,
+        "expm1": M.expm1, "exp2": M.exp2, "log2": M.log2, "log10": M.log10, "floor": M.floor, "ceil": M.ceil,
+        "round": M.round, "trunc": M.trunc, "fix": M.trunc, "frac": M.frac, "sign": M.sign, "sgn": M.sign,
+        "rsqrt": M.rsqrt, "square": M.square, "clamp_min": M.clamp_min, "clamp_max": M.clamp_max,
+        "isnan": M.isnan, "isinf": M.isinf, "isfinite": M.isfinite, "isposinf": M.isposinf,
+        "isneginf": M.isneginf, "nan_to_num": M.nan_to_num, "lerp": M.lerp, "addcmul": M.addcmul,
+        "addcdiv": M.addcdiv, "hypot": M.hypot, "float_power": M.float_power,
+        # reductions with dim
+        "max": R.max, "min": R.min, "argmax": R.argmax, "argmin": R.argmin, "amax": R.amax, "amin": R.amin,
+        "aminmax": R.aminmax, "norm": R.norm, "var": R.var, "std": R.std, "logsumexp": R.logsumexp,
+        "prod": R.prod, "all": R.all, "any": R.any, "cumsum": R.cumsum, "cumprod": R.cumprod,
+        "median": R.median, "count_nonzero": R.count_nonzero,
+        # shape and index
+        "split": S.split, "chunk": S.chunk, "unbind": S.unbind, "narrow": S.narrow, "tril": S.tril,
+        "triu": S.triu, "flip": S.flip, "fliplr": S.fliplr, "flipud": S.flipud, "roll": S.roll,
+        "repeat": S.repeat, "repeat_interleave": S.repeat_interleave, "tile": S.tile, "gather": S.gather,
+        "scatter": S.scatter, "scatter_add": S.scatter_add, "take_along_dim": S.take_along_dim, "take": S.take,
+        "masked_select": S.masked_select, "diag": S.diag, "diagonal": S.diagonal, "movedim": S.movedim,
+        "moveaxis": S.movedim, "swapaxes": S.swapaxes, "swapdims": S.swapaxes, "unflatten": S.unflatten,
+        "index_put": S.index_put,
+        # products
+        "mm": E.mm, "mv": E.mv, "addmm": E.addmm, "addmv": E.addmv, "baddbmm": E.baddbmm, "addbmm": E.addbmm,
+        "outer": E.outer, "ger": E.outer, "dot": E.dot, "vdot": E.vdot, "inner": E.inner, "kron": E.kron,
+        "bmm": ops.bmm,
+        # sorting
+        "sort": C.sort, "argsort": C.argsort, "topk": C.topk, "unique": C.unique,
+    }
+    for name, fn in methods.items():
+        if name not in T.__dict__:  # never replace a binding made above (or by the dtype ops)
+            setattr(T, name, fn)
+    T.__setitem__ = S.setitem
+    for name in ("view_as", "reshape_as"):
+        if name not in T.__dict__:
+            setattr(T, name, lambda s, o: ops.reshape(s, o.shape))
+    inplace = {
+        "clamp_": ops.clamp, "clip_": ops.clamp, "clamp_min_": M.clamp_min, "clamp_max_": M.clamp_max,
+        "pow_": M.pow, "sqrt_": ops.sqrt, "rsqrt_": M.rsqrt, "exp_": ops.exp, "log_": ops.log, "neg_": ops.neg,
+        "abs_": ops.abs, "sigmoid_": ops.sigmoid, "tanh_": ops.tanh, "relu_": ops.relu, "floor_": M.floor,
+        "ceil_": M.ceil, "round_": M.round, "trunc_": M.trunc, "sign_": M.sign, "sin_": M.sin, "cos_": M.cos,
+        "reciprocal_": ops.reciprocal, "square_": M.square, "lerp_": M.lerp, "addcmul_": M.addcmul,
+        "addcdiv_": M.addcdiv, "scatter_": S.scatter, "scatter_add_": S.scatter_add, "tril_": S.tril,
+        "triu_": S.triu, "nan_to_num_": M.nan_to_num, "erf_": M.erf, "log1p_": M.log1p, "expm1_": M.expm1,
+        "frac_": M.frac, "masked_fill_": getattr(ops, "masked_fill", None),
+    }
+    for name, fn in inplace.items():
+        if fn is not None and name not in T.__dict__:
+            setattr(T, name, _inplace(name, fn))
+    for name, draw in (("normal_", _normal), ("uniform_", _uniform)):
+        if name not in T.__dict__:
+            setattr(T, name, _random_fill(name, draw))
 
 
 _install()
+_install_more()

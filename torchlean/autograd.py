@@ -11,6 +11,7 @@ closure is dropped. Gradients of shared inputs accumulate (``x + x`` has gradien
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Callable, Sequence
 
 from .errors import AutogradError
@@ -25,6 +26,7 @@ VJP = Callable[[Buffer], Sequence["Buffer | None"]]
 
 class _GradMode(threading.local):
     enabled = True
+    inference = False
 
 
 _mode = _GradMode()
@@ -68,6 +70,39 @@ class no_grad:
         return wrapped
 
 
+class inference_mode(no_grad):
+    """``torch.inference_mode(mode=True)``: ``no_grad`` (we keep no version counters, so there is
+    nothing more to turn off). ``inference_mode(False)`` changes nothing. Usable as a decorator,
+    with or without the call: ``@inference_mode`` and ``@inference_mode()``."""
+
+    def __init__(self, mode: Any = True) -> None:
+        if callable(mode):  # @inference_mode without parentheses
+            self.mode, self._fn = True, mode
+        else:
+            self.mode, self._fn = bool(mode), None
+
+    def __enter__(self) -> None:
+        self._prev = _mode.enabled
+        self._inference_prev = _mode.inference
+        if self.mode:
+            _mode.enabled = False
+            _mode.inference = True
+
+    def __exit__(self, *exc: object) -> None:
+        _mode.enabled = self._prev
+        _mode.inference = self._inference_prev
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._fn is not None:
+            with inference_mode(self.mode):
+                return self._fn(*args, **kwargs)
+        return super().__call__(*args)
+
+
+def is_inference_mode_enabled() -> bool:
+    return _mode.inference
+
+
 class enable_grad(no_grad):
     """``with enable_grad(): ...`` records even inside ``no_grad``."""
 
@@ -80,8 +115,10 @@ class Node:
     """One recorded op: its name, the input tensors, the VJP and the workspace it keeps.
 
     A VJP reads only its parents' buffers (as they were when the op ran), the output and the
-    workspace. The node pins the parents' buffers until it retires, so that no optimizer writes
-    over a value a later backward will read (runtime/buffer.py, ownership)."""
+    workspace. The node pins the buffers of its leaf parents until it retires, so that no
+    optimizer writes over a value a later backward will read (runtime/buffer.py, ownership): an
+    optimizer writes in place only into leaves, and every other buffer is an op's output, which
+    nothing ever writes."""
 
     __slots__ = ("name", "parents", "vjp", "workspace", "pinned", "retired")
 
@@ -90,12 +127,16 @@ class Node:
         self.parents = parents
         self.vjp = vjp
         self.workspace = workspace
-        pinned = []
-        for p in parents:  # (int and bool tensors have no float buffer)
-            b = p._buf
-            if b is not None:
-                b._pins += 1
-                pinned.append(b)
+        pinned = None
+        for p in parents:
+            if p._node is None:
+                b = p._buf
+                if b is not None:  # (int and bool tensors have no float buffer)
+                    b._pins += 1
+                    if pinned is None:
+                        pinned = [b]
+                    else:
+                        pinned.append(b)
         self.pinned = pinned
         self.retired = False
 
@@ -106,8 +147,9 @@ class Node:
             for w in self.workspace:
                 w.release()
             self.workspace = ()
-        unpin(self.pinned)
-        self.pinned = ()
+        if self.pinned:
+            unpin(self.pinned)
+            self.pinned = None
         self.vjp = None  # type: ignore[assignment]
         self.parents = ()
         self.retired = True
@@ -189,6 +231,8 @@ def backward(root: "Tensor", grad: Buffer | None = None, retain_graph: bool = Fa
             gt = take(id(t), None)
             if gt is not None and type(gt) is not Buffer:
                 gt = gt.materialize()
+            if gt is not None and _tensor_hooks and id(t) in _tensor_hooks:
+                gt = _run_tensor_hooks(t, gt)
             node = t._node
             if node is None or t._retains_grad:
                 if gt is not None:
@@ -215,6 +259,56 @@ def backward(root: "Tensor", grad: Buffer | None = None, retain_graph: bool = Fa
                 node.retire()
     finally:
         mode.enabled = prev_enabled
+
+
+# Gradient hooks of tensors (``Tensor.register_hook``) by id(tensor): hooks are rare, so the walk
+# above tests one (usually empty) dict per tensor; an entry goes when its tensor is collected.
+_tensor_hooks: dict[int, dict[int, tuple[Callable, Callable]]] = {}
+_hook_ids = iter(range(1 << 62))
+
+
+class TensorHookHandle:
+    """``remove()`` unregisters the hook (also on leaving a ``with`` block)."""
+
+    def __init__(self, key: int, hook_id: int) -> None:
+        self._key, self.id = key, hook_id
+
+    def remove(self) -> None:
+        hooks = _tensor_hooks.get(self._key)
+        if hooks is not None:
+            hooks.pop(self.id, None)
+            if not hooks:
+                del _tensor_hooks[self._key]
+
+    def __enter__(self) -> "TensorHookHandle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def register_tensor_hook(t: "Tensor", hook: Callable, wrap: Callable) -> TensorHookHandle:
+    """Run ``hook(grad)`` whenever t's gradient is computed in backward, before it is accumulated into
+    ``t.grad`` or passed on; a returned tensor replaces the gradient. ``wrap(buffer, shape)`` makes
+    the tensor the hook sees."""
+    key = id(t)
+    if key not in _tensor_hooks:
+        _tensor_hooks[key] = {}
+        weakref.finalize(t, _tensor_hooks.pop, key, None)
+    hook_id = next(_hook_ids)
+    _tensor_hooks[key][hook_id] = (hook, wrap)
+    return TensorHookHandle(key, hook_id)
+
+
+def _run_tensor_hooks(t: "Tensor", g: Buffer) -> Buffer:
+    for hook, wrap in list(_tensor_hooks[id(t)].values()):
+        res = hook(wrap(g, t.shape))
+        if res is not None:
+            if getattr(res, "shape", None) != t.shape:
+                raise AutogradError(f"register_hook: a hook returned {type(res).__name__} of shape "
+                                    f"{getattr(res, 'shape', None)}, expected a gradient of shape {t.shape}")
+            g = res._float_buffer("register_hook")
+    return g
 
 
 class SliceGrad:

@@ -336,7 +336,7 @@ def _check_model(op: str, path: str, model: Any, meta: dict, tensors: dict[str, 
         if tuple(saved[k].shape) != tuple(t.shape):
             raise CheckpointMismatchError(f"{op}: model entry {k!r} has shape {tuple(saved[k].shape)} in the "
                                           f"checkpoint, the model expects {tuple(t.shape)}")
-        want = np.dtype(np.float32) if t._buf is not None else t._host.dtype
+        want = np.dtype(np.float32) if t._buf is not None else t._arr.dtype
         if saved[k].dtype != want:
             raise CheckpointMismatchError(f"{op}: model entry {k!r} has dtype {saved[k].dtype} in the checkpoint, "
                                           f"the model holds {want}")
@@ -401,7 +401,7 @@ def _apply(model: Any, model_sd: dict, optimizer: Any, opt_staged: Any, schedule
     """Install everything, or (should anything fail: out of device memory, an interrupt) put the
     model's tensors, the optimizer, the scheduler and the RNG back as they were. Buffers are values,
     so the model's snapshot is references, not copies."""
-    model_snap = [(t, t._buf, t._host) for t in model.state_dict(keep_vars=True).values()]
+    model_snap = [(t, t._buf, t._arr) for t in model.state_dict(keep_vars=True).values()]
     opt_snap = (optimizer.param_groups, optimizer.state) if optimizer is not None else None
     sch_snap = dict(scheduler.__dict__) if scheduler is not None else None
     rng_snap = get_rng_state()
@@ -414,8 +414,10 @@ def _apply(model: Any, model_sd: dict, optimizer: Any, opt_staged: Any, schedule
         if rng is not None:
             set_rng_state(rng)
     except BaseException:
-        for t, buf, host in model_snap:
-            t._buf, t._host = buf, host
+        for t, buf, arr in model_snap:
+            if buf is not None and t._buf is not buf:
+                t._rebind(buf)  # (counts the holder back: runtime/buffer.py)
+            t._arr = arr
         if opt_snap is not None:
             optimizer.param_groups, optimizer.state = opt_snap
         if sch_snap is not None:

@@ -52,3 +52,7 @@ class AutogradError(TorchLeanError, RuntimeError):
 
 class WorkerError(TorchLeanError, RuntimeError):
     """A DataLoader worker process died, or no batch came within the loader's timeout."""
+
+
+class NotPicklableError(TorchLeanError, TypeError):
+    """``pickle`` of an object whose unpickling would have to run code (a tensor: use torchlean.save)."""

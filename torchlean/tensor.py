@@ -5,14 +5,16 @@ conversions, gradient fields and the factories, and imports only the tape and th
 operators and methods that compute (``+``, ``@``, ``.sum()``, ``.reshape()``, ``.to()``,
 ``add_`` ...) call ops and are bound onto the class by ``torchlean._methods``, one layer up.
 
-Float tensors are float32 Buffers on their device. Integer (int64) and boolean tensors are
-index and mask tensors: they hold a host NumPy array (the seed's kernels take host indices),
-never require grad, and are promoted to float32 when mixed with float tensors in arithmetic.
+Float tensors are float32 Buffers on their device. Integer (int64, int32, int16, int8, uint8) and
+bool tensors hold one array of their own dtype on their device (NumPy on "cpu", CuPy on "cuda":
+runtime/arrays.py), never require grad, and keep their dtype through the ops that keep it in
+PyTorch (ops/integer.py); PyTorch's promotion rules decide each result's dtype (dtypes.py).
 
 Differences from PyTorch, on purpose: float32 is the only floating dtype; reshape/view never
 copy because every tensor is contiguous (so ``view`` is ``reshape``); ``x / c`` for a Python
 number multiplies by float32(1/c) (within the division's contract but not always bitwise equal
-to PyTorch's true division); comparisons (``x > 0``) return host boolean tensors.
+to PyTorch's true division); float16, bfloat16 and float64 are names only: creating or converting
+to them raises DTypeError (``from_numpy`` and ``tensor`` of float64 data make float32 tensors).
 """
 
 from __future__ import annotations
@@ -23,45 +25,29 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from . import autograd
+from . import autograd, dtypes
 from ._validate import MAX_FLOAT_ELEMENTS, expect_tensor, int64_indices, real_arg, type_name
-from .errors import ArgumentError, AutogradError, DeviceError, DTypeError, OutOfMemoryError, ShapeError
+from .errors import (ArgumentError, AutogradError, DeviceError, DTypeError, NotPicklableError, OutOfMemoryError,
+                     ShapeError)
+from .dtypes import as_dtype, bool_, float32, int64, of_array
+from .runtime import arrays
 from .runtime import primitives as P
-from .runtime.buffer import Buffer
-from .runtime.device import canonical_device, get_context
+from .runtime.buffer import Buffer, zeros as _zeros_buffer
+from .runtime.device import canonical_device, device_of, get_context
 from .runtime.rng import default_generator
 
-float32 = np.dtype(np.float32)
 _new_object = object.__new__
-int64 = np.dtype(np.int64)
-bool_ = np.dtype(np.bool_)
-_DTYPES = {"float32": float32, "float": float32, "int64": int64, "long": int64, "bool": bool_}
 
 
-def canonical_dtype(op: str, dtype: Any) -> np.dtype | None:
-    if dtype is None:
-        return None
-    if isinstance(dtype, str) and dtype in _DTYPES:
-        return _DTYPES[dtype]
-    try:
-        d = np.dtype(dtype)
-    except TypeError:
-        raise DTypeError(f"{op}: unknown dtype {dtype!r}") from None
-    if d.kind == "f":
-        if d != float32:
-            raise DTypeError(f"{op}: torchlean computes in float32 only, got dtype {d}")
-        return float32
-    if d.kind in "iu":
-        return int64
-    if d.kind == "b":
-        return bool_
-    raise DTypeError(f"{op}: unsupported dtype {d}")
+def canonical_dtype(op: str, dtype: Any) -> dtypes.dtype | None:
+    """``dtype`` as a torchlean dtype (None stays None); float16/bfloat16/float64 raise DTypeError."""
+    return as_dtype(op, dtype)
 
 
 class Tensor:
     """A float32 (or index/mask) tensor. Create with ``torchlean.tensor``, ``zeros``, ``randn`` ..."""
 
-    __slots__ = ("_buf", "_host", "_shape", "_device", "requires_grad", "grad", "_node", "_retains_grad",
+    __slots__ = ("_buf", "_arr", "_shape", "_device", "requires_grad", "grad", "_node", "_retains_grad",
                  "__weakref__")
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
 
@@ -70,12 +56,12 @@ class Tensor:
 
     # -- construction (internal) ---------------------------------------------------------
     @classmethod
-    def _blank(cls, buf: Buffer | None, host: np.ndarray | None, shape: Sequence[int], device: str) -> "Tensor":
+    def _blank(cls, buf: Buffer | None, arr: Any, shape: Sequence[int], device: str) -> "Tensor":
         t = object.__new__(cls)
         if buf is not None:
             buf._tensors += 1  # (ownership: runtime/buffer.py)
         t._buf = buf
-        t._host = host
+        t._arr = arr
         t._shape = tuple(shape)
         t._device = device
         t.requires_grad = False
@@ -92,7 +78,7 @@ class Tensor:
         t = _new_object(cls)
         buf._tensors += 1  # one more Tensor holds buf (ownership: runtime/buffer.py)
         t._buf = buf
-        t._host = None
+        t._arr = None
         t._shape = shape if type(shape) is tuple else tuple(shape)
         t._device = buf._ctx.name
         t.requires_grad = requires_grad
@@ -102,9 +88,15 @@ class Tensor:
         return t
 
     @classmethod
-    def _wrap_host(cls, arr: np.ndarray, device: str) -> "Tensor":
-        """An index or mask tensor over a host array (no copy)."""
+    def _wrap_array(cls, arr: Any, device: str) -> "Tensor":
+        """An integer or bool tensor over ``arr`` (no copy): an array of ``device``'s array module
+        (NumPy for "cpu", CuPy for "cuda"), kept in the ``_arr`` slot."""
         return cls._blank(None, arr, arr.shape, device)
+
+    # The earlier names, from when these arrays always lived on the host: kept only so that code
+    # written against them still runs while it is converted (nothing in the package uses them).
+    _wrap_host = _wrap_array
+    _host = property(lambda self: self._arr, lambda self, arr: setattr(self, "_arr", arr))
 
     # -- properties ----------------------------------------------------------------------
     @property
@@ -125,20 +117,38 @@ class Tensor:
         return math.prod(self._shape)
 
     @property
-    def dtype(self) -> np.dtype:
-        return float32 if self._buf is not None else self._host.dtype
+    def dtype(self) -> dtypes.dtype:
+        return float32 if self._buf is not None else of_array(self._arr)
 
     @property
     def device(self) -> str:
-        return self._device
+        """A ``torchlean.device`` (a str subclass: compares equal to "cpu", "cuda:0" ...)."""
+        return device_of(self._device)
 
     @property
     def is_leaf(self) -> bool:
         return self._node is None
 
-    @property
     def is_floating_point(self) -> bool:
         return self._buf is not None
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._device != "cpu"
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def data(self) -> "Tensor":
+        """The same values cut from the graph (as ``detach()``), never requiring grad."""
+        if self._buf is None:
+            return Tensor._wrap_array(self._arr, self._device)
+        return Tensor._wrap(self._buf, self._shape)
 
     @property
     def buffer(self) -> Buffer:
@@ -154,7 +164,7 @@ class Tensor:
     def numpy(self) -> np.ndarray:
         """A host copy of the values (float32, int64 or bool), shaped."""
         if self._buf is None:
-            return self._host.copy()
+            return arrays.to_host(self._arr).copy()
         return self._buf.to_numpy().reshape(self._shape)
 
     def tolist(self) -> Any:
@@ -178,8 +188,17 @@ class Tensor:
 
     def __index__(self) -> int:
         if self._buf is not None or self.numel() != 1:
-            raise DTypeError("__index__: only one-element integer tensors can be used as an index")
+            raise DTypeError(f"__index__: only one-element integer tensors can be used as an index, got a "
+                             f"{self.dtype!r} tensor of shape {self._shape}")
         return int(self.item())
+
+    def __format__(self, spec: str) -> str:
+        if self.ndim == 0:
+            return format(self.item(), spec)  # f"{loss:.4f}", as PyTorch formats 0-d tensors
+        if spec:
+            raise ShapeError(f"__format__: format spec {spec!r} needs a 0-d tensor (as in PyTorch), got shape "
+                             f"{self._shape}; use .item() or .tolist()")
+        return repr(self)
 
     def __len__(self) -> int:
         if not self._shape:
@@ -197,13 +216,61 @@ class Tensor:
     def float(self) -> "Tensor":
         if self._buf is not None:
             return self
-        return Tensor._wrap(Buffer.from_numpy(self._host.astype(np.float32), self._device), self._shape)
+        return Tensor._wrap(arrays.float_buffer(self._arr, self._device), self._shape)
+
+    def _as(self, op: str, d: dtypes.dtype) -> "Tensor":
+        """This tensor converted to ``d`` (itself when it already is ``d``): PyTorch's casts (a float
+        to an integer truncates toward zero; anything nonzero is True)."""
+        if not d.supported:
+            raise DTypeError(f"{op}: cannot convert to {d!r}: {dtypes.COMPUTE_NOTE}")
+        if d is float32:
+            return self.float()
+        if self._buf is None:
+            if self._arr.dtype == d.np:
+                return self
+            return Tensor._wrap_array(self._arr.astype(d.np), self._device)
+        vals = arrays.buffer_array(self._buf, self._shape)
+        if d is not bool_:
+            xp = arrays.array_module(self._device)
+            with np.errstate(invalid="ignore"):
+                vals = xp.trunc(vals)
+        with np.errstate(invalid="ignore"):
+            return Tensor._wrap_array(vals.astype(d.np), self._device)
 
     def long(self) -> "Tensor":
-        return Tensor._wrap_host(np.asarray(self.numpy()).astype(np.int64), self._device)
+        return self._as("long", int64)
+
+    def int(self) -> "Tensor":
+        return self._as("int", dtypes.int32)
+
+    def short(self) -> "Tensor":
+        return self._as("short", dtypes.int16)
+
+    def char(self) -> "Tensor":
+        return self._as("char", dtypes.int8)
+
+    def byte(self) -> "Tensor":
+        return self._as("byte", dtypes.uint8)
 
     def bool(self) -> "Tensor":
-        return Tensor._wrap_host(np.asarray(self.numpy()).astype(np.bool_), self._device)
+        return self._as("bool", bool_)
+
+    def double(self) -> "Tensor":
+        return self._as("double", dtypes.float64)
+
+    def half(self) -> "Tensor":
+        return self._as("half", dtypes.float16)
+
+    def bfloat16(self) -> "Tensor":
+        return self._as("bfloat16", dtypes.bfloat16)
+
+    def type(self, dtype: Any = None) -> Any:
+        """With no argument, the type name ("torchlean.LongTensor"); else ``to(dtype)``."""
+        if dtype is None:
+            names = {"float32": "Float", "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char",
+                     "uint8": "Byte", "bool": "Bool"}
+            return f"torchlean.{'cuda.' if self.is_cuda else ''}{names[self.dtype.name]}Tensor"
+        return self._as("type", canonical_dtype("type", dtype))
 
     def cpu(self) -> "Tensor":
         return self.to("cpu")
@@ -228,6 +295,12 @@ class Tensor:
     def retain_grad(self) -> "Tensor":
         self._retains_grad = True
         return self
+
+    def register_hook(self, hook: Any) -> Any:
+        """``hook(grad)`` runs when this tensor's gradient is computed; a returned tensor replaces it."""
+        if not self.requires_grad:
+            raise AutogradError("register_hook: cannot register a hook on a tensor that does not require grad")
+        return autograd.register_tensor_hook(self, hook, Tensor._wrap)
 
     def backward(self, gradient: "Tensor | None" = None, retain_graph: bool = False) -> None:
         if gradient is None or not self.requires_grad:
@@ -257,35 +330,79 @@ class Tensor:
         buf._tensors += 1
         self._buf = buf
 
+    def _check_inplace(self, op: str) -> None:
+        """PyTorch's rule: while gradients are recorded, a leaf that requires grad refuses in-place
+        updates (its ``.grad`` would no longer be the gradient of the values it holds)."""
+        if self.requires_grad and self._node is None and autograd.is_grad_enabled():
+            raise AutogradError(f"{op}: a leaf tensor that requires grad is used in an in-place operation (PyTorch "
+                                f"refuses it too); wrap the update in torchlean.no_grad() or use an out-of-place op")
+
     def _assign(self, op: str, new: "Tensor") -> "Tensor":
-        if autograd.is_grad_enabled() and (self.requires_grad or new.requires_grad):
-            raise AutogradError(
-                f"{op}: in-place update of a tensor that requires grad; wrap it in torchlean.no_grad()")
+        """Make this tensor hold ``new``'s values, as PyTorch's in-place ops do under autograd: under
+        no_grad (or when nothing requires grad) a rebind to ``new``'s buffer, nothing recorded;
+        otherwise the update is recorded, so later uses differentiate through ``new`` (which the
+        caller computed from a stand-in for the old value: ``ops.select.snapshot``), and earlier
+        uses keep the old buffer in their VJPs."""
+        if self._buf is None:
+            return self._assign_array(op, new)
+        self._check_inplace(op)
         if new.shape != self._shape:
             raise ShapeError(f"{op}: the result has shape {new.shape}, the tensor has shape {self._shape}")
         if new._device != self._device:
             raise DeviceError(f"{op}: the update is on {new._device}, the tensor on {self._device}")
-        self._rebind(new._float_buffer(op))
+        buf = new._float_buffer(op)
+        if not (autograd.is_grad_enabled() and (self.requires_grad or new.requires_grad)):
+            self._rebind(buf)
+            return self
+        old_buf, old_node = self._buf, self._node
+        self._rebind(buf)
+        self._node = None
+        if new.requires_grad:
+            if new._node is not None:
+                self._node, self.requires_grad = new._node, True
+            else:  # a leaf's values: the gradient passes through to it
+                autograd.record(op, self, (new,), _pass_grad)
+        else:  # a non-leaf given values that do not depend on the graph: its history gets zeros
+            old = Tensor._wrap(old_buf, self._shape, True)  # (PyTorch's FillBackward / ZeroBackward)
+            old._node = old_node
+            n, dev = self.numel(), self._device
+            autograd.record(op, self, (old,), lambda g: (_zeros_buffer(n, dev),))
+        return self
+
+    def _assign_array(self, op: str, new: "Tensor") -> "Tensor":
+        """An in-place update of an integer or bool tensor: ``new`` cast to this dtype, which must
+        hold it (PyTorch: an int tensor cannot take a float result in place, a bool one an int)."""
+        mine = self.dtype
+        if dtypes.category(new.dtype) > dtypes.category(mine):
+            raise DTypeError(f"{op}: the result has dtype {new.dtype!r}, which cannot be cast to the tensor's "
+                             f"dtype {mine!r} in place")
+        if new.shape != self._shape:
+            raise ShapeError(f"{op}: the result has shape {new.shape}, the tensor has shape {self._shape}")
+        if new._device != self._device:
+            raise DeviceError(f"{op}: the update is on {new._device}, the tensor on {self._device}")
+        self._arr = new._as(op, mine)._arr
         return self
 
     def zero_(self) -> "Tensor":
-        return self._assign("zero_", zeros(*self._shape, device=self._device))
+        return self._assign("zero_", zeros(*self._shape, device=self._device, dtype=self.dtype))
 
     def fill_(self, value: float) -> "Tensor":
         if isinstance(value, Tensor):
             if value.numel() != 1:
                 raise ShapeError(f"fill_: expected a number or a one-element tensor, got shape {value.shape}")
             value = value.item()
+        if self._buf is None and isinstance(value, (bool, np.bool_, numbers.Real)):
+            return self._assign("fill_", full(self._shape, value, device=self._device, dtype=self.dtype))
         real_arg("fill_", "value", value)
-        return self._assign("fill_", full(self._shape, value, device=self._device))
+        return self._assign("fill_", full(self._shape, value, device=self._device, dtype=float32))
 
     def __repr__(self) -> str:
         vals = np.array2string(self.numpy(), precision=4, separator=", ", threshold=50)
         extra = ""
         if self._device != "cpu":
             extra += f", device='{self._device}'"
-        if self._buf is None:
-            extra += f", dtype={self.dtype}"
+        if self._buf is None and self._arr.dtype != np.int64 and self._arr.dtype != np.bool_:
+            extra += f", dtype={self.dtype!r}"  # (int64 and bool go without, as PyTorch prints them)
         if self._node is not None:
             extra += f", grad_fn=<{self._node.name}>"
         elif self.requires_grad:
@@ -296,8 +413,26 @@ class Tensor:
     # function returning id(self): optimizers and the tape look tensors up in dicts every step.
     __hash__ = object.__hash__
 
-    def __getstate__(self) -> Any:
-        raise TypeError("Tensor: cannot be pickled; use .numpy()")
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # A pickled tensor could only be read back by unpickling, which runs code named in the file.
+        raise NotPicklableError("pickle: a torchlean Tensor cannot be pickled (reading a pickle back can run "
+                                "arbitrary code); save it with torchlean.save(obj, path) and read it with "
+                                "torchlean.load(path), or pickle t.numpy()")
+
+    def __deepcopy__(self, memo: dict) -> "Tensor":
+        """A new leaf with a copy of the values (and of ``.grad``), as PyTorch's deepcopy."""
+        if self._node is not None:
+            raise AutogradError("deepcopy: only leaf tensors (created by the user, not by an op that requires grad) "
+                                "can be deep-copied; use t.detach().clone()")
+        new = tensor(self.numpy(), dtype=self.dtype, device=self._device, requires_grad=False)
+        if type(self) is not Tensor:  # a Parameter: its own constructor shares new's data
+            new = type(self).__new__(type(self), new, self.requires_grad)
+        else:
+            new.requires_grad = self.requires_grad
+        memo[id(self)] = new
+        if self.grad is not None:
+            new.grad = self.grad.__deepcopy__(memo)
+        return new
 
 
 def dim_index(op: str, dim: Any, rank: int) -> int:
@@ -312,6 +447,10 @@ def dim_index(op: str, dim: Any, rank: int) -> int:
     if not lo <= d <= hi:
         raise AxisError(f"{op}: dim {d} out of range for a tensor of rank {rank} (expected [{lo}, {hi}])")
     return d % rank if rank else 0
+
+
+def _pass_grad(g: Buffer) -> tuple[Buffer]:
+    return (g,)
 
 
 def inplace_operand(op: str, other: Any) -> None:
@@ -364,61 +503,126 @@ def _host_int64(op: str, arr: np.ndarray) -> np.ndarray:
         raise ArgumentError(str(exc).replace("indices", "values")) from None
 
 
-def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    """A new tensor copied from ``data`` (nested lists, NumPy arrays, scalars or a Tensor).
-
-    Float data becomes float32; integer data int64 and booleans bool (index and mask tensors).
-    """
-    dev = canonical_device(device, "tensor")
-    d = canonical_dtype("tensor", dtype)
+def _data_array(op: str, data: Any) -> np.ndarray:
     if isinstance(data, Tensor):
-        data = data.numpy()
+        return data.numpy()
     if data is None or isinstance(data, (str, bytes)):
-        raise DTypeError(f"tensor: data must be numbers (a scalar, nested lists or an array), got {type_name(data)}")
+        raise DTypeError(f"{op}: data must be numbers (a scalar, nested lists or an array), got {type_name(data)}")
     try:
         arr = np.asarray(data)
     except (ValueError, TypeError) as exc:
-        raise ShapeError(f"tensor: data is not a rectangular array of numbers ({exc})") from None
+        raise ShapeError(f"{op}: data is not a rectangular array of numbers ({exc})") from None
     except MemoryError:
-        raise OutOfMemoryError("tensor: not enough host memory for the data") from None
+        raise OutOfMemoryError(f"{op}: not enough host memory for the data") from None
     if arr.dtype == object:
         if all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in arr.reshape(-1)):
-            _host_int64("tensor", arr)  # ints beyond 64 bits: the error names the value
-        raise ShapeError("tensor: data is not a rectangular array of numbers (ragged or non-numeric)")
-    if d is None:
-        d = float32 if arr.dtype.kind in "fc" else (bool_ if arr.dtype.kind == "b" else int64)
-        if arr.dtype.kind not in "fbiu":
-            raise DTypeError(f"tensor: unsupported element type {arr.dtype}")
-    if d == float32:
-        if arr.dtype.kind == "c":
-            raise DTypeError("tensor: complex data is not supported")
-        get_context(dev, "tensor")
+            _host_int64(op, arr)  # ints beyond 64 bits: the error names the value
+        raise ShapeError(f"{op}: data is not a rectangular array of numbers (ragged or non-numeric)")
+    if arr.dtype.kind not in "fbiu":
+        raise DTypeError(f"{op}: unsupported element type {arr.dtype}" + (
+            " (complex data is not supported)" if arr.dtype.kind == "c" else ""))
+    return arr
+
+
+def _inferred_dtype(arr: np.ndarray) -> dtypes.dtype:
+    """PyTorch's dtype for data: floats float32 (the default dtype; float64 and float16 data too),
+    bools bool, integers their own dtype when torchlean has it, else int64 (values checked)."""
+    k = arr.dtype.kind
+    if k == "f":
+        return float32
+    if k == "b":
+        return bool_
+    d = dtypes.from_numpy_dtype(arr.dtype)
+    return d if d is not None else int64
+
+
+def _from_array(op: str, arr: np.ndarray, d: dtypes.dtype, dev: str, requires_grad: bool) -> Tensor:
+    get_context(dev, op)
+    if d is float32:
         t = Tensor._wrap(Buffer.from_numpy(arr, dev), arr.shape)
         if requires_grad:
             t.requires_grad = True
         return t
     if requires_grad:
-        raise DTypeError(f"tensor: only float32 tensors can require gradients, got dtype {d}")
-    get_context(dev, "tensor")
-    if d == int64 and arr.dtype.kind in "iub":
-        return Tensor._wrap_host(_host_int64("tensor", arr), dev)
-    return Tensor._wrap_host(np.array(arr, dtype=d), dev)
+        raise DTypeError(f"{op}: only floating point tensors can require gradients, got dtype {d!r}")
+    if arr.dtype.kind in "iub" and d is int64:
+        host = _host_int64(op, arr)
+    elif arr.dtype.kind == "f" and d is not bool_:
+        with np.errstate(invalid="ignore"):
+            host = np.trunc(arr).astype(d.np)  # truncation toward zero, as PyTorch casts
+    else:
+        host = np.array(arr, dtype=d.np)
+    return Tensor._wrap_array(arrays.from_host(host, dev) if dev != "cpu" else host, dev)
 
 
-def as_tensor(data: Any, device: Any = None) -> Tensor:
+def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """A new tensor copied from ``data`` (nested lists, NumPy arrays, scalars or a Tensor).
+
+    Float data becomes float32 (float64 data too: torchlean computes in float32); integer data
+    keeps its dtype (Python ints: int64); booleans bool.
+    """
+    dev = canonical_device(device, "tensor")
+    d = canonical_dtype("tensor", dtype)
+    arr = _data_array("tensor", data)
+    return _from_array("tensor", arr, _inferred_dtype(arr) if d is None else d, dev, requires_grad)
+
+
+def from_numpy(a: Any) -> Tensor:
+    """A CPU tensor with the values of the NumPy array ``a``: integer and bool arrays keep their dtype;
+    float64 and float16 arrays become float32 (torchlean computes in float32; PyTorch would keep
+    float64). Unlike PyTorch's, the tensor is a copy: writing ``a`` later does not change it."""
+    if not isinstance(a, np.ndarray):
+        raise DTypeError(f"from_numpy: expected a numpy.ndarray, got {type_name(a)}")
+    arr = _data_array("from_numpy", a)
+    return _from_array("from_numpy", arr, _inferred_dtype(arr), "cpu", False)
+
+
+def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     if isinstance(data, Tensor):
-        return data.to(device) if device is not None else data
-    return tensor(data, device=device)
+        out = data if dtype is None else data._as("as_tensor", canonical_dtype("as_tensor", dtype))
+        return out.to(device) if device is not None else out
+    return tensor(data, dtype=dtype, device=device)
+
+
+def _filled_array(op: str, shape: tuple, value: Any, d: dtypes.dtype, device: Any,
+                  requires_grad: bool) -> Tensor:
+    """A non-float tensor of ``shape`` filled with ``value`` (cast as PyTorch casts it)."""
+    if requires_grad:
+        raise DTypeError(f"{op}: only floating point tensors can require gradients, got dtype {d!r}")
+    dev = canonical_device(device, op)
+    xp = arrays.array_module(dev)
+    with arrays.on_device(dev), np.errstate(invalid="ignore", over="ignore"):
+        if isinstance(value, float) and d is not bool_:
+            value = math.trunc(value) if math.isfinite(value) else 0
+        if type(value) is int and d is not bool_:
+            value = np.array(value, dtype=np.int64).astype(d.np)  # wraps like PyTorch (uint8 256 -> 0)
+        return Tensor._wrap_array(xp.full(shape, value, dtype=d.np), dev)
 
 
 def full(size: Sequence[int], fill_value: float, device: Any = None, requires_grad: bool = False,
          dtype: Any = None) -> Tensor:
+    """``size`` filled with ``fill_value``; without ``dtype``, the value's own (PyTorch: a bool gives
+    bool, an int int64, a float float32)."""
     if isinstance(size, numbers.Integral) and not isinstance(size, bool):
         size = (size,)
     elif not isinstance(size, (tuple, list)):
         raise ShapeError(f"full: size must be a sequence of non-negative integers, got {size!r} ({type_name(size)})")
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    d = canonical_dtype("full", dtype)
+    if d is None and (isinstance(fill_value, (bool, np.bool_, numbers.Integral))):
+        d = dtypes.scalar_dtype(fill_value)
+    if d is not None and d is not float32:
+        if isinstance(fill_value, (bool, np.bool_)):
+            fill_value = bool(fill_value)
+        elif isinstance(fill_value, numbers.Real):
+            fill_value = int(fill_value) if isinstance(fill_value, numbers.Integral) else float(fill_value)
+        else:
+            raise ArgumentError(f"full: fill_value must be a number, got {fill_value!r} ({type_name(fill_value)})")
+        return _filled_array("full", _shape_arg("full", tuple(size), False), fill_value, d, device, requires_grad)
     shape = _shape_arg("full", tuple(size))
-    _float_dtype("full", dtype)
+    if isinstance(fill_value, (bool, np.bool_)):
+        fill_value = float(fill_value)
     real_arg("full", "fill_value", fill_value)
     buf = _filled(math.prod(shape), fill_value, device, "full")
     return Tensor._wrap(buf, shape, requires_grad)
@@ -431,25 +635,80 @@ def _filled(n: int, value: float, device: Any, op: str = "full") -> Buffer:
 
 
 def zeros(*size: Any, device: Any = None, requires_grad: bool = False, dtype: Any = None) -> Tensor:
+    if dtype is not None and dtype is not float32:
+        d = canonical_dtype("zeros", dtype)
+        if d is not float32:
+            return _filled_array("zeros", _shape_arg("zeros", size, False), 0, d, device, requires_grad)
     shape = _shape_arg("zeros", size)
-    _float_dtype("zeros", dtype)
     return Tensor._wrap(_filled(math.prod(shape), 0.0, device, "zeros"), shape, requires_grad)
 
 
 def ones(*size: Any, device: Any = None, requires_grad: bool = False, dtype: Any = None) -> Tensor:
+    if dtype is not None and dtype is not float32:
+        d = canonical_dtype("ones", dtype)
+        if d is not float32:
+            return _filled_array("ones", _shape_arg("ones", size, False), 1, d, device, requires_grad)
     shape = _shape_arg("ones", size)
-    _float_dtype("ones", dtype)
     return Tensor._wrap(_filled(math.prod(shape), 1.0, device, "ones"), shape, requires_grad)
 
 
-def zeros_like(t: Tensor, requires_grad: bool = False) -> Tensor:
-    expect_tensor("zeros_like", "input", t, Tensor)
-    return zeros(*t.shape, device=t.device, requires_grad=requires_grad)
+def empty(*size: Any, device: Any = None, requires_grad: bool = False, dtype: Any = None) -> Tensor:
+    """Zeros (PyTorch leaves the values unset; torchlean's are defined)."""
+    return zeros(*size, device=device, requires_grad=requires_grad, dtype=dtype)
 
 
-def ones_like(t: Tensor, requires_grad: bool = False) -> Tensor:
-    expect_tensor("ones_like", "input", t, Tensor)
-    return ones(*t.shape, device=t.device, requires_grad=requires_grad)
+def _like(op: str, t: Tensor, dtype: Any, device: Any) -> tuple[Any, Any]:
+    expect_tensor(op, "input", t, Tensor)
+    return (t.dtype if dtype is None else dtype), (t.device if device is None else device)
+
+
+def zeros_like(t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    d, dev = _like("zeros_like", t, dtype, device)
+    return zeros(*t.shape, device=dev, requires_grad=requires_grad, dtype=d)
+
+
+def ones_like(t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    d, dev = _like("ones_like", t, dtype, device)
+    return ones(*t.shape, device=dev, requires_grad=requires_grad, dtype=d)
+
+
+def empty_like(t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    d, dev = _like("empty_like", t, dtype, device)
+    return zeros(*t.shape, device=dev, requires_grad=requires_grad, dtype=d)
+
+
+def full_like(t: Tensor, fill_value: Any, dtype: Any = None, device: Any = None,
+              requires_grad: bool = False) -> Tensor:
+    d, dev = _like("full_like", t, dtype, device)
+    return full(t.shape, fill_value, device=dev, requires_grad=requires_grad, dtype=d)
+
+
+def randint(*args: Any, size: Any = None, generator: Any = None, dtype: Any = None, device: Any = None,
+            requires_grad: bool = False) -> Tensor:
+    """``randint(high, size)`` or ``randint(low, high, size)``: integers uniform in [low, high), int64
+    unless ``dtype`` says otherwise, drawn from torchlean's counter RNG (the same values on every
+    device for one seed; not PyTorch's stream). Each value is floor(low + u * (high - low)) for one
+    float32 uniform u, so ranges wider than 2**24 do not reach every integer."""
+    if size is None and args and isinstance(args[-1], (tuple, list)):
+        args, size = args[:-1], args[-1]
+    if size is None or len(args) not in (1, 2):
+        raise ArgumentError("randint: expected randint(high, size) or randint(low, high, size)")
+    low, high = (0, args[0]) if len(args) == 1 else args
+    low, high = (int(v.item()) if isinstance(v, Tensor) else v for v in (low, high))
+    for name, v in (("low", low), ("high", high)):
+        if not _plain_int(v):
+            raise ArgumentError(f"randint: {name} must be an integer, got {v!r} ({type_name(v)})")
+    if high <= low:
+        raise ArgumentError(f"randint: expected low < high, got low={low}, high={high}")
+    d = int64 if dtype is None else canonical_dtype("randint", dtype)
+    shape = _shape_arg("randint", tuple(size))
+    dev = canonical_device(device, "randint")
+    key = _generator("randint", generator).next_key()
+    u = P.rand_uniform(math.prod(shape), key, dev).to_numpy().astype(np.float64)
+    vals = np.minimum(np.floor(low + u * (high - low)), high - 1).astype(np.int64).reshape(shape)
+    if d is float32:
+        return tensor(vals, device=dev, requires_grad=requires_grad)
+    return _from_array("randint", vals, d, dev, requires_grad)
 
 
 def rand(*size: Any, device: Any = None, requires_grad: bool = False, generator: Any = None,
@@ -509,12 +768,12 @@ def arange(start: float, end: float | None = None, step: float = 1, device: Any 
     if d is None:
         d = int64 if ints else float32
     n = max(0, math.ceil((end - start) / step)) if not ints else max(0, -((start - end) // step))
-    if d == float32 and n > MAX_FLOAT_ELEMENTS:
+    if d is float32 and n > MAX_FLOAT_ELEMENTS:
         raise ShapeError(f"arange: {n} elements; a float32 tensor holds at most 2**32 - 1")
-    if d == int64 and not ints:
-        raise DTypeError("arange: dtype int64 needs integer start, end and step")
+    if d is not float32 and not ints:
+        raise DTypeError(f"arange: dtype {d!r} needs integer start, end and step")
     try:
-        arr = np.arange(start, end, step, dtype=np.int64 if d == int64 else np.float64)
+        arr = np.arange(start, end, step, dtype=np.float64 if d is float32 else np.int64)
     except (MemoryError, ValueError):  # (NumPy's ValueError here: more bytes than an address space holds)
         raise OutOfMemoryError(f"arange: not enough host memory for {n} elements") from None
     return tensor(arr, device=device, dtype=d)

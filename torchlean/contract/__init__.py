@@ -26,7 +26,7 @@ from .. import spec
 from .core import (CONTRACTS, F32_MAX, F32_OVERFLOW, LIB, TINY, U, Contract, abs64, gamma, register,  # noqa: F401
                    sum_bound, ulp32, zero_bound)
 # the families, each registering its primitives' contracts on import (they import .core, never this module)
-from . import attention, classify, conv, fast, norm, optim, pool, scan, spectral  # noqa: F401
+from . import attention, classify, conv, fast, norm, optim, pool, rnn, scan, spectral  # noqa: F401
 
 
 def _rel(k_u: float, extra_abs: float = TINY):
@@ -39,7 +39,7 @@ def _half_ulp(ref, *args):
 
 
 # -- exact: selections, copies, comparisons, moves -----------------------------------------
-for _n in ("abs", "abs_bwd", "copy", "relu", "relu_bwd", "clamp", "clamp_bwd", "max", "min", "reduce_max_axis0", "reduce_max_axis1", "concat1d", "slice1d",
+for _n in ("abs", "abs_bwd", "copy", "relu", "relu_bwd", "floor", "ceil", "round", "trunc", "sign", "clamp", "clamp_bwd", "max", "min", "reduce_max_axis0", "reduce_max_axis1", "concat1d", "slice1d",
            "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to", "swap_adjacent_at_depth", "permute",
            "transpose2d", "gather_vec", "gather_rows", "rand_uniform", "bernoulli_mask"):
     register(_n, "exact (no rounding: a selection, a move, or a sign/0.5 scaling)", zero_bound, exact=True)
@@ -54,6 +54,9 @@ register("axpy", "a + c*b, two roundings: |err| <= u|c b| + ulp(ref)",
           lambda ref, a, b, c: U * abs64(c * np.asarray(b, dtype=np.float64)) + ulp32(ref))
 register("exp", "library exp: |err| <= 8u |ref| + TINY", _rel(8))
 register("log", "library log: |err| <= 8u |ref| + TINY", _rel(8))
+for _n in ("sin", "cos", "erf", "log1p", "expm1"):
+    register(_n, f"library {_n}: |err| <= 8u |ref| + TINY", _rel(8))
+register("pow_scalar", "library pow: |err| <= 8u |ref| + TINY", _rel(8))
 register("tanh", "library tanh: |err| <= 8u |ref| + TINY", _rel(8))
 register("sigmoid", "exp, add, divide: |err| <= 16u |ref| + TINY", _rel(16))
 register("softplus", "max + log1p(exp(-|x|)): |err| <= 24u |ref| + TINY", _rel(24))

@@ -10,7 +10,7 @@ which holds for every summation order and blocking (BLAS, im2col, col2im, tree o
 FMA or not); the last term covers products that underflow into subnormals (each loses at most
 half of 2**-149). The sum over |terms| is the spec evaluated on absolute values, and k is:
 
-    conv:            in_c * prod(kernel) (+ 1 with a bias); a padded position is a term whose x is 0
+    conv:            in_c / groups * prod(kernel) (+ 1 with a bias); a padded position is a term whose x is 0
     conv_bwd_input:  out_c times the number of (kernel offset, output position) taps that reach
                      that dx element (counted by the spec on all-ones inputs)
     conv_bwd_weight: batch * prod(out)
@@ -46,33 +46,36 @@ def _opt_abs(b):
     return None if b is None else abs64(b)
 
 
-def _conv(ref, x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding):
-    k = in_c * math.prod(kernel) + (b is not None)
-    mag = spec.conv(abs64(x), abs64(w), _opt_abs(b), batch, in_c, out_c, spatial, kernel, stride, padding)
+def _conv(ref, x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, dilation=None, groups=1):
+    k = in_c // groups * math.prod(kernel) + (b is not None)
+    mag = spec.conv(abs64(x), abs64(w), _opt_abs(b), batch, in_c, out_c, spatial, kernel, stride, padding,
+                    dilation, groups)
     return gamma(k) * mag + k * _SUB
 
 
-def _conv_bwd_input(ref, dy, w, batch, in_c, out_c, spatial, kernel, stride, padding):
-    dims = (batch, in_c, out_c, spatial, kernel, stride, padding)
+def _conv_bwd_input(ref, dy, w, batch, in_c, out_c, spatial, kernel, stride, padding, dilation=None, groups=1):
+    dims = (batch, in_c, out_c, spatial, kernel, stride, padding, dilation, groups)
     count = spec.conv_bwd_input(np.ones(np.size(dy)), np.ones(np.size(w)), *dims)
     mag = spec.conv_bwd_input(abs64(dy), abs64(w), *dims)
     return _gamma(count) * mag + count * _SUB
 
 
-def _conv_bwd_weight(ref, x, dy, batch, in_c, out_c, spatial, kernel, stride, padding):
-    k = batch * math.prod(out_dims(spatial, kernel, stride, padding))
-    mag = spec.conv_bwd_weight(abs64(x), abs64(dy), batch, in_c, out_c, spatial, kernel, stride, padding)
+def _conv_bwd_weight(ref, x, dy, batch, in_c, out_c, spatial, kernel, stride, padding, dilation=None, groups=1):
+    k = batch * math.prod(out_dims(spatial, kernel, stride, padding, dilation))
+    mag = spec.conv_bwd_weight(abs64(x), abs64(dy), batch, in_c, out_c, spatial, kernel, stride, padding, dilation,
+                               groups)
     return gamma(k) * mag + k * _SUB
 
 
-def _conv_transpose(ref, x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, output_padding):
-    dims = (batch, in_c, out_c, spatial, kernel, stride, padding, output_padding)
+def _conv_transpose(ref, x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, output_padding,
+                    dilation=None, groups=1):
+    dims = (batch, in_c, out_c, spatial, kernel, stride, padding, output_padding, dilation, groups)
     count = spec.conv_transpose(np.ones(np.size(x)), np.ones(np.size(w)), None, *dims) + (b is not None)
     mag = spec.conv_transpose(abs64(x), abs64(w), _opt_abs(b), *dims)
     return _gamma(count) * mag + count * _SUB
 
 
-register("conv", "per output: gamma(k) (|w| * |x| + |b|) + k 2**-149, k = in_c prod(kernel) (+1 with a bias); "
+register("conv", "per output: gamma(k) (|w| * |x| + |b|) + k 2**-149, k = in_c / groups prod(kernel) (+1 with a bias); "
           "any order", _conv)
 register("conv_bwd_input", "per dx element: gamma(k) (|w|^T * |dy|) + k 2**-149, k = out_c times the taps that "
           "reach it; any order", _conv_bwd_input)

@@ -19,9 +19,12 @@ _U32_LIMIT = 2**32  # dims and buffer sizes are uint32 (the seed's convention)
 
 
 class ConvPlan(NamedTuple):
-    """One convolution geometry: x (batch, in_c, *spatial), w (out_c, in_c, *kernel), y (batch, out_c,
-    *out). conv, conv_bwd_input and conv_bwd_weight of one layer share it. ``fits``: every size is
-    below 2**32 (otherwise the runtime's full checks run and raise)."""
+    """One convolution geometry: x (batch, in_c, *spatial), w (out_c, in_c / groups, *kernel), y (batch,
+    out_c, *out). conv, conv_bwd_input and conv_bwd_weight of one layer share it. ``fits``: every size
+    is below 2**32 (otherwise the runtime's full checks run and raise). ``dilation`` (one entry per
+    axis) spaces the kernel's taps; ``groups`` splits the channels into that many independent convs
+    (in_c / groups input channels to out_c / groups outputs each). ``plain``: no dilation and one
+    group, the geometry every backend's original kernels serve."""
     batch: int
     in_c: int
     out_c: int
@@ -34,12 +37,15 @@ class ConvPlan(NamedTuple):
     n_w: int
     n_y: int
     fits: bool
+    dilation: tuple = ()
+    groups: int = 1
+    plain: bool = True
 
 
 class ConvTransposePlan(NamedTuple):
-    """A transposed convolution: x (batch, in_c, *spatial), w (in_c, out_c, *kernel), y (batch, out_c,
-    *out). ``adjoint`` is the conv from out_c channels on ``out`` to in_c on ``spatial`` whose input
-    gradient this is (its backward runs that conv's primitives)."""
+    """A transposed convolution: x (batch, in_c, *spatial), w (in_c, out_c / groups, *kernel), y (batch,
+    out_c, *out). ``adjoint`` is the conv from out_c channels on ``out`` to in_c on ``spatial`` (same
+    dilation and groups) whose input gradient this is (its backward runs that conv's primitives)."""
     batch: int
     in_c: int
     out_c: int
@@ -54,6 +60,8 @@ class ConvTransposePlan(NamedTuple):
     n_y: int
     fits: bool
     adjoint: ConvPlan
+    dilation: tuple = ()
+    groups: int = 1
 
 
 class PoolPlan(NamedTuple):
@@ -68,26 +76,36 @@ class PoolPlan(NamedTuple):
     n_out: int
 
 
+def _span(k: int, d: int) -> int:
+    """The extent of a kernel of k taps at dilation d: d (k - 1) + 1."""
+    return d * (k - 1) + 1
+
+
 def conv_plan_of(batch: int, in_c: int, out_c: int, spatial: tuple, kernel: tuple, stride: tuple,
-                 padding: tuple) -> ConvPlan:
+                 padding: tuple, dilation: tuple | None = None, groups: int = 1) -> ConvPlan:
     spatial, kernel, stride, padding = tuple(spatial), tuple(kernel), tuple(stride), tuple(padding)
-    out = tuple((s + 2 * p - k) // t + 1 for s, k, t, p in zip(spatial, kernel, stride, padding))
-    n_x, n_w, n_y = (math.prod((batch, in_c) + spatial), math.prod((out_c, in_c) + kernel),
+    dilation = (1,) * len(spatial) if dilation is None else tuple(dilation)
+    out = tuple((s + 2 * p - _span(k, d)) // t + 1 for s, k, t, p, d in zip(spatial, kernel, stride, padding, dilation))
+    n_x, n_w, n_y = (math.prod((batch, in_c) + spatial), math.prod((out_c, in_c // groups) + kernel),
                      math.prod((batch, out_c) + out))
     return ConvPlan(batch, in_c, out_c, spatial, kernel, stride, padding, out, n_x, n_w, n_y,
-                    max(n_x, n_w, n_y) < _U32_LIMIT)
+                    max(n_x, n_w, n_y) < _U32_LIMIT, dilation, groups,
+                    groups == 1 and all(d == 1 for d in dilation))
 
 
 def conv_transpose_plan_of(batch: int, in_c: int, out_c: int, spatial: tuple, kernel: tuple, stride: tuple,
-                           padding: tuple, output_padding: tuple) -> ConvTransposePlan:
+                           padding: tuple, output_padding: tuple, dilation: tuple | None = None,
+                           groups: int = 1) -> ConvTransposePlan:
     spatial, kernel, stride = tuple(spatial), tuple(kernel), tuple(stride)
     padding, output_padding = tuple(padding), tuple(output_padding)
-    out = tuple((s - 1) * t - 2 * p + k + o for s, k, t, p, o in zip(spatial, kernel, stride, padding, output_padding))
-    adjoint = conv_plan_of(batch, out_c, in_c, out, kernel, stride, padding)
-    n_x, n_w, n_y = (math.prod((batch, in_c) + spatial), math.prod((in_c, out_c) + kernel),
+    dilation = (1,) * len(spatial) if dilation is None else tuple(dilation)
+    out = tuple((s - 1) * t - 2 * p + _span(k, d) + o
+                for s, k, t, p, o, d in zip(spatial, kernel, stride, padding, output_padding, dilation))
+    adjoint = conv_plan_of(batch, out_c, in_c, out, kernel, stride, padding, dilation, groups)
+    n_x, n_w, n_y = (math.prod((batch, in_c) + spatial), math.prod((in_c, out_c // groups) + kernel),
                      math.prod((batch, out_c) + out))
     return ConvTransposePlan(batch, in_c, out_c, spatial, kernel, stride, padding, output_padding, out, n_x, n_w, n_y,
-                             max(n_x, n_w, n_y) < _U32_LIMIT, adjoint)
+                             max(n_x, n_w, n_y) < _U32_LIMIT, adjoint, dilation, groups)
 
 
 def pool_plan_of(planes: int, spatial: tuple, kernel: tuple, stride: tuple, padding: tuple) -> PoolPlan:

@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from .. import ops
-from .._validate import real_arg
 from ..fast_kernels import get_options as _get_options
 from ..ops.linalg import linear_args
 from ..tensor import Tensor
 
-__all__ = ["relu", "sigmoid", "tanh", "softplus", "softmax", "log_softmax", "linear", "mse_loss", "dropout"]
+__all__ = ["relu", "sigmoid", "tanh", "linear", "mse_loss", "dropout"]
 
 
 def relu(input: Tensor, inplace: bool = False) -> Tensor:
@@ -26,23 +25,6 @@ def tanh(input: Tensor) -> Tensor:
     return ops.tanh(input)
 
 
-def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
-    """log(1 + exp(beta x)) / beta, evaluated stably (``threshold`` is not needed and ignored)."""
-    beta = real_arg("softplus", "beta", beta)
-    if beta == 1.0:
-        return ops.softplus(input)
-    return ops.mul(ops.softplus(ops.mul(input, beta)), 1.0 / beta)
-
-
-def softmax(input: Tensor, dim: int = -1, dtype: Any = None) -> Tensor:
-    """Softmax along ``dim`` (default: the last axis; PyTorch's implicit dim is deprecated)."""
-    return ops.softmax(input, dim)
-
-
-def log_softmax(input: Tensor, dim: int = -1, dtype: Any = None) -> Tensor:
-    return ops.log_softmax(input, dim)
-
-
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """input @ weight.T + bias. With ``torchlean.Options.fast_kernels`` on: ``ops.linear_fast`` (the
     bias fused into one GEMM) at ``Options.fast_gpu_matmul_precision``."""
@@ -54,9 +36,11 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return ops.linear(input, weight, bias)
 
 
-def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+def mse_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,
+             reduction: str = "mean") -> Tensor:
     """With ``torchlean.Options.fast_kernels`` on, "mean" and "sum" use ``ops.mse_loss_fast`` (one
     float64 reduction pass, the result rounded once)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     if reduction in ("mean", "sum") and _get_options().fast_kernels:
         return ops.mse_loss_fast(input, target, reduction)
     return ops.mse_loss(input, target, reduction)
@@ -76,3 +60,47 @@ for _family in (_conv, _pool, _norm, _classify, _spectral, _scan, _attention):
         globals()[_n] = getattr(_family, _n)
         __all__.append(_n)
 del _family
+
+# -- compositions over the ops (nn/_activations.py, _losses.py, _norms.py, _spatial.py); these come
+# after the families: cross_entropy / nll_loss here add weight= and the legacy flags around the
+# fused ops, and scaled_dot_product_attention adds dropout_p -----------------------------------
+from . import _activations, _losses, _norms, _spatial  # noqa: E402
+from ._losses import legacy_reduction as _legacy_reduction  # noqa: E402
+
+for _family in (_activations, _losses, _norms, _spatial):
+    for _n in _family.__all__:
+        if _n in ("legacy_reduction", "softmax_dim", "feature_dropout", "sdpa_with_dropout"):
+            continue
+        globals()[_n] = getattr(_family, _n)
+        if _n not in __all__:
+            __all__.append(_n)
+del _family
+
+_fused_sdpa = _attention.scaled_dot_product_attention
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Any = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> Tensor:
+    """The fused attention (ops.attention) when ``dropout_p`` is 0; with dropout, PyTorch's math
+    path composed from matmul, softmax and dropout (the mask drawn from torchlean's counter RNG)."""
+    try:
+        dp = float(dropout_p)
+    except (TypeError, ValueError):
+        dp = None
+    if dp is None or dp == 0.0 or enable_gqa or (attn_mask is not None and is_causal):
+        return _fused_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if not 0.0 < dp <= 1.0:
+        from ..errors import ArgumentError
+
+        raise ArgumentError(f"scaled_dot_product_attention: dropout_p must be in [0, 1], got {dropout_p!r}")
+    return _norms.sdpa_with_dropout(query, key, value, attn_mask, dp, bool(is_causal), scale)
+
+
+def feature_alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False) -> Tensor:
+    from ..errors import ArgumentError
+
+    raise ArgumentError("feature_alpha_dropout: not supported (use alpha_dropout or dropout2d)")
+
+
+__all__.append("feature_alpha_dropout")

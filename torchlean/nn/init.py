@@ -14,7 +14,7 @@ from typing import Any
 from .. import autograd
 from .._validate import expect_tensor, real_arg
 from ..errors import ArgumentError, DTypeError, ShapeError
-from ..tensor import Tensor, rand, randn
+from ..tensor import Tensor, from_numpy, rand, randn
 
 __all__ = ["calculate_gain", "uniform_", "normal_", "constant_", "zeros_", "ones_", "xavier_uniform_",
            "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "trunc_normal_"]
@@ -83,7 +83,7 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
     lo, hi = ndtr((a - mean) / std), ndtr((b - mean) / std)
     u = rand(*tensor.shape, generator=generator).numpy().astype("float64")
     x = ndtri(lo + (hi - lo) * u) * std + mean
-    return _fill(tensor, Tensor._wrap_host(x.clip(a, b).astype("float32"), "cpu").float().to(tensor.device))
+    return _fill(tensor, from_numpy(x.clip(a, b).astype("float32")))  # (copy_ moves it to tensor's device)
 
 
 def constant_(tensor: Tensor, val: float) -> Tensor:

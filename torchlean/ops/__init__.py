@@ -6,7 +6,7 @@ from .index import gather_rows, gather_vec, getitem, index_select, scatter_add, 
 from .linalg import bmm, linear, matmul
 from .mha import multi_head_attention  # the seed's multi-head self-attention
 from .nn import dropout, log_softmax, mse_loss, softmax
-from . import attention, classify, conv, fast, norm, pool, scan, spectral  # noqa: F401
+from . import attention, classify, conv, fast, norm, pool, rnn, scan, spectral  # noqa: F401
 from .attention import *  # noqa: F401,F403
 from .classify import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
@@ -19,5 +19,13 @@ from .reduce import mean, sum
 from .shape import (broadcast_to, cat, clone, concat1d, expand, flatten, permute, permute_bca, permute_cab,
                     reshape, slice0, slice1d, squeeze, swap_adjacent, swap_last2, t, to_device, transpose,
                     unsqueeze)
+
+# issue 22: more math, reductions with dim, shape/index functions, einsum, factories and sorting
+from . import creation, einsum as einsum_ops, math as math_ops, reduce_dim, results, select  # noqa: F401
+from .math import *  # noqa: F401,F403
+from .select import *  # noqa: F401,F403
+from .reduce_dim import *  # noqa: F401,F403
+from .einsum import *  # noqa: F401,F403
+from .creation import *  # noqa: F401,F403
 
 __all__ = [n for n in dir() if not n.startswith("_")]

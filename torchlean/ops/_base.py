@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 from .._validate import expect_tensor, int64_indices, type_name
 from ..errors import DeviceError, DTypeError, ShapeError
+from ..runtime.arrays import to_host
 from ..runtime.buffer import Buffer
 from ..tensor import Tensor, dim_index, tensor
 
@@ -43,8 +44,8 @@ def host_indices(op: str, name: str, index: Any) -> Any:
     array, every value exact: one that int64 cannot hold raises, never wraps (see int64_indices)."""
     if isinstance(index, Tensor):
         if index._buf is not None:
-            raise DTypeError(f"{op}: {name} must be an integer tensor, got float32")
-        index = index._host
+            raise DTypeError(f"{op}: {name} must be an integer tensor, got torchlean.float32 (use .long())")
+        index = to_host(index._arr)  # the index kernels take host indices
     return int64_indices(op, name, index)
 
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import autograd
 from ..errors import ArgumentError, DeviceError, DTypeError, ShapeError
+from ..runtime.arrays import to_host
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
 from ._base import Tensor, fbuf, new, numel, same_device
@@ -91,7 +92,7 @@ def _mask_buffer(op: str, mask: Any, device: str, mode: str | None) -> tuple[Buf
         if mask.device != device:
             raise DeviceError(f"{op}: attn_mask is on {mask.device}, the inputs on {device}")
         if mask._buf is None:
-            host = np.asarray(mask._host)
+            host = to_host(mask._arr)  # (a CuPy array for a mask on CUDA)
             if host.dtype.kind != "b":
                 host = host.astype(np.float32)
         else:

@@ -10,6 +10,7 @@ from .._validate import real_arg
 from ..errors import DTypeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
+from . import integer
 from ._base import Tensor, broadcast_shapes, fbuf, new, operand, same_device
 from .shape import expand
 
@@ -24,6 +25,8 @@ def _unary(name: str, x: Tensor, fwd, vjp_of):
 
 
 def abs(x: Tensor) -> Tensor:
+    if isinstance(x, Tensor) and x._buf is None:
+        return integer.abs(x)
     return _unary("abs", x, P.abs, lambda xb, yb, g: P.abs_bwd(xb, g))
 
 
@@ -66,6 +69,8 @@ def safe_log(x: Tensor) -> Tensor:
 
 
 def neg(x: Tensor) -> Tensor:
+    if isinstance(x, Tensor) and x._buf is None:
+        return integer.neg(x)
     return _unary("neg", x, lambda xb: P.scale(xb, -1.0), lambda xb, yb, g: P.scale(g, -1.0))
 
 
@@ -91,8 +96,15 @@ def _pair(name: str, a: Any, b: Any) -> tuple[Tensor, Tensor]:
 
 
 def _binary(name: str, a: Any, b: Any, fwd, vjp):
-    a, b = _pair(name, a, b)
-    ab, bb = fbuf(name, a), fbuf(name, b)
+    if (isinstance(a, Tensor) and isinstance(b, Tensor) and a._buf is not None and b._buf is not None
+            and a._shape == b._shape and a._device == b._device):
+        ab, bb = a._buf, b._buf  # the common case: two float tensors of one shape (as in _pair)
+    else:
+        out = integer.arith(name, a, b)  # an integer or bool result (None: PyTorch's result is float32)
+        if out is not None:
+            return out
+        a, b = _pair(name, a, b)
+        ab, bb = fbuf(name, a), fbuf(name, b)
     yb = fwd(ab, bb)
     return autograd.record(name, new(yb, a.shape), (a, b), lambda g: vjp(ab, bb, yb, g))
 
@@ -103,6 +115,8 @@ def _is_number(x: Any) -> bool:
 
 def add(a: Any, b: Any) -> Tensor:
     if isinstance(a, Tensor) and _is_number(b):
+        if a._buf is None and (out := integer.arith("add", a, b)) is not None:
+            return out
         return _unary("add_scalar", a, lambda xb: P.add_scalar(xb, b), lambda xb, yb, g: g)
     if isinstance(b, Tensor) and _is_number(a):
         return add(b, a)
@@ -111,14 +125,20 @@ def add(a: Any, b: Any) -> Tensor:
 
 def sub(a: Any, b: Any) -> Tensor:
     if isinstance(a, Tensor) and _is_number(b):
+        if a._buf is None and (out := integer.arith("sub", a, b)) is not None:
+            return out
         return add(a, -b)
     if isinstance(b, Tensor) and _is_number(a):
+        if b._buf is None and (out := integer.arith("sub", a, b)) is not None:
+            return out
         return add(neg(b), a)
     return _binary("sub", a, b, P.sub, lambda ab, bb, yb, g: (g, P.scale(g, -1.0)))
 
 
 def mul(a: Any, b: Any) -> Tensor:
     if isinstance(a, Tensor) and _is_number(b):
+        if a._buf is None and (out := integer.arith("mul", a, b)) is not None:
+            return out
         c = float(b)
         return _unary("scale", a, lambda xb: P.scale(xb, c), lambda xb, yb, g: P.scale(g, c))
     if isinstance(b, Tensor) and _is_number(a):
@@ -140,6 +160,15 @@ def _div_vjp(ab: Buffer, bb: Buffer, yb: Buffer, g: Buffer):
     return gb, P.scale(P.mul(gb, yb), -1.0)
 
 
+def remainder(a: Any, b: Any) -> Tensor:
+    """``a % b`` with the sign of ``b`` (PyTorch's ``remainder``): integers stay integers; floats are
+    a - floor(a / b) * b, where floor(a / b) is a constant (the gradient PyTorch gives: 1 and -floor(a / b))."""
+    out = integer.remainder(a, b)
+    if out is not None:
+        return out
+    return sub(a, mul(integer.floor_divide(a, b), b))
+
+
 def maximum(a: Any, b: Any) -> Tensor:
     """Elementwise fmax (a NaN loses to a number, unlike torch.maximum); a tie splits the gradient."""
     return _binary("max", a, b, P.max, lambda ab, bb, yb, g: P.max_bwd(ab, bb, g))
@@ -152,6 +181,8 @@ def minimum(a: Any, b: Any) -> Tensor:
 
 def pow(x: Tensor, exponent: Any) -> Tensor:
     """x ** p for p in {0, 0.5, 1, 2, -1} or any integer p >= 0 (repeated products)."""
+    if isinstance(x, Tensor) and x._buf is None and (out := integer.pow(x, exponent)) is not None:
+        return out  # an integer tensor to a non-negative integer power stays an integer tensor
     if not _is_number(exponent):
         raise DTypeError(f"pow: only a constant Python exponent is supported, got {type(exponent).__name__}")
     p = float(exponent)

@@ -14,7 +14,9 @@ from .. import autograd
 from .._validate import type_name
 from ..errors import ArgumentError, DTypeError, IndexOutOfRangeError, ShapeError
 from ..runtime import primitives as P
+from ..runtime.arrays import to_host
 from ..runtime.buffer import Buffer, zeros
+from . import integer
 from ._base import Tensor, dim_index, fbuf, host_indices, new, numel, same_device, tensor_arg
 from .shape import reshape, slice0
 
@@ -111,15 +113,14 @@ def getitem(x: Tensor, key: Any) -> Tensor:
         n0 = x.shape[0]
         if not -n0 <= key < n0:
             raise IndexOutOfRangeError(f"getitem: index {key} is out of bounds for dim 0 of size {n0}")
-        return reshape(slice0(x, key % n0, 1), x.shape[1:]) if x._buf is not None else \
-            Tensor._wrap_host(np.array(x._host[key]), x.device)
+        return reshape(slice0(x, key % n0, 1), x.shape[1:]) if x._buf is not None else integer.getitem(x, key)
     if x.ndim >= 1 and type(key) is slice and key.step is None and x._buf is not None \
             and (key.start is None or type(key.start) is int) and (key.stop is None or type(key.stop) is int):
         start, stop, _ = key.indices(x.shape[0])
         return slice0(x, start, max(stop - start, 0))
     hk = _host_key(key)
     if x._buf is None:
-        return Tensor._wrap_host(np.array(_index_host(x._host, hk, x.shape)), x.device)
+        return integer.getitem(x, hk)
     if x.ndim >= 1 and isinstance(hk, slice) and hk.step == 1:
         start, stop, _ = hk.indices(x.shape[0])
         return slice0(x, start, max(stop - start, 0))
@@ -150,7 +151,7 @@ def _key_part(k: Any) -> Any:
             v = getattr(k, name)
             if v is not None and (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer))):
                 if isinstance(v, Tensor) and v._buf is None and v.numel() == 1:
-                    continue
+                    continue  # (int() below reads it)
                 raise DTypeError(f"getitem: slice {name} must be an integer or None, got {v!r} ({type_name(v)})")
         if k.step is not None and int(k.step) == 0:
             raise ArgumentError("getitem: slice step cannot be zero")
@@ -164,8 +165,9 @@ def _key_part(k: Any) -> Any:
         return v
     if isinstance(k, Tensor):
         if k._buf is not None:
-            raise DTypeError("getitem: a tensor index must be an integer or boolean tensor, got float32")
-        k = k._host
+            raise DTypeError("getitem: a tensor index must be an integer or boolean tensor, got torchlean.float32 "
+                             "(use .long())")
+        k = to_host(k._arr)
     if isinstance(k, (list, np.ndarray)):
         arr = k if isinstance(k, np.ndarray) else None
         if arr is None:

@@ -10,8 +10,8 @@ Two paths compute the same attention:
 
 Masks (host arrays; see ``attention_mask``): the seed's convention "1 = allowed, a blocked score
 is replaced by -1000.0" (``mask_mode='fill'``), and hard masks (``'hard'``: blocked weight exactly
-0, a fully blocked row gives 0, not PyTorch's NaN) or additive float masks (``'add'``) for the
-PyTorch-style front end.
+0; a fully blocked row gives 0, or PyTorch's NaN on request) or additive float masks (``'add'``)
+for the PyTorch-style front end.
 """
 
 from __future__ import annotations
@@ -55,12 +55,16 @@ def _host_mask(op: str, mask: Any) -> np.ndarray:
 
 
 def composed_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Any = None, mask_mode: str = "fill",
-                       dropout_p: float = 0.0, training: bool = False, generator: Any = None) -> tuple[Tensor, Tensor]:
+                       dropout_p: float = 0.0, training: bool = False, generator: Any = None,
+                       blocked_rows_nan: bool = False) -> tuple[Tensor, Tensor]:
     """(out, weights) of softmax(q k^T * scale [masked]) v on (..., n_q, d), (..., n_k, d), (..., n_k, dv).
 
     ``mask`` broadcasts to (..., n_q, n_k): for 'fill' and 'hard' it is boolean-like (nonzero =
     allowed), for 'add' a float tensor or array added to the scores. Dropout (training only) is
-    applied to the weights, as PyTorch's multi-head attention does.
+    applied to the weights (and the returned weights are the dropped-out ones), as PyTorch's
+    multi-head attention does. A query row whose keys are all
+    blocked ('hard'/'add') gets weights 0, or NaN with ``blocked_rows_nan`` (PyTorch's
+    ``MultiheadAttention`` with ``need_weights=True``: softmax of an all -inf row).
     """
     op = "composed_attention"
     s = mul(matmul(q, transpose(k, -2, -1)), scale)
@@ -72,7 +76,7 @@ def composed_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Any 
         elif mask_mode in ("hard", "add"):
             if mask_mode == "hard":
                 a = np.where(_host_mask(op, mask) != 0, 0.0, -np.inf).astype(np.float32)
-            elif isinstance(mask, Tensor) and mask.is_floating_point:
+            elif isinstance(mask, Tensor) and mask.is_floating_point():
                 a = mask  # stays a device tensor: the scores' gradient passes through it unchanged
             else:
                 a = np.asarray(_host_mask(op, mask), dtype=np.float32)
@@ -82,7 +86,8 @@ def composed_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Any 
                 # A fully blocked row: softmax of a zero row (finite), then weight 0 for the whole row.
                 host = np.where(blocked, 0.0, host).astype(np.float32)
                 a = host
-                keep_rows = tensor((~blocked).astype(np.float32), device=s.device)
+                keep = np.where(blocked, np.float32(np.nan if blocked_rows_nan else 0.0), np.float32(1.0))
+                keep_rows = tensor(keep.astype(np.float32), device=s.device)
             s = add(s, a if isinstance(a, Tensor) else tensor(a, device=s.device))
         else:
             raise ArgumentError(f"{op}: mask_mode must be 'fill', 'hard' or 'add', got {mask_mode!r}")
@@ -90,7 +95,7 @@ def composed_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Any 
     if keep_rows is not None:
         w = mul(w, keep_rows)
     wd = _nn.dropout(w, dropout_p, training, generator) if dropout_p > 0.0 and training else w
-    return matmul(wd, v), w
+    return matmul(wd, v), wd  # the weights as applied (after dropout), as PyTorch returns them
 
 
 def multi_head_attention(x: Tensor, wq: Tensor, wk: Tensor, wv: Tensor, wo: Tensor, num_heads: int,

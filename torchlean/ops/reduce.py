@@ -8,6 +8,8 @@ from .. import autograd
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
 from .._validate import bool_arg, unique_dims
+from ..errors import DTypeError
+from . import integer
 from ._base import Tensor, dim_index, axis_map_for, fbuf, new, numel, tensor_arg
 
 
@@ -33,6 +35,8 @@ def sum(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
         tensor_arg("sum", "input", x)
     if keepdim is not False and keepdim is not True:
         keepdim = bool_arg("sum", "keepdim", keepdim)
+    if x._buf is None:
+        return integer.sum(x, dim, keepdim)  # int64, as PyTorch sums every integer and bool dtype
     xb = fbuf("sum", x)
     axes = _dims("sum", dim, x.ndim)
     shape = x.shape
@@ -56,6 +60,9 @@ def mean(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
         tensor_arg("mean", "input", x)
     if keepdim is not False and keepdim is not True:
         keepdim = bool_arg("mean", "keepdim", keepdim)
+    if x._buf is None:
+        raise DTypeError(f"mean: expected a floating point tensor, got {x.dtype!r} (PyTorch refuses it too; "
+                         f"use x.float().mean())")
     axes = _dims("mean", dim, x.ndim)
     count = numel([x.shape[a] for a in axes])
     if len(axes) == x.ndim:

@@ -12,6 +12,7 @@ from ..errors import ArgumentError, DTypeError, ShapeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
 from .._validate import type_name
+from . import integer
 from ._base import Tensor, dim_index, axis_map_for, fbuf, new, numel, same_device, tensor_arg
 
 
@@ -77,7 +78,7 @@ def reshape(x: Tensor, *shape: Any) -> Tensor:
         tensor_arg("reshape", "input", x)
     new_shape = _resolve_shape("reshape", shape, x.numel())
     if x._buf is None:
-        return Tensor._wrap_host(x._host.reshape(new_shape), x.device)
+        return Tensor._wrap_array(x._arr.reshape(new_shape), x.device)
     out = new(x._buf, new_shape)
     return autograd.record("reshape", out, (x,), _identity_vjp)
 
@@ -125,6 +126,8 @@ def expand(x: Tensor, *shape: Any) -> Tensor:
         if j >= lead and x.shape[j - lead] != 1 and x.shape[j - lead] != s:
             raise ShapeError(f"expand: the expanded size {s} must match the existing size {x.shape[j - lead]} at "
                              f"dim {j} (from {x.shape} to {shape}), unless that size is 1")
+    if x._buf is None:
+        return integer.expand(x, shape)
     amap = axis_map_for(x.shape, shape)
     xb = fbuf("expand", x)
     out = new(P.broadcast_to(xb, x.shape, shape, amap), shape)
@@ -160,6 +163,8 @@ def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
     a, b = sorted((dim_index("transpose", dim0, x.ndim), dim_index("transpose", dim1, x.ndim)))
     if a == b:
         return x
+    if x._buf is None:
+        return integer.transpose(x, a, b)
     if x.ndim == 2:
         r, c = x.shape
         out = new(P.transpose2d(fbuf("transpose", x), r, c), (c, r))
@@ -221,11 +226,19 @@ def permute(x: Tensor, *dims: Any) -> Tensor:
             _permute_plans[key] = plan
     if plan is None:
         return x
+    if x._buf is None:
+        return integer.permute(x, plan[0] if type(plan) is not int else _adjacent(x.ndim, plan))
     if type(plan) is int:
         return _swap(x, plan)
     perm, out_shape, inverse = plan
     out = new(P.permute(fbuf("permute", x), x._shape, perm), out_shape)
     return autograd.record("permute", out, (x,), lambda g: (P.permute(g, out_shape, inverse),))
+
+
+def _adjacent(rank: int, depth: int) -> list[int]:
+    perm = list(range(rank))
+    perm[depth], perm[depth + 1] = depth + 1, depth
+    return perm
 
 
 def permute_bca(x: Tensor) -> Tensor:
@@ -290,6 +303,12 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         raise ShapeError("cat: expected a non-empty sequence of tensors")
     for i, t_ in enumerate(tensors):
         tensor_arg("cat", f"tensors[{i}]", t_)
+    for t_ in tensors:
+        if t_._buf is None:
+            out = integer.cat(tensors, dim)  # None when PyTorch's promoted dtype is float32
+            if out is not None:
+                return out
+            break
     tensors = [t.float() if t._buf is None else t for t in tensors]
     ref = tensors[0]
     d = dim_index("cat", dim, ref.ndim)
@@ -318,7 +337,7 @@ def to_device(x: Tensor, device: Any) -> Tensor:
     if x._buf is None:
         from ..runtime.device import get_context
 
-        return Tensor._wrap_host(x._host.copy(), get_context(device, "to").name)
+        return integer.to_device(x, get_context(device, "to").name)
     src = x.device
     out = new(_B.from_numpy(x._buf.to_numpy(), device), x.shape)
     return autograd.record("to_device", out, (x,), lambda g: (_B.from_numpy(g.to_numpy(), src),))
@@ -326,5 +345,5 @@ def to_device(x: Tensor, device: Any) -> Tensor:
 
 def clone(x: Tensor) -> Tensor:
     if x._buf is None:
-        return Tensor._wrap_host(x._host.copy(), x.device)
+        return integer.clone(x)
     return autograd.record("clone", new(P.copy(x._buf), x.shape), (x,), _identity_vjp)

@@ -1,14 +1,23 @@
 """``torchlean.optim``: PyTorch's optimizers and schedulers over torchlean tensors.
 
 ``SGD``, ``Adam``, ``AdamW`` (one fused step kernel per parameter: the ``sgd_step`` and
-``adam_step`` primitives), the ``Optimizer`` base class with PyTorch's param groups and state
-dicts (a torch optimizer's state dict loads), and ``lr_scheduler.StepLR`` /
-``lr_scheduler.CosineAnnealingLR``.
+``adam_step`` primitives); ``RMSprop``, ``Adagrad``, ``Adadelta``, ``Adamax``, ``NAdam``,
+``RAdam`` (PyTorch's single-tensor formulas, a few element-wise primitives per parameter) and
+``LBFGS``; the ``Optimizer`` base class with PyTorch's param groups and state dicts (a torch
+optimizer's state dict loads), and the schedulers of ``lr_scheduler``.
 """
 
 from . import lr_scheduler
+from .adadelta import Adadelta
+from .adagrad import Adagrad
 from .adam import Adam, AdamW
+from .adamax import Adamax
+from .lbfgs import LBFGS
+from .nadam import NAdam
 from .optimizer import Optimizer
+from .radam import RAdam
+from .rmsprop import RMSprop
 from .sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam",
+           "LBFGS", "lr_scheduler"]

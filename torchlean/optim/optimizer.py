@@ -76,7 +76,7 @@ def exclusively_held(*tensors: Tensor) -> bool:
     read-only one included) are never changed and naming a variable changes nothing."""
     for t in tensors:
         b = t._buf
-        if b is None or not exclusive(b):
+        if b is None or t._node is not None or not exclusive(b):  # (only leaves: autograd.Node)
             return False
     return True
 
@@ -333,7 +333,7 @@ class Optimizer:
     def _group_value(self, op: str, i: int, key: str, value: Any) -> Any:
         """A loaded hyperparameter, checked against the type of this optimizer's default."""
         where = f"{op}: param_groups[{i}][{key!r}]"
-        if key == "initial_lr":  # set by a learning-rate scheduler
+        if key in ("initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"):  # set by a scheduler
             default: Any = 0.0
         elif key in self.defaults:
             default = self.defaults[key]

@@ -26,7 +26,8 @@ from .oom import run_allocating
 
 # The families, one module each (conv, pool, norm, ...), gathered into this one surface.
 from . import (primitives_attention, primitives_classify, primitives_conv, primitives_fast,
-               primitives_norm, primitives_optim, primitives_pool, primitives_scan, primitives_spectral)
+               primitives_norm, primitives_optim, primitives_pool, primitives_rnn, primitives_scan,
+               primitives_spectral)
 
 __all__ = [
     # elementwise (seed: Buffer page)
@@ -36,6 +37,8 @@ __all__ = [
     # fused elementwise (ours; the seed composes these from the ones above)
     "add_scalar", "sigmoid", "sigmoid_bwd", "tanh", "tanh_bwd", "softplus", "softplus_bwd",
     "safe_log", "safe_log_bwd",
+    # more elementwise math (issue 22): library functions, rounding, sign, x ** c
+    "sin", "cos", "erf", "log1p", "expm1", "floor", "ceil", "round", "trunc", "sign", "pow_scalar",
     # reductions
     "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",
     "reduce_max_axis1", "reduce_sum_axis",
@@ -125,6 +128,56 @@ def softplus(x: Buffer) -> Buffer:
 def safe_log(x: Buffer) -> Buffer:
     """log(softplus(x) + 1e-6)."""
     return _unary("safe_log", x)
+
+
+def sin(x: Buffer) -> Buffer:
+    """sin(x); NaN for +-inf."""
+    return _unary("sin", x)
+
+
+def cos(x: Buffer) -> Buffer:
+    """cos(x); NaN for +-inf."""
+    return _unary("cos", x)
+
+
+def erf(x: Buffer) -> Buffer:
+    """The error function."""
+    return _unary("erf", x)
+
+
+def log1p(x: Buffer) -> Buffer:
+    """ln(1 + x), accurate near 0; -inf at -1, NaN below."""
+    return _unary("log1p", x)
+
+
+def expm1(x: Buffer) -> Buffer:
+    """e**x - 1, accurate near 0."""
+    return _unary("expm1", x)
+
+
+def floor(x: Buffer) -> Buffer:
+    """The largest integer <= x (exact)."""
+    return _unary("floor", x)
+
+
+def ceil(x: Buffer) -> Buffer:
+    """The smallest integer >= x (exact)."""
+    return _unary("ceil", x)
+
+
+def round(x: Buffer) -> Buffer:
+    """x rounded to the nearest integer, ties to even (exact)."""
+    return _unary("round", x)
+
+
+def trunc(x: Buffer) -> Buffer:
+    """x rounded toward zero (exact)."""
+    return _unary("trunc", x)
+
+
+def sign(x: Buffer) -> Buffer:
+    """-1, 0 or 1; +0 for +-0 and for NaN, as torch.sign (exact)."""
+    return _unary("sign", x)
 
 
 def abs_bwd(x: Buffer, dy: Buffer) -> Buffer:
@@ -241,6 +294,11 @@ def scale(x: Buffer, c: float = _REQUIRED) -> Buffer:
 def add_scalar(x: Buffer, c: float = _REQUIRED) -> Buffer:
     """add_scalar(x, c) = x + c, c rounded to float32."""
     return _scalar_op("add_scalar", ("c",), x, c)
+
+
+def pow_scalar(x: Buffer, c: float = _REQUIRED) -> Buffer:
+    """pow_scalar(x, c) = x ** c (IEEE pow), c rounded to float32."""
+    return _scalar_op("pow_scalar", ("c",), x, c)
 
 
 def clamp(x: Buffer, lo: float = _REQUIRED, hi: float = _REQUIRED) -> Buffer:
@@ -638,7 +696,7 @@ def rand_normal(n: int, key: int, device: Any = "cpu") -> Buffer:
 
 
 for _family in (primitives_conv, primitives_pool, primitives_norm, primitives_classify, primitives_spectral,
-                primitives_scan, primitives_attention, primitives_optim, primitives_fast):
+                primitives_scan, primitives_attention, primitives_optim, primitives_fast, primitives_rnn):
     globals().update({_n: getattr(_family, _n) for _n in _family.__all__})
     __all__ += _family.__all__
 del _family

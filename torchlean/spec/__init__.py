@@ -7,10 +7,11 @@ core), ``rng``, ``conv``, ``pool``, ``norm``, ``classify``,
 ``spectral``, ``scan``, ``attention``, ``optim``, ``fast``.
 """
 
-from . import attention, classify, conv, fast, norm, optim, pool, primitives, rng, scan, spectral
+from . import attention, classify, conv, fast, norm, optim, pool, primitives, rng, rnn, scan, spectral
 
 # Built before the star imports: ``from .conv import *`` rebinds the name ``conv`` to the function.
-__all__ = [n for m in (primitives, rng, conv, pool, norm, classify, spectral, scan, attention, optim, fast) for n in m.__all__]
+__all__ = [n for m in (primitives, rng, conv, pool, norm, classify, spectral, scan, attention, optim, fast,
+                                 rnn) for n in m.__all__]
 
 from .attention import *  # noqa: E402,F401,F403
 from .fast import *  # noqa: E402,F401,F403
@@ -21,5 +22,6 @@ from .optim import *  # noqa: E402,F401,F403
 from .pool import *  # noqa: E402,F401,F403
 from .primitives import *  # noqa: E402,F401,F403
 from .rng import *  # noqa: E402,F401,F403
+from .rnn import *  # noqa: E402,F401,F403
 from .scan import *  # noqa: E402,F401,F403
 from .spectral import *  # noqa: E402,F401,F403

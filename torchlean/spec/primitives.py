@@ -19,6 +19,7 @@ __all__ = [
     "max", "max_bwd", "min", "min_bwd", "div", "relu", "relu_bwd", "add", "sub", "mul",
     "scale", "copy", "axpy", "add_scalar", "sigmoid", "sigmoid_bwd", "tanh", "tanh_bwd",
     "softplus", "softplus_bwd", "safe_log", "safe_log_bwd",
+    "sin", "cos", "erf", "log1p", "expm1", "floor", "ceil", "round", "trunc", "sign", "pow_scalar",
     "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",
     "reduce_max_axis1", "reduce_sum_axis", "concat1d", "slice1d", "broadcast_vec_to_rows",
     "broadcast_vec_to_cols", "broadcast_to", "reduce_from_broadcast", "swap_adjacent_at_depth", "permute",
@@ -133,6 +134,61 @@ def sub(a, b):
 
 def mul(a, b):
     return _f(a) * _f(b)
+
+
+def sin(x):
+    with np.errstate(invalid="ignore"):
+        return np.sin(_f(x))
+
+
+def cos(x):
+    with np.errstate(invalid="ignore"):
+        return np.cos(_f(x))
+
+
+def erf(x):
+    from scipy.special import erf as _erf
+
+    return _erf(_f(x))
+
+
+def log1p(x):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log1p(_f(x))
+
+
+def expm1(x):
+    with np.errstate(over="ignore"):
+        return np.expm1(_f(x))
+
+
+def floor(x):
+    return np.floor(_f(x))
+
+
+def ceil(x):
+    return np.ceil(_f(x))
+
+
+def round(x):
+    """Round half to even (PyTorch's and IEEE's roundTiesToEven)."""
+    return np.rint(_f(x))
+
+
+def trunc(x):
+    return np.trunc(_f(x))
+
+
+def sign(x):
+    """-1, 0 or 1; +0 for +-0 and for NaN (PyTorch's torch.sign)."""
+    x = _f(x)
+    return np.where(x > 0, 1.0, np.where(x < 0, -1.0, 0.0))
+
+
+def pow_scalar(x, c):
+    """x ** c (IEEE pow: x < 0 with a non-integer c is NaN, pow(x, 0) = 1 even for NaN x)."""
+    with np.errstate(all="ignore"):
+        return np.power(_f(x), F64(c))
 
 
 def scale(x, c):

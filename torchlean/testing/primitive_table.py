@@ -20,14 +20,15 @@ from .table_core import (ACCUMULATING, F32, IN_PLACE, KINDS, SPECIALS, SUM_KINDS
 
 # The families register their entries when imported; the check lists the core's entries first.
 from . import (table_attention, table_classify, table_conv, table_fast, table_norm, table_optim,  # noqa: E402
-               table_pool, table_scan, table_spectral)
+               table_pool, table_rnn, table_scan, table_spectral)
 
 _FAMILY_ENTRIES = dict(TABLE)
 TABLE.clear()
 
 # -- elementwise -------------------------------------------------------------------------
 _POSITIVE = {"sqrt", "log"}
-_UNARY = ["abs", "sqrt", "exp", "log", "inv", "relu", "copy", "sigmoid", "tanh", "softplus", "safe_log"]
+_UNARY = ["abs", "sqrt", "exp", "log", "inv", "relu", "copy", "sigmoid", "tanh", "softplus", "safe_log",
+          "sin", "cos", "erf", "log1p", "expm1", "floor", "ceil", "round", "trunc", "sign"]
 _UNARY_BWD = ["abs_bwd", "sqrt_bwd", "relu_bwd", "softplus_bwd", "safe_log_bwd"]
 _BINARY = ["max", "min", "div", "add", "sub", "mul"]
 
@@ -65,6 +66,10 @@ for _n in ("max_bwd", "min_bwd"):
         max_dim=64))
 add(PrimitiveInfo("scale", lambda rng, d, kind: [values(rng, d[0], kind), scalar(rng, kind)], 1,
                    edge_cases=[[SPECIALS.copy(), 0.0], [SPECIALS.copy(), -3.0]], max_dim=64))
+add(PrimitiveInfo("pow_scalar", lambda rng, d, kind: [values(rng, d[0], kind), scalar(rng, kind)], 1,
+                   edge_cases=[[SPECIALS.copy(), 2.0], [SPECIALS.copy(), 0.5], [SPECIALS.copy(), -1.0],
+                               [SPECIALS.copy(), 0.0], [SPECIALS.copy(), 3.0], [np.zeros(0, F32), 1.0],
+                               [np.array([0.5, 1.5, 2.5, -0.5, -2.5], F32), -2.5]], max_dim=64))
 add(PrimitiveInfo("add_scalar", lambda rng, d, kind: [values(rng, d[0], kind), scalar(rng, kind)], 1,
                    edge_cases=[[SPECIALS.copy(), 1.0], [np.zeros(0, F32), 1.0]], max_dim=64))
 add(PrimitiveInfo("axpy", lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[0], kind), scalar(rng, kind)], 1,

@@ -3,7 +3,9 @@
 The sampler turns the four drawn sizes into a random geometry: spatial rank 1-3 (now and then 4
 or 5), batch and channel counts 0-3 (0 is rare), kernel 1-3, stride 1-3, padding 0..kernel (so
 padding >= kernel/2 is common), spatial sizes just large enough for an output (odd and even),
-with or without a bias. Sizes stay tiny: the spec loops over kernel offsets.
+with or without a bias; about a third of the draws also take a dilation of 1-2 per axis and a
+group count dividing both channel counts (depthwise included). Sizes stay tiny: the spec loops
+over kernel offsets.
 """
 
 from __future__ import annotations
@@ -44,8 +46,20 @@ def _axes(rng, rank: int, transpose: bool):
     return tuple(sp), tuple(kn), tuple(st), tuple(pd), tuple(op)
 
 
-def out_dims(spatial, kernel, stride, padding):
-    return tuple((s + 2 * p - k) // t + 1 for s, k, t, p in zip(spatial, kernel, stride, padding))
+def out_dims(spatial, kernel, stride, padding, dilation=None):
+    dilation = (1,) * len(spatial) if dilation is None else dilation
+    return tuple((s + 2 * p - d * (k - 1) - 1) // t + 1 for s, k, t, p, d in zip(spatial, kernel, stride, padding,
+                                                                                dilation))
+
+
+def _grouping(rng, rank: int, in_c: int, out_c: int, sp, kn, transpose: bool):
+    """(spatial, dilation, groups): a dilation of 1-2 per axis (the spatial size grown so the output
+    stays non-empty) and a group count dividing both channel counts."""
+    dl = tuple(int(v) for v in rng.integers(1, 3, rank))
+    if not transpose:
+        sp = tuple(n + (d - 1) * (k - 1) for n, k, d in zip(sp, kn, dl))
+    common = [g for g in range(1, max(in_c, out_c, 1) + 1) if in_c % g == 0 and out_c % g == 0]
+    return sp, dl, int(rng.choice(common))
 
 
 def _sample(name: str):
@@ -54,19 +68,23 @@ def _sample(name: str):
         batch, in_c, out_c = _count(rng, d[1]), _count(rng, d[2]), _count(rng, d[3])
         transpose = name == "conv_transpose"
         sp, kn, st, pd, op = _axes(rng, rank, transpose)
+        dl, g = None, 1
+        if rng.random() < 0.35:
+            sp, dl, g = _grouping(rng, rank, in_c, out_c, sp, kn, transpose)
+        extra = [] if dl is None else [dl, g]
         bias = values(rng, out_c, kind) if rng.random() < 0.7 else None
+        n_w = out_c * (in_c // g) * math.prod(kn) if not transpose else in_c * (out_c // g) * math.prod(kn)
         if name == "conv":
-            return [values(rng, batch * in_c * math.prod(sp), kind), values(rng, out_c * in_c * math.prod(kn), kind),
-                    bias, batch, in_c, out_c, sp, kn, st, pd]
-        n_out = batch * out_c * math.prod(out_dims(sp, kn, st, pd))
+            return [values(rng, batch * in_c * math.prod(sp), kind), values(rng, n_w, kind),
+                    bias, batch, in_c, out_c, sp, kn, st, pd, *extra]
+        n_out = batch * out_c * math.prod(out_dims(sp, kn, st, pd, dl))
         if name == "conv_bwd_input":
-            return [values(rng, n_out, kind), values(rng, out_c * in_c * math.prod(kn), kind),
-                    batch, in_c, out_c, sp, kn, st, pd]
+            return [values(rng, n_out, kind), values(rng, n_w, kind), batch, in_c, out_c, sp, kn, st, pd, *extra]
         if name == "conv_bwd_weight":
             return [values(rng, batch * in_c * math.prod(sp), kind), values(rng, n_out, kind),
-                    batch, in_c, out_c, sp, kn, st, pd]
-        return [values(rng, batch * in_c * math.prod(sp), kind), values(rng, in_c * out_c * math.prod(kn), kind),
-                bias, batch, in_c, out_c, sp, kn, st, pd, op]
+                    batch, in_c, out_c, sp, kn, st, pd, *extra]
+        return [values(rng, batch * in_c * math.prod(sp), kind), values(rng, n_w, kind),
+                bias, batch, in_c, out_c, sp, kn, st, pd, op, *extra]
 
     return sample
 
@@ -139,6 +157,26 @@ def _edge_cases(name: str) -> list[list]:
             cases += [[_tile(_NAN_INF, ny), _mix(nw, 7), *dims], [np.ones(ny, F32), _inf_first(nw), *dims]]
         elif name == "conv_bwd_weight":
             cases += [[_tile(_NAN_INF, nx), _mix(ny, 7), *dims], [np.ones(nx, F32), _inf_first(ny), *dims]]
+    # groups and dilation: (batch, in_c, out_c, spatial, kernel, stride, padding, dilation, groups)
+    for i, (n, ci, co, sp, kn, st, pd, dl, g) in enumerate([
+        (2, 4, 4, (9,), (4,), (1,), (3,), (1,), 4),                    # depthwise 1-D, Mamba's causal conv
+        (2, 3, 3, (11,), (3,), (2,), (2,), (3,), 3),                   # depthwise, strided and dilated
+        (1, 4, 6, (9,), (3,), (1,), (1,), (2,), 2),                    # two groups, dilated
+        (2, 2, 4, (7, 6), (3, 2), (2, 1), (1, 1), (2, 3), 2),          # depthwise with a channel multiplier
+        (1, 6, 3, (5, 6), (2, 2), (1, 1), (2, 0), (1, 2), 3),
+        (1, 2, 2, (5, 4, 5), (2, 2, 2), (1, 2, 1), (1, 0, 1), (2, 1, 2), 2),  # rank 3
+        (1, 1, 1, (7,), (2,), (5,), (4,), (3,), 1),                    # dilation alone, padding >= kernel
+    ]):
+        nx, nw = n * ci * math.prod(sp), co * (ci // g) * math.prod(kn)
+        ny = n * co * math.prod(out_dims(sp, kn, st, pd, dl))
+        geom = [n, ci, co, sp, kn, st, pd, dl, g]
+        if name == "conv":
+            cases += [[_mix(nx, 200 + i), _mix(nw, 300 + i), _ar(co, 1.0, -1.0) if i % 2 else None, *geom],
+                      [np.ones(nx, F32), _inf_first(nw), None, *geom]]
+        elif name == "conv_bwd_input":
+            cases += [[_mix(ny, 200 + i), _mix(nw, 300 + i), *geom], [np.ones(ny, F32), _inf_first(nw), *geom]]
+        elif name == "conv_bwd_weight":
+            cases += [[_mix(nx, 200 + i), _mix(ny, 300 + i), *geom], [_tile(_NAN_INF, nx), np.ones(ny, F32), *geom]]
     if name != "conv_transpose":
         return cases
     # conv_transpose: (batch, in_c, out_c, spatial, kernel, stride, padding, output_padding)
@@ -156,6 +194,16 @@ def _edge_cases(name: str) -> list[list]:
         nx, nw = n * ci * math.prod(sp), ci * co * math.prod(kn)
         cases.append([_mix(nx, i), _mix(nw, 50 + i), _ar(co, 1.0, -1.0) if i % 2 == 0 else None,
                       n, ci, co, sp, kn, st, pd, op])
+    # groups and dilation: (..., output_padding, dilation, groups)
+    for i, (n, ci, co, sp, kn, st, pd, op, dl, g) in enumerate([
+        (2, 4, 4, (5,), (4,), (1,), (2,), (0,), (2,), 4),
+        (1, 4, 6, (3, 4), (3, 2), (2, 1), (1, 0), (1, 0), (2, 3), 2),
+        (1, 2, 2, (2, 3, 2), (2, 2, 2), (2, 1, 2), (0, 1, 1), (1, 0, 0), (1, 2, 2), 2),
+    ]):
+        nx, nw = n * ci * math.prod(sp), ci * (co // g) * math.prod(kn)
+        cases += [[_mix(nx, 400 + i), _mix(nw, 500 + i), _ar(co, 1.0, -1.0) if i % 2 == 0 else None,
+                   n, ci, co, sp, kn, st, pd, op, dl, g],
+                  [np.ones(nx, F32), _inf_first(nw), None, n, ci, co, sp, kn, st, pd, op, dl, g]]
     cases += [[_tile(_NAN_INF, 12), _inf_first(6), None, 1, 2, 1, (6,), (3,), (2,), (1,), (1,)],
               [np.ones(12, F32), _inf_first(6), None, 1, 2, 1, (6,), (3,), (1,), (1,), (0,)],
               [_tile(_NAN_INF, 12), _mix(12, 3), _ar(2), 3, 2, 2, (2,), (3,), (1,), (1,), (0,)]]

@@ -33,12 +33,14 @@ from .optim import *  # noqa: F401,F403
 from .pool import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .rng import bernoulli_mask, rand_normal, rand_uniform  # noqa: F401
+from .rnn import *  # noqa: F401,F403
 from .scan import *  # noqa: F401,F403
 from .spectral import *  # noqa: F401,F403
 
 from .. import caches as _caches
 
 NAME = "cpu"
+array_module = np  # the arrays of integer and bool tensors (runtime/arrays.py)
 
 
 def from_host(a: np.ndarray) -> np.ndarray:

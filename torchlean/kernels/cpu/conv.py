@@ -19,6 +19,7 @@ channels swapped (at stride 1: one conv; each dx element written once, no scatte
 otherwise it takes dcol = W^T dy and col2im (a fixed-order sum of the K shifted slices), which
 is as fast at stride > 1 and the only choice with an inf/NaN weight (a padded 0 times an inf
 weight is no term of the adjoint). conv_transpose is conv_bwd_input with the channel roles swapped, plus the bias.
+Grouped or dilated plans (``plan.plain`` False) run conv_groups.py's kernels instead.
 
 Chunks hold about ``_COL_BYTES`` of columns (at least one image). Threads follow parallel.py's
 policy (one pool, Numba's): rank 2 with enough output positions runs one Numba parallel region per
@@ -38,7 +39,7 @@ from numba import njit, prange
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from ..plans import ConvPlan, ConvTransposePlan, conv_plan_of
-from . import parallel
+from . import conv_groups, parallel
 from .cblas import NO_TRANS, TRANS, sgemm
 from .gemm import gemm
 
@@ -799,6 +800,8 @@ def _scatter_axes(d5: np.ndarray, axes, spatial, kernel, stride, padding, out) -
 
 
 def conv(x, w, b, plan: ConvPlan):
+    if not plan.plain:  # groups or dilation: conv_groups.py
+        return conv_groups.conv(x, w, b, plan)
     parallel.blas_one_thread()  # every GEMM below, NumPy's included, at one OpenBLAS thread
     batch, in_c, out_c, spatial, kernel, stride, padding, out = plan[:8]
     sparse = _sparse_axes(kernel, stride, padding)
@@ -867,6 +870,8 @@ def _bwd_input_by_phases(dx5, g5, w5, kernel, stride, padding, spatial, out) -> 
 
 
 def conv_bwd_input(dy, w, plan: ConvPlan):
+    if not plan.plain:
+        return conv_groups.conv_bwd_input(dy, w, plan)
     parallel.blas_one_thread()  # every GEMM below, NumPy's included, at one OpenBLAS thread
     batch, in_c, out_c, spatial, kernel, stride, padding, out = plan[:8]
     sparse = _sparse_axes(kernel, stride, padding)
@@ -953,6 +958,8 @@ def _bwd_weight_unfold_last(x5, g3, kernel, stride, padding, out) -> np.ndarray:
 
 
 def conv_bwd_weight(x, dy, plan: ConvPlan):
+    if not plan.plain:
+        return conv_groups.conv_bwd_weight(x, dy, plan)
     parallel.blas_one_thread()  # every GEMM below, NumPy's included, at one OpenBLAS thread
     batch, in_c, out_c, spatial, kernel, stride, padding, out = plan[:8]
     sparse = _sparse_axes(kernel, stride, padding)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from scipy import special as _special
 
 F32 = np.float32
 SAFE_LOG_EPS = F32(1e-6)
@@ -14,6 +15,7 @@ __all__ = [
     "max_bwd", "min", "min_bwd", "div", "relu", "relu_bwd", "add", "sub", "mul", "scale", "copy",
     "axpy", "add_scalar", "sigmoid", "sigmoid_bwd", "tanh", "tanh_bwd", "softplus",
     "softplus_bwd", "safe_log", "safe_log_bwd",
+    "sin", "cos", "erf", "log1p", "expm1", "floor", "ceil", "round", "trunc", "sign", "pow_scalar",
 ]
 
 def _ufunc(f, *args):
@@ -225,3 +227,49 @@ def safe_log(x):
 def safe_log_bwd(x, dy):
     with np.errstate(**_IGNORE):
         return dy * sigmoid(x) / (softplus(x) + SAFE_LOG_EPS)
+
+
+def sin(x):
+    return _ufunc(np.sin, x)
+
+
+def cos(x):
+    return _ufunc(np.cos, x)
+
+
+def erf(x):
+    # SciPy's float32 loop evaluates in double and rounds once: within half an ulp.
+    return _ufunc(_special.erf, x).astype(F32, copy=False)
+
+
+def log1p(x):
+    return _ufunc(np.log1p, x)
+
+
+def expm1(x):
+    return _ufunc(np.expm1, x)
+
+
+def floor(x):
+    return np.floor(x)
+
+
+def ceil(x):
+    return np.ceil(x)
+
+
+def round(x):
+    return np.rint(x)  # ties to even, as torch.round
+
+
+def trunc(x):
+    return np.trunc(x)
+
+
+def sign(x):
+    # torch.sign: +0 for +-0 and for NaN (np.sign keeps NaN and -0)
+    return np.where(x > 0, F32(1), np.where(x < 0, F32(-1), F32(0)))
+
+
+def pow_scalar(x, c):
+    return _ufunc(np.power, x, F32(c))

@@ -54,3 +54,24 @@ def backend_for(index: int, op: str):
         raise DeviceError(f"{op}: device 'cuda:{index}' is not available: the CUDA driver reports {count} device(s)")
     return _backend(index)
 
+
+def device_count() -> int:
+    """How many devices the CUDA driver reports (call only when ``unavailable_reason()`` is None)."""
+    import cupy
+
+    return int(cupy.cuda.runtime.getDeviceCount())
+
+
+def synchronize(index: int) -> None:
+    """Wait for every kernel queued on device ``index``."""
+    import cupy
+
+    cupy.cuda.Device(index).synchronize()
+
+
+def device_name(index: int) -> str:
+    """The driver's name of device ``index`` (e.g. "NVIDIA H100 80GB HBM3")."""
+    import cupy
+
+    name = cupy.cuda.runtime.getDeviceProperties(index)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)

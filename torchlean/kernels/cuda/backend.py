@@ -8,10 +8,10 @@ from typing import Any, Callable
 import cupy
 
 from . import (attention, classify, conv, elementwise, fast, freelist, index, layout, linalg, memory, norm, optim, pool,
-               reduce, rng, scan, spectral)
+               reduce, rng, rnn, scan, spectral)
 
 _MODULES = (elementwise, reduce, layout, index, linalg, memory, conv, pool, norm, classify, spectral, scan,
-            attention, optim, fast)
+            attention, optim, fast, rnn)
 _RNG = ("rand_uniform", "bernoulli_mask", "rand_normal")
 
 
@@ -39,4 +39,6 @@ def make_backend(device: int) -> SimpleNamespace:
     if cupy.cuda.runtime.getDeviceCount() > 1:
         fns = {k: _on_device(f, device) for k, f in fns.items()}
     # recycle: called by dying Buffers (runtime/buffer.py), so not wrapped: it checks the device itself.
-    return SimpleNamespace(NAME=f"cuda:{device}", device=device, recycle=freelist.hook(device), **fns)
+    # array_module: integer and bool tensors hold CuPy arrays (runtime/arrays.py).
+    return SimpleNamespace(NAME=f"cuda:{device}", device=device, recycle=freelist.hook(device), array_module=cupy,
+                           **fns)

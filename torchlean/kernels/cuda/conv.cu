@@ -19,6 +19,7 @@ struct TlConvGeom {
     long long r, S, P, K;  // rank; prod(in); prod(out); prod(k)
     long long in[TL_CONV_MAX_RANK], out[TL_CONV_MAX_RANK], k[TL_CONV_MAX_RANK];
     long long s[TL_CONV_MAX_RANK], p[TL_CONV_MAX_RANK];
+    long long d[TL_CONV_MAX_RANK];  // dilation (1: adjacent taps)
 };
 
 // a / b for a >= 0, b > 0: one 32-bit division when both fit (a 64-bit one is several times dearer).
@@ -36,7 +37,7 @@ __device__ __forceinline__ bool tl_axis(int i, const TlConvGeom& g) {
 }
 
 // ---- im2col -------------------------------------------------------------------------------------
-// cols[(c*K + kk)*B*P + n*P + p] = x[(n*C + c)*S + q], q_i = p_i*s_i - pad_i + k_i per axis, and 0
+// cols[(c*K + kk)*B*P + n*P + p] = x[(n*C + c)*S + q], q_i = p_i*s_i - pad_i + k_i*d_i per axis, and 0
 // where some q_i falls in the padding. `x` points at the chunk's first image. x-dim threads: the
 // (n, p) pairs; y-dim: channels. A thread decodes its (n, p) once, then walks the K kernel
 // positions (an odometer) and, for each, every channel of its y-slice: consecutive threads write
@@ -66,7 +67,7 @@ __device__ __forceinline__ void im2col(const float* __restrict__ x, float* __res
 #pragma unroll
             for (int i = 0; i < R; ++i) {
                 if (tl_axis<R>(i, g)) {
-                    long long q = base[i] + kc[i];
+                    long long q = base[i] + kc[i] * g.d[i];
                     valid = valid && q >= 0 && q < g.in[i];
                     off = off * g.in[i] + q;
                 }
@@ -109,7 +110,7 @@ __device__ __forceinline__ void im2col_fast(const float* __restrict__ x, float* 
                                             const TlConvGeom& g, int B, int C) {
     const int P = (int)g.P, S = (int)g.S, K = (int)g.K;
     const int BP = B * P, KBP = K * BP, nq = BP / V;
-    int in[R], out[R], kd[R], st[R], pd[R];
+    int in[R], out[R], kd[R], st[R], pd[R], dl[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) {
         in[i] = (int)g.in[i];
@@ -117,6 +118,7 @@ __device__ __forceinline__ void im2col_fast(const float* __restrict__ x, float* 
         kd[i] = (int)g.k[i];
         st[i] = (int)g.s[i];
         pd[i] = (int)g.p[i];
+        dl[i] = (int)g.d[i];
     }
     for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < nq; t += blockDim.x * gridDim.x) {
         const int e0 = t * V;
@@ -156,13 +158,13 @@ __device__ __forceinline__ void im2col_fast(const float* __restrict__ x, float* 
             for (int kk = 0; kk < K; ++kk) {
                 int koff = 0;
 #pragma unroll
-                for (int i = 0; i < R; ++i) koff = koff * in[i] + kc[i];
+                for (int i = 0; i < R; ++i) koff = koff * in[i] + kc[i] * dl[i];
                 float v[V];
 #pragma unroll
                 for (int u = 0; u < V; ++u) {
                     bool valid = true;
 #pragma unroll
-                    for (int i = 0; i < R; ++i) valid = valid && (unsigned)(q0[u][i] + kc[i]) < (unsigned)in[i];
+                    for (int i = 0; i < R; ++i) valid = valid && (unsigned)(q0[u][i] + kc[i] * dl[i]) < (unsigned)in[i];
                     v[u] = 0.0f;
                     if (valid) v[u] = __ldg(xc + (base[u] + koff));
                 }
@@ -292,6 +294,160 @@ TL_CONV_COL2IM(r1, 1)
 TL_CONV_COL2IM(r2, 2)
 TL_CONV_COL2IM(r3, 3)
 TL_CONV_COL2IM(rn, TL_CONV_MAX_RANK)
+
+// ---- col2im with dilation (a gather: no atomics) ----------------------------------------------------
+// As col2im above for any dilation: dx[(n*C + c)*S + q] = bias[c] + the sum of dcols[(c*K + kk)*B*P
+// + n*P + p] over the kernel positions kk (row-major, ascending) whose tap from some output p lands
+// on q, i.e. per axis t_i = q_i + pad_i - k_i*d_i >= 0, t_i % s_i == 0 and p_i = t_i / s_i < out_i;
+// in double, rounded once. Threads as in col2im.
+template <int R>
+__device__ __forceinline__ void col2im_dil(const float* __restrict__ dcols, float* __restrict__ dx,
+                                           const float* __restrict__ bias, const TlConvGeom& g,
+                                           long long B, long long C) {
+    const long long BS = B * g.S, BP = B * g.P, KBP = g.K * BP;
+    for (long long e = TL_TID; e < BS; e += TL_STRIDE) {
+        long long n = tl_div(e, g.S), rem = e - n * g.S;
+        long long t0[R];  // q_i + pad_i
+#pragma unroll
+        for (int i = R - 1; i >= 0; --i) {
+            t0[i] = 0;
+            if (tl_axis<R>(i, g)) {
+                long long t = tl_div(rem, g.in[i]);
+                t0[i] = rem - t * g.in[i] + g.p[i];
+                rem = t;
+            }
+        }
+        const float* dn = dcols + n * g.P;
+        float* xe = dx + n * (C - 1) * g.S + e;  // dx[(n*C + c)*S + q] = xe[c*S]
+        for (long long c0 = (long long)blockIdx.y * TL_CONV_CG; c0 < C; c0 += (long long)gridDim.y * TL_CONV_CG) {
+            double acc[TL_CONV_CG];
+#pragma unroll
+            for (int u = 0; u < TL_CONV_CG; ++u)
+                acc[u] = (bias != nullptr && c0 + u < C) ? (double)bias[c0 + u] : 0.0;
+            const float* dc = dn + c0 * KBP;
+            long long kc[R];
+#pragma unroll
+            for (int i = 0; i < R; ++i) kc[i] = 0;
+            for (long long kk = 0; kk < g.K; ++kk) {
+                bool valid = true;
+                long long p = 0;
+#pragma unroll
+                for (int i = 0; i < R; ++i) {
+                    if (tl_axis<R>(i, g)) {
+                        long long t = t0[i] - kc[i] * g.d[i];
+                        long long o = t >= 0 ? tl_div(t, g.s[i]) : 0;
+                        valid = valid && t >= 0 && o * g.s[i] == t && o < g.out[i];
+                        p = p * g.out[i] + o;
+                    }
+                }
+                if (valid) {
+                    const float* src = dc + kk * BP + p;
+#pragma unroll
+                    for (int u = 0; u < TL_CONV_CG; ++u)
+                        if (c0 + u < C) acc[u] += (double)src[u * KBP];
+                }
+#pragma unroll
+                for (int i = R - 1; i >= 0; --i) {  // next kernel position, last axis fastest
+                    if (tl_axis<R>(i, g)) {
+                        if (++kc[i] < g.k[i]) break;
+                        kc[i] = 0;
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < TL_CONV_CG; ++u)
+                if (c0 + u < C) xe[(c0 + u) * g.S] = (float)acc[u];
+        }
+    }
+}
+
+#define TL_CONV_COL2IM_DIL(SUFFIX, R)                                                              \
+    extern "C" __global__ void tl_conv_bwd_input_col2im_dil_##SUFFIX(const float* __restrict__ dcols, \
+                                                                    float* __restrict__ dx,           \
+                                                                    const float* __restrict__ bias,   \
+                                                                    const TlConvGeom g, long long B,  \
+                                                                    long long C) {                    \
+        col2im_dil<R>(dcols, dx, bias, g, B, C);                                                       \
+    }
+TL_CONV_COL2IM_DIL(r1, 1)
+TL_CONV_COL2IM_DIL(r2, 2)
+TL_CONV_COL2IM_DIL(r3, 3)
+TL_CONV_COL2IM_DIL(rn, TL_CONV_MAX_RANK)
+
+// ---- depthwise 1-D (groups == in_c == out_c, rank 1): direct kernels, no columns ---------------------
+// Rows r = n*C + c of x (length L) and y (length Lo); tap k of output o reads x[o*s - p + k*d], a
+// value 0 in the padding (0 * inf = NaN, as the spec).
+extern "C" __global__ void tl_conv_depthwise1d(const float* __restrict__ x, const float* __restrict__ w,
+                                               const float* __restrict__ bias, float* __restrict__ y,
+                                               long long rows, long long C, long long L, long long Lo,
+                                               long long K, long long s, long long p, long long d) {
+    const long long total = rows * Lo;
+    for (long long e = TL_TID; e < total; e += TL_STRIDE) {
+        long long r = tl_div(e, Lo), o = e - r * Lo;
+        long long c = r - tl_div(r, C) * C;
+        const float* xr = x + r * L;
+        const float* wc = w + c * K;
+        float acc = 0.0f;
+        long long i = o * s - p;
+        for (long long k = 0; k < K; ++k, i += d) {
+            float v = (i >= 0 && i < L) ? xr[i] : 0.0f;
+            acc = fmaf(wc[k], v, acc);
+        }
+        y[e] = bias != nullptr ? acc + bias[c] : acc;
+    }
+}
+
+// dx[r*L + i] = the sum over the taps k (ascending) of an output o with o*s - p + k*d = i of
+// w[c*K + k] * dy[r*Lo + o]; taps in the padding are no terms.
+extern "C" __global__ void tl_conv_bwd_input_depthwise1d(const float* __restrict__ dy, const float* __restrict__ w,
+                                                         float* __restrict__ dx, long long rows, long long C,
+                                                         long long L, long long Lo, long long K, long long s,
+                                                         long long p, long long d) {
+    const long long total = rows * L;
+    for (long long e = TL_TID; e < total; e += TL_STRIDE) {
+        long long r = tl_div(e, L), i = e - r * L;
+        long long c = r - tl_div(r, C) * C;
+        const float* wc = w + c * K;
+        const float* gr = dy + r * Lo;
+        float acc = 0.0f;
+        for (long long k = 0; k < K; ++k) {
+            long long t = i + p - k * d;  // = o*s
+            if (t < 0) break;             // t falls as k grows
+            long long o = tl_div(t, s);
+            if (o * s == t && o < Lo) acc = fmaf(wc[k], gr[o], acc);
+        }
+        dx[e] = acc;
+    }
+}
+
+// dw[c*K + k] = sum over (n, o) of dy[(n*C + c)*Lo + o] * xpad; one block per (c, k) (grid-stride):
+// each thread sums its strided share in double, then a fixed tree over the block (blockDim.x a power
+// of two, at most 1024): the order depends on the shape and the block size alone.
+extern "C" __global__ void tl_conv_bwd_weight_depthwise1d(const float* __restrict__ x, const float* __restrict__ dy,
+                                                          float* __restrict__ dw, long long B, long long C,
+                                                          long long L, long long Lo, long long K, long long s,
+                                                          long long p, long long d) {
+    __shared__ double part[1024];
+    const long long CK = C * K, M = B * Lo;
+    for (long long j = blockIdx.x; j < CK; j += gridDim.x) {
+        long long c = tl_div(j, K), k = j - c * K;
+        double acc = 0.0;
+        for (long long m = threadIdx.x; m < M; m += blockDim.x) {
+            long long n = tl_div(m, Lo), o = m - n * Lo;
+            long long i = o * s - p + k * d, r = n * C + c;
+            float v = (i >= 0 && i < L) ? x[r * L + i] : 0.0f;
+            acc += (double)(dy[r * Lo + o] * v);
+        }
+        part[threadIdx.x] = acc;
+        __syncthreads();
+        for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+            if (threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) dw[j] = (float)part[0];
+        __syncthreads();
+    }
+}
 
 // ---- permute and bias ---------------------------------------------------------------------------
 // dst (A1, A0, L) from src (A0, A1, L): dst[(a1*A0 + a0)*L + l] = src[(a0*A1 + a1)*L + l], plus

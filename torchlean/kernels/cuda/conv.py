@@ -20,6 +20,15 @@ row order matches the weights W (out_c, C*K). Per chunk:
   fixed order.
 - conv_transpose: conv_bwd_input with the channel roles swapped; the bias starts the gather.
 
+Groups (plan.groups G > 1): channel rows of group g are the g-th block of C/G rows of the columns,
+and the weights' rows of group g the g-th block of O/G, so every GEMM above becomes one
+strided-batched GEMM over the G groups (always on the permuted (out_c, nb*P) layout: the per-image
+and pointwise shortcuts are for G = 1); bwd_weight runs one such batched GEMM per segment. Dilation
+enters the im2col index (tap k at k*d) and the col2im gather (tl_conv_bwd_input_col2im_dil_*, which
+tests each kernel position, taps ascending). A depthwise 1-D plan (G == in_c == out_c, rank 1:
+Mamba's conv) runs direct kernels instead, no columns: tl_conv_depthwise1d,
+tl_conv_bwd_input_depthwise1d and tl_conv_bwd_weight_depthwise1d (a fixed-order block sum in double).
+
 im2col for ranks 1-3 uses a 32-bit kernel (tl_conv_im2col_fast_*) when every index fits in an int:
 each thread writes 4 consecutive columns as one float4 (when nb*P % 4 == 0) and walks the taps and
 its channels with no division.
@@ -68,7 +77,7 @@ _SUFFIX = {1: "r1", 2: "r2", 3: "r3"}
 # The kernels' TlConvGeom, field for field (all int64: no padding on either side).
 _GEOM = np.dtype([("r", I64), ("S", I64), ("P", I64), ("K", I64), ("inp", I64, (_MAX_RANK,)),
                   ("out", I64, (_MAX_RANK,)), ("k", I64, (_MAX_RANK,)), ("s", I64, (_MAX_RANK,)),
-                  ("p", I64, (_MAX_RANK,))])
+                  ("p", I64, (_MAX_RANK,)), ("d", I64, (_MAX_RANK,))])
 
 
 def _gemm(a, b, c, m, n, k, lda, ldb, ldc, trans_a=False, trans_b=False, batch=1,
@@ -119,7 +128,8 @@ def _geom(plan: ConvPlan) -> _Geometry:
     r = len(spatial)
     g = np.zeros((), dtype=_GEOM)
     g["r"], g["S"], g["P"], g["K"] = r, math.prod(spatial), math.prod(out), math.prod(kernel_)
-    for name, dims in (("inp", spatial), ("out", out), ("k", kernel_), ("s", stride), ("p", padding)):
+    for name, dims in (("inp", spatial), ("out", out), ("k", kernel_), ("s", stride), ("p", padding),
+                       ("d", plan.dilation)):
         g[name][:r] = dims
     g.flags.writeable = False
     return _Geometry(g)
@@ -161,7 +171,7 @@ def _fits32(g, nb: int, c: int) -> bool:
     inp = [int(v) for v in g["inp"][:r]]
     off, weight = 0, 1
     for i in reversed(range(r)):
-        span = inp[i] + 2 * abs(int(g["p"][i])) + int(g["k"][i]) + int(g["s"][i])
+        span = inp[i] + 2 * abs(int(g["p"][i])) + int(g["d"][i]) * (int(g["k"][i]) - 1) + 1 + int(g["s"][i])
         off += span * weight
         weight *= max(1, inp[i])
         if span + int(g["out"][i]) * int(g["s"][i]) > _INT32_MAX:
@@ -206,8 +216,9 @@ def _im2col(x, cols, plan: ConvPlan, nb: int) -> None:
 def _col2im_launch(device: int, plan: ConvPlan, nb: int) -> _Launch:
     """col2im of nb images onto ``plan``'s input (in_c channels on spatial)."""
     g, c, rank, s = _geom(plan), plan.in_c, len(plan.spatial), math.prod(plan.spatial)
-    return _Launch(f"tl_conv_bwd_input_col2im_{_SUFFIX.get(rank, 'rn')}", _grid2(nb * s, _cdiv(c, _CHANNEL_GROUP)),
-                   (g.arg, I64(nb), I64(c)))
+    dil = "dil_" if any(d != 1 for d in plan.dilation) else ""
+    return _Launch(f"tl_conv_bwd_input_col2im_{dil}{_SUFFIX.get(rank, 'rn')}",
+                   _grid2(nb * s, _cdiv(c, _CHANNEL_GROUP)), (g.arg, I64(nb), I64(c)))
 
 
 def _col2im(dcols, dx, bias, plan: ConvPlan, nb: int) -> None:
@@ -226,6 +237,8 @@ def _swap01(src, dst, bias, a0: int, a1: int, length: int) -> None:
 
 # -- forward ----------------------------------------------------------------------------------------
 def conv(x, w, b, plan: ConvPlan):
+    if _depthwise_1d(plan):
+        return _depthwise_fwd(x, w, b, plan)
     return _forward(x, w, b, plan)
 
 
@@ -237,8 +250,8 @@ def _chunking(plan: ConvPlan) -> tuple:
     batch, in_c, out_c, spatial, kernel_, stride, padding, out = plan[:8]
     S, P, K = math.prod(spatial), math.prod(out), math.prod(kernel_)
     ck = in_c * K
-    pw = _pointwise(kernel_, stride, padding, spatial, out)
-    per_image = P >= _IMAGE_MIN_P and (pw or P <= _IMAGE_MAX_P)
+    pw = _pointwise(kernel_, stride, padding, spatial, out) and plan.groups == 1
+    per_image = P >= _IMAGE_MIN_P and (pw or P <= _IMAGE_MAX_P) and plan.groups == 1
     nb_max = _chunk(batch, ck * P + (0 if per_image else out_c * P))
     return S, P, K, ck, pw, per_image, nb_max
 
@@ -273,7 +286,11 @@ def _forward(x, w, b, plan: ConvPlan, name="conv"):
             _gemm(w, cols, yc, out_c, P, ck, ck, nb * P, P, batch=nb, stride_b=P,
                   stride_c=out_c * P, beta=beta, name=name)
         else:
-            _gemm(w, cols, tmp, out_c, nb * P, ck, ck, nb * P, nb * P, name=name)
+            # per group g: tmp_g (out_c/G, nb*P) = W_g (out_c/G, ck/G) @ cols_g (ck/G, nb*P)
+            G = plan.groups
+            og, ckg = out_c // G, ck // G
+            _gemm(w, cols, tmp, og, nb * P, ckg, ckg, nb * P, nb * P, batch=G, stride_a=og * ckg,
+                  stride_b=ckg * nb * P, stride_c=og * nb * P, name=name)
             _swap01(tmp, yc, b, out_c, nb, P)  # (out_c, nb, P) -> (nb, out_c, P), + bias
     give_back(cols)  # workspaces back to the free list (freelist.give_back)
     if tmp is not None:
@@ -310,8 +327,11 @@ def _bwd_input(dy, w, bias, plan: ConvPlan):
                   stride_b=out_c * P, stride_c=P, name="conv_bwd_input")
         else:
             _swap01(dyc, dyp, None, nb, out_c, P)  # (nb, out_c, P) -> (out_c, nb, P)
-            _gemm(w, dyp, dcols, ck, nb * P, out_c, ck, nb * P, nb * P, trans_a=True,
-                  name="conv_bwd_input")
+            # per group g: dcols_g (ck/G, nb*P) = W_g^T (ck/G, out_c/G) @ dyp_g (out_c/G, nb*P)
+            G = plan.groups
+            og, ckg = out_c // G, ck // G
+            _gemm(w, dyp, dcols, ckg, nb * P, og, ckg, nb * P, nb * P, trans_a=True, batch=G,
+                  stride_a=og * ckg, stride_b=og * nb * P, stride_c=ckg * nb * P, name="conv_bwd_input")
         _col2im(dcols, _at(dx, n0 * in_c * S), bias, plan, nb)
     give_back(dcols)
     if dyp is not None:
@@ -320,13 +340,56 @@ def _bwd_input(dy, w, bias, plan: ConvPlan):
 
 
 def conv_bwd_input(dy, w, plan: ConvPlan):
+    if _depthwise_1d(plan):
+        return _depthwise_bwd_input(dy, w, None, plan)
     return _bwd_input(dy, w, None, plan)
 
 
 def conv_transpose(x, w, b, plan: ConvTransposePlan):
     # y (batch, out_c, *out) is the input gradient of the plan's adjoint conv (out_c channels on
-    # `out` to in_c on `spatial`), whose weights (in_c, out_c, *kernel) are w as stored; b starts each sum.
+    # `out` to in_c on `spatial`), whose weights (in_c, out_c / G, *kernel) are w as stored; b starts each sum.
+    if _depthwise_1d(plan.adjoint):
+        return _depthwise_bwd_input(x, w, b, plan.adjoint)
     return _bwd_input(x, w, b, plan.adjoint)
+
+
+# -- depthwise 1-D ----------------------------------------------------------------------------------
+def _depthwise_1d(plan: ConvPlan) -> bool:
+    return len(plan.spatial) == 1 and plan.groups == plan.in_c == plan.out_c and plan.in_c > 0
+
+
+def _dw_tail(plan: ConvPlan) -> tuple:
+    """(C, L, Lo, K, s, p, d) as the kernels' int64 scalars."""
+    return tuple(I64(v) for v in (plan.in_c, plan.spatial[0], plan.out[0], plan.kernel[0], plan.stride[0],
+                                  plan.padding[0], plan.dilation[0]))
+
+
+def _depthwise_fwd(x, w, b, plan: ConvPlan):
+    rows, lo = plan.batch * plan.in_c, plan.out[0]
+    y = empty(rows * lo)
+    if y.size:
+        _launch("tl_conv_depthwise1d", (grid_for(rows * lo),), (x, w, b, y, I64(rows)) + _dw_tail(plan))
+    return y
+
+
+def _depthwise_bwd_input(dy, w, bias, plan: ConvPlan):
+    rows, n_in = plan.batch * plan.in_c, plan.spatial[0]
+    dx = empty(rows * n_in)
+    if dx.size:
+        _launch("tl_conv_bwd_input_depthwise1d", (grid_for(rows * n_in),), (dy, w, dx, I64(rows)) + _dw_tail(plan))
+        if bias is not None:  # the transposed conv's bias (one float32 addition per element)
+            dx.reshape(plan.batch, plan.in_c, n_in)[...] += bias.reshape(1, -1, 1)
+    return dx
+
+
+def _depthwise_bwd_weight(x, dy, plan: ConvPlan):
+    dw = empty(plan.in_c * plan.kernel[0])
+    if plan.batch == 0:
+        dw[:] = 0
+        return dw
+    _launch("tl_conv_bwd_weight_depthwise1d", (max(1, min(dw.size, 1 << 16)),),
+            (x, dy, dw, I64(plan.batch)) + _dw_tail(plan))
+    return dw
 
 
 # -- weight gradient --------------------------------------------------------------------------------
@@ -346,7 +409,7 @@ def _weight_chunking(plan: ConvPlan) -> tuple:
     mn = out_c * ck
     if mn == 0 or batch == 0:  # the caller returns before using the rest
         return S, P, ck, mn, False, False, 0, 1, 0
-    pw = _pointwise(kernel_, stride, padding, spatial, out)
+    pw = _pointwise(kernel_, stride, padding, spatial, out) and plan.groups == 1
     # Per-image partials only for pointwise convs (no columns): everywhere else the segment rule
     # fills the GPU as well or better (per-image partials leave few, small GEMMs for small P).
     per_image = pw and P >= _IMAGE_MIN_P
@@ -362,6 +425,20 @@ def _weight_chunking(plan: ConvPlan) -> tuple:
     return S, P, ck, mn, per_image, pointwise, seg, nb_max, part_max
 
 
+def _grouped_weight_segments(dyp, cols, part, plan: ConvPlan, length: int, seg_c: int, full: int, rest: int,
+                             ck: int, mn: int) -> None:
+    """bwd_weight's partials with G groups: for segment j, part_j (out_c, ck/G), group g's rows the
+    g-th block of out_c/G = dyp_g[:, seg j] @ cols_g[:, seg j]^T, one GEMM batched over the groups
+    (dyp_g rows g*out_c/G.., cols_g rows g*ck/G..; ck here is in_c*K, so mn = out_c * ck/G)."""
+    G = plan.groups
+    og, ckg = plan.out_c // G, ck // G
+    for j in range(full + (1 if rest else 0)):
+        k = seg_c if j < full else rest
+        _gemm(_at(dyp, j * seg_c), _at(cols, j * seg_c), _at(part, j * mn), og, ckg, k, length, length, ckg,
+              trans_b=True, batch=G, stride_a=og * length, stride_b=ckg * length, stride_c=og * ckg,
+              name="conv_bwd_weight")
+
+
 @memo("cuda.conv.sum_partials_args", 1024)
 def _sum_partials_args(device: int, groups: int, mn: int, first: bool, last: bool) -> tuple:
     """(function, grid, (G, MN), (first, last)) of tl_conv_bwd_weight_sum_partials, whose scalars sit
@@ -370,6 +447,8 @@ def _sum_partials_args(device: int, groups: int, mn: int, first: bool, last: boo
 
 
 def conv_bwd_weight(x, dy, plan: ConvPlan):
+    if _depthwise_1d(plan):
+        return _depthwise_bwd_weight(x, dy, plan)
     batch, in_c, out_c = plan.batch, plan.in_c, plan.out_c
     S, P, ck, mn, per_image, pointwise, seg, nb_max, part_max = _weight_chunking(plan)
     dw = empty(mn)
@@ -401,12 +480,15 @@ def conv_bwd_weight(x, dy, plan: ConvPlan):
             seg_c = min(seg, length)
             _swap01(dyc, dyp, None, nb, out_c, P)  # (nb, out_c, P) -> (out_c, nb*P)
             full, rest = divmod(length, seg_c)
-            # part_j (out_c, ck) = dyp[:, j*seg:(j+1)*seg] @ cols[:, j*seg:(j+1)*seg]^T
-            _gemm(dyp, cols, part, out_c, ck, seg_c, length, length, ck, trans_b=True, batch=full,
-                  stride_a=seg_c, stride_b=seg_c, stride_c=mn, name="conv_bwd_weight")
-            if rest:
-                _gemm(dyp[full * seg_c:], cols[full * seg_c:], part[full * mn:], out_c, ck, rest,
-                      length, length, ck, trans_b=True, name="conv_bwd_weight")
+            if plan.groups > 1:
+                _grouped_weight_segments(dyp, cols, part, plan, length, seg_c, full, rest, ck, mn)
+            else:
+                # part_j (out_c, ck) = dyp[:, j*seg:(j+1)*seg] @ cols[:, j*seg:(j+1)*seg]^T
+                _gemm(dyp, cols, part, out_c, ck, seg_c, length, length, ck, trans_b=True, batch=full,
+                      stride_a=seg_c, stride_b=seg_c, stride_c=mn, name="conv_bwd_weight")
+                if rest:
+                    _gemm(dyp[full * seg_c:], cols[full * seg_c:], part[full * mn:], out_c, ck, rest,
+                          length, length, ck, trans_b=True, name="conv_bwd_weight")
             groups = full + (1 if rest else 0)
         fn, grid, gm, fl = _sum_partials_args(dev, groups, mn, i == 0, i == chunks - 1)
         fn(grid, _BLOCK, (part,) + gm + (acc,) + fl + (dw,))

@@ -11,6 +11,7 @@ __all__ = [
     "max_bwd", "min", "min_bwd", "div", "relu", "relu_bwd", "add", "sub", "mul", "scale", "copy",
     "axpy", "add_scalar", "sigmoid", "sigmoid_bwd", "tanh", "tanh_bwd", "softplus",
     "softplus_bwd", "safe_log", "safe_log_bwd", "fill",
+    "sin", "cos", "erf", "log1p", "expm1", "floor", "ceil", "round", "trunc", "sign", "pow_scalar",
 ]
 
 _FILE = "elementwise.cu"
@@ -90,6 +91,17 @@ sigmoid = _unary("tl_sigmoid_k")
 tanh = _unary("tl_tanh")
 softplus = _unary("tl_softplus_k")
 safe_log = _unary("tl_safe_log")
+sin = _unary("tl_sin")
+cos = _unary("tl_cos")
+erf = _unary("tl_erf")
+log1p = _unary("tl_log1p")
+expm1 = _unary("tl_expm1")
+floor = _unary("tl_floor")
+ceil = _unary("tl_ceil")
+round = _unary("tl_round")
+trunc = _unary("tl_trunc")
+sign = _unary("tl_sign_k")
+pow_scalar = _unary_scalar("tl_pow_scalar")
 scale = _unary_scalar("tl_scale")
 add_scalar = _unary_scalar("tl_add_scalar")
 

@@ -10,105 +10,30 @@
 // stores. Keys are unsigned long long (pass numpy.uint64), sizes long long (pass numpy.int64).
 
 // ---- correctly rounded primitives (no FMA contraction on either side) -------------------------
-
-__host__ __device__ __forceinline__ double tl_rng_add(double a, double b) {
+// TL_RNG_OP(device, host): the device intrinsic, or the plain IEEE operation on the host.
 #ifdef __CUDA_ARCH__
-    return __dadd_rn(a, b);
+#define TL_RNG_OP(DEV, HOST) DEV
 #else
-    return a + b;
+#define TL_RNG_OP(DEV, HOST) HOST
 #endif
+#define TL_RNG_FN __host__ __device__ __forceinline__
+
+TL_RNG_FN double tl_rng_add(double a, double b) { return TL_RNG_OP(__dadd_rn(a, b), a + b); }
+TL_RNG_FN double tl_rng_sub(double a, double b) { return TL_RNG_OP(__dsub_rn(a, b), a - b); }
+TL_RNG_FN double tl_rng_mul(double a, double b) { return TL_RNG_OP(__dmul_rn(a, b), a * b); }
+TL_RNG_FN double tl_rng_div(double a, double b) { return TL_RNG_OP(__ddiv_rn(a, b), a / b); }
+// SSE2 sqrtsd: correctly rounded; sqrt(-0.0) == -0.0 as on the device
+TL_RNG_FN double tl_rng_sqrt(double a) { return TL_RNG_OP(__dsqrt_rn(a), __builtin_sqrt(a)); }
+TL_RNG_FN double tl_rng_floor(double a) { return TL_RNG_OP(floor(a), __builtin_floor(a)); }
+TL_RNG_FN float tl_rng_d2f(double a) { return TL_RNG_OP(__double2float_rn(a), (float)a); }  // to nearest even
+TL_RNG_FN float tl_rng_u2f(unsigned int a) { return TL_RNG_OP(__uint2float_rn(a), (float)a); }  // to nearest even
+TL_RNG_FN double tl_rng_u2d(unsigned int a) { return TL_RNG_OP(__uint2double_rn(a), (double)a); }  // exact
+TL_RNG_FN float tl_rng_fmul(float a, float b) { return TL_RNG_OP(__fmul_rn(a, b), a * b); }
+TL_RNG_FN unsigned long long tl_rng_bits(double a) {
+    return TL_RNG_OP((unsigned long long)__double_as_longlong(a), __builtin_bit_cast(unsigned long long, a));
 }
-
-__host__ __device__ __forceinline__ double tl_rng_sub(double a, double b) {
-#ifdef __CUDA_ARCH__
-    return __dsub_rn(a, b);
-#else
-    return a - b;
-#endif
-}
-
-__host__ __device__ __forceinline__ double tl_rng_mul(double a, double b) {
-#ifdef __CUDA_ARCH__
-    return __dmul_rn(a, b);
-#else
-    return a * b;
-#endif
-}
-
-__host__ __device__ __forceinline__ double tl_rng_div(double a, double b) {
-#ifdef __CUDA_ARCH__
-    return __ddiv_rn(a, b);
-#else
-    return a / b;
-#endif
-}
-
-__host__ __device__ __forceinline__ double tl_rng_sqrt(double a) {
-#ifdef __CUDA_ARCH__
-    return __dsqrt_rn(a);
-#else
-    return __builtin_sqrt(a);  // SSE2 sqrtsd: correctly rounded; sqrt(-0.0) == -0.0 as on the device
-#endif
-}
-
-__host__ __device__ __forceinline__ double tl_rng_floor(double a) {
-#ifdef __CUDA_ARCH__
-    return floor(a);
-#else
-    return __builtin_floor(a);
-#endif
-}
-
-__host__ __device__ __forceinline__ float tl_rng_d2f(double a) {  // round to nearest even
-#ifdef __CUDA_ARCH__
-    return __double2float_rn(a);
-#else
-    return (float)a;
-#endif
-}
-
-__host__ __device__ __forceinline__ float tl_rng_u2f(unsigned int a) {  // round to nearest even
-#ifdef __CUDA_ARCH__
-    return __uint2float_rn(a);
-#else
-    return (float)a;
-#endif
-}
-
-__host__ __device__ __forceinline__ double tl_rng_u2d(unsigned int a) {  // exact
-#ifdef __CUDA_ARCH__
-    return __uint2double_rn(a);
-#else
-    return (double)a;
-#endif
-}
-
-__host__ __device__ __forceinline__ float tl_rng_fmul(float a, float b) {
-#ifdef __CUDA_ARCH__
-    return __fmul_rn(a, b);
-#else
-    return a * b;
-#endif
-}
-
-__host__ __device__ __forceinline__ unsigned long long tl_rng_bits(double a) {
-#ifdef __CUDA_ARCH__
-    return (unsigned long long)__double_as_longlong(a);
-#else
-    unsigned long long b;
-    __builtin_memcpy(&b, &a, sizeof b);
-    return b;
-#endif
-}
-
-__host__ __device__ __forceinline__ double tl_rng_from_bits(unsigned long long b) {
-#ifdef __CUDA_ARCH__
-    return __longlong_as_double((long long)b);
-#else
-    double a;
-    __builtin_memcpy(&a, &b, sizeof a);
-    return a;
-#endif
+TL_RNG_FN double tl_rng_from_bits(unsigned long long b) {
+    return TL_RNG_OP(__longlong_as_double((long long)b), __builtin_bit_cast(double, b));
 }
 
 // ---- constants: the Python doubles of kernels/cpu/rng.py, pasted from float.hex() ------------
@@ -130,7 +55,7 @@ __host__ __device__ __forceinline__ double tl_rng_from_bits(unsigned long long b
 // c in reversed(coeffs[:-1]): p = p * z + c, two correctly rounded operations.
 #define TL_RNG_STEP(c) p = tl_rng_add(tl_rng_mul(p, z), (c))
 
-__host__ __device__ __forceinline__ double tl_rng_horner_log(double z) {
+TL_RNG_FN double tl_rng_horner_log(double z) {
     double p = 0x1.642c8590b2164p-5;  // LOG_SERIES[11]
     TL_RNG_STEP(0x1.8618618618618p-5);
     TL_RNG_STEP(0x1.af286bca1af28p-5);
@@ -146,7 +71,7 @@ __host__ __device__ __forceinline__ double tl_rng_horner_log(double z) {
     return p;
 }
 
-__host__ __device__ __forceinline__ double tl_rng_horner_sin(double z) {
+TL_RNG_FN double tl_rng_horner_sin(double z) {
     double p = 0x1.952c77030ad4ap-49;  // SIN_SERIES[8]
     TL_RNG_STEP(-0x1.ae7f3e733b81fp-41);
     TL_RNG_STEP(0x1.6124613a86d09p-33);
@@ -159,7 +84,7 @@ __host__ __device__ __forceinline__ double tl_rng_horner_sin(double z) {
     return p;
 }
 
-__host__ __device__ __forceinline__ double tl_rng_horner_cos(double z) {
+TL_RNG_FN double tl_rng_horner_cos(double z) {
     double p = -0x1.6827863b97d97p-53;  // COS_SERIES[9]
     TL_RNG_STEP(0x1.ae7f3e733b81fp-45);
     TL_RNG_STEP(-0x1.93974a8c07c9dp-37);
@@ -177,7 +102,7 @@ __host__ __device__ __forceinline__ double tl_rng_horner_cos(double z) {
 
 // ---- per-element math --------------------------------------------------------------------------
 
-__host__ __device__ __forceinline__ unsigned long long tl_splitmix64(unsigned long long x) {
+TL_RNG_FN unsigned long long tl_splitmix64(unsigned long long x) {
     unsigned long long z = x + TL_RNG_GOLDEN_GAMMA;
     z = (z ^ (z >> 30)) * TL_RNG_MIX1;
     z = (z ^ (z >> 27)) * TL_RNG_MIX2;
@@ -185,13 +110,13 @@ __host__ __device__ __forceinline__ unsigned long long tl_splitmix64(unsigned lo
 }
 
 // float32(low32(splitmix64(x))) * 2**-32 (the float32 product is exact: a power-of-two scale).
-__host__ __device__ __forceinline__ float tl_rng_uniform_at(unsigned long long x) {
+TL_RNG_FN float tl_rng_uniform_at(unsigned long long x) {
     return tl_rng_fmul(tl_rng_u2f((unsigned int)tl_splitmix64(x)), 0x1p-32f);
 }
 
 // Natural log of u in [2**-32, 1] (always a normal double), as kernels/cpu/rng.py::log_unit.
 // frexp by bit manipulation (exact for normal u): u = m * 2**e, m in [0.5, 1).
-__host__ __device__ __forceinline__ double tl_rng_log_unit(double u) {
+TL_RNG_FN double tl_rng_log_unit(double u) {
     unsigned long long b = tl_rng_bits(u);
     int e = (int)((b >> 52) & 0x7ff) - 1022;
     double m = tl_rng_from_bits((b & 0x800fffffffffffffull) | (1022ull << 52));
@@ -207,7 +132,7 @@ __host__ __device__ __forceinline__ double tl_rng_log_unit(double u) {
 }
 
 // (cos 2 pi u, sin 2 pi u) for u in [0, 1), as kernels/cpu/rng.py::cos_sin_2pi.
-__host__ __device__ __forceinline__ void tl_rng_cos_sin_2pi(double u, double* cos_out, double* sin_out) {
+TL_RNG_FN void tl_rng_cos_sin_2pi(double u, double* cos_out, double* sin_out) {
     double q = tl_rng_floor(tl_rng_add(tl_rng_mul(u, 4.0), 0.5));
     double t = tl_rng_mul(tl_rng_sub(u, tl_rng_mul(q, 0.25)), TL_RNG_TWO_PI);
     double t2 = tl_rng_mul(t, t);
@@ -226,7 +151,7 @@ __host__ __device__ __forceinline__ void tl_rng_cos_sin_2pi(double u, double* co
 }
 
 // Box-Muller pair j (x = key + j) in float64: (r cos, r sin), before the rounding to float32.
-__host__ __device__ __forceinline__ void tl_rng_normal_pair_f64(unsigned long long x, double* z0, double* z1) {
+TL_RNG_FN void tl_rng_normal_pair_f64(unsigned long long x, double* z0, double* z1) {
     unsigned long long w = tl_splitmix64(x);
     double u1 = tl_rng_mul(tl_rng_add(tl_rng_u2d((unsigned int)(w >> 32)), 1.0), TL_RNG_TWO_M32);
     double u2 = tl_rng_mul(tl_rng_u2d((unsigned int)w), TL_RNG_TWO_M32);
@@ -238,7 +163,7 @@ __host__ __device__ __forceinline__ void tl_rng_normal_pair_f64(unsigned long lo
 }
 
 // Box-Muller pair j (x = key + j): (float32(r cos), float32(r sin)).
-__host__ __device__ __forceinline__ void tl_rng_normal_pair(unsigned long long x, float* z0, float* z1) {
+TL_RNG_FN void tl_rng_normal_pair(unsigned long long x, float* z0, float* z1) {
     double a, b;
     tl_rng_normal_pair_f64(x, &a, &b);
     *z0 = tl_rng_d2f(a);
@@ -250,37 +175,27 @@ __host__ __device__ __forceinline__ void tl_rng_normal_pair(unsigned long long x
 // MASK == false: rand_uniform; MASK == true: bernoulli_mask (1.0f where keep > u, else 0.0f).
 // Four consecutive outputs per iteration, one float4 store; the last partial group is scalar.
 template <bool MASK>
-__host__ __device__ __forceinline__ void tl_rng_uniform_body(float* out, long long n, unsigned long long key,
-                                                             float keep, long long tid, long long stride) {
+TL_RNG_FN void tl_rng_uniform_body(float* out, long long n, unsigned long long key, float keep, long long tid,
+                                   long long stride) {
+    auto draw = [keep](unsigned long long x) {
+        const float u = tl_rng_uniform_at(x);
+        return MASK ? (keep > u ? 1.0f : 0.0f) : u;
+    };
     long long groups = (n + 3) >> 2;
     for (long long g = tid; g < groups; g += stride) {
         long long i = g << 2;
         unsigned long long x = key + (unsigned long long)i;  // wraps mod 2**64
         if (i + 4 <= n) {
-            float4 v;
-            v.x = tl_rng_uniform_at(x);
-            v.y = tl_rng_uniform_at(x + 1);
-            v.z = tl_rng_uniform_at(x + 2);
-            v.w = tl_rng_uniform_at(x + 3);
-            if (MASK) {
-                v.x = keep > v.x ? 1.0f : 0.0f;
-                v.y = keep > v.y ? 1.0f : 0.0f;
-                v.z = keep > v.z ? 1.0f : 0.0f;
-                v.w = keep > v.w ? 1.0f : 0.0f;
-            }
-            reinterpret_cast<float4*>(out)[g] = v;
+            reinterpret_cast<float4*>(out)[g] = make_float4(draw(x), draw(x + 1), draw(x + 2), draw(x + 3));
         } else {
-            for (long long k = i; k < n; ++k) {
-                float u = tl_rng_uniform_at(key + (unsigned long long)k);
-                out[k] = MASK ? (keep > u ? 1.0f : 0.0f) : u;
-            }
+            for (long long k = i; k < n; ++k) out[k] = draw(key + (unsigned long long)k);
         }
     }
 }
 
 // One Box-Muller pair per iteration, one float2 store; for odd n the last pair keeps only cos.
-__host__ __device__ __forceinline__ void tl_rng_normal_body(float* out, long long n, unsigned long long key,
-                                                            long long tid, long long stride) {
+TL_RNG_FN void tl_rng_normal_body(float* out, long long n, unsigned long long key,
+                                  long long tid, long long stride) {
     long long pairs = (n + 1) >> 1;
     for (long long j = tid; j < pairs; j += stride) {
         float z0, z1;

@@ -11,9 +11,11 @@ self-attention (``query is key is value``, kdim == vdim == E) in ``flash_attenti
 packed (N, L, 3E) in-projection, with the same bits as slicing q, k, v and moving the heads;
 otherwise in the composed path that materializes the weights (as PyTorch does).
 
-Differences from PyTorch: a query row whose keys are all masked gives 0 (PyTorch: NaN);
-``is_causal=True`` without ``attn_mask`` builds the causal mask (PyTorch requires the mask);
-``add_bias_kv`` and ``add_zero_attn`` raise ArgumentError (not supported yet).
+A query row whose keys are all masked gives NaN with ``need_weights=True`` and 0 without, as
+PyTorch's module does outside its inference fast path (which gives NaN either way).
+
+Differences from PyTorch: ``is_causal=True`` without ``attn_mask`` builds the causal mask (PyTorch
+requires the mask); ``add_bias_kv`` and ``add_zero_attn`` raise ArgumentError (not supported yet).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ class MultiheadAttention(Module):
         if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
             raise ArgumentError(f"{op}: embed_dim ({embed_dim}) must be a positive multiple of num_heads ({num_heads})")
         if add_bias_kv or add_zero_attn:
-            raise ArgumentError(f"{op}: add_bias_kv and add_zero_attn are not supported yet (only False)")
+            raise ArgumentError(f"{op}: add_bias_kv and add_zero_attn are not supported yet (only False), got "
+                                f"add_bias_kv={add_bias_kv!r}, add_zero_attn={add_zero_attn!r}")
         if not 0.0 <= float(dropout) <= 1.0:
             raise ArgumentError(f"{op}: dropout must be in [0, 1], got {dropout}")
         self.embed_dim, self.num_heads = int(embed_dim), int(num_heads)
@@ -116,7 +119,7 @@ class MultiheadAttention(Module):
             arr = m if isinstance(m, Tensor) else tensor(np.asarray(m), device=device)
             if arr.shape not in shapes:
                 raise ShapeError(f"{op}: {name} must have shape {' or '.join(map(str, shapes))}, got {arr.shape}")
-            if arr.is_floating_point:
+            if arr._buf is not None:  # a float mask (bool and integer tensors live on the host)
                 parts_add.append(to4(arr))
             else:  # PyTorch's MultiheadAttention: True = NOT allowed
                 parts_bool.append(to4(~arr.numpy().astype(bool)))
@@ -193,7 +196,8 @@ class MultiheadAttention(Module):
             q, k, v = (mha.split_heads(t, self.num_heads) for t in (q, k, v))  # (N, H, n, hd)
             mask, mode = self._merged_mask(op, N, L, S, attn_mask, key_padding_mask, is_causal, query.device)
             if need_weights or drop > 0.0:
-                o, w = mha.composed_attention(q, k, v, scale, mask, mode or "hard", drop, self.training)
+                o, w = mha.composed_attention(q, k, v, scale, mask, mode or "hard", drop, self.training,
+                                              blocked_rows_nan=need_weights)
                 if need_weights:
                     weights = ops.mean(w, 1) if average_attn_weights else w
             else:

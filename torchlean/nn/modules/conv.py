@@ -1,4 +1,8 @@
-"""Convolution modules: ``Conv1d/2d/3d`` and ``ConvTranspose1d/2d/3d`` (PyTorch's names and init)."""
+"""Convolution modules: ``Conv1d/2d/3d`` and ``ConvTranspose1d/2d/3d`` (PyTorch's names and init).
+
+groups, dilation and padding="same"/"valid" run in the conv primitives. A padding_mode other than
+"zeros" ("reflect", "replicate", "circular") is PyTorch's composition: F.pad with that mode, then
+the conv without padding; transposed convs take "zeros" only, as in PyTorch."""
 
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ from typing import Any
 from ... import ops
 from ..._validate import size_arg
 from ...errors import ArgumentError
+from ...ops.conv import same_padding
 from ...tensor import Tensor, zeros
+from .. import functional as F
 from .. import init
 from ..parameter import Parameter
 from .linear import device_dtype
@@ -35,6 +41,9 @@ def _tuple(op: str, name: str, v: Any, rank: int, minimum: int = 0) -> tuple[int
     return t
 
 
+_PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+
+
 class _ConvNd(Module):
     _rank = 0
     _transposed = False
@@ -45,31 +54,56 @@ class _ConvNd(Module):
         super().__init__()
         op, r = type(self).__name__, self._rank
         device = device_dtype(op, device, dtype)
-        if padding_mode != "zeros":
-            raise ArgumentError(f"{op}: padding_mode={padding_mode!r} is not supported yet (only 'zeros')")
+        if padding_mode not in _PADDING_MODES:
+            raise ArgumentError(f"{op}: padding_mode must be one of {list(_PADDING_MODES)}, got {padding_mode!r}")
+        if self._transposed and padding_mode != "zeros":
+            raise ArgumentError(f"{op}: only padding_mode='zeros' is supported for transposed convolutions, "
+                                f"got {padding_mode!r}")
         in_channels = size_arg(op, "in_channels", in_channels)
         out_channels = size_arg(op, "out_channels", out_channels)
-        if groups != 1 or _tuple(op, "dilation", dilation, r) != (1,) * r:
-            raise ArgumentError(f"{op}: groups and dilation other than 1 are not supported yet "
-                                f"(got groups={groups}, dilation={dilation!r})")
+        if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
+            raise ArgumentError(f"{op}: groups must be a positive int, got {groups!r}")
+        groups = int(groups)
+        for name, n in (("in_channels", in_channels), ("out_channels", out_channels)):
+            if n % groups:
+                raise ArgumentError(f"{op}: {name} ({n}) must be divisible by groups ({groups})")
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
         self.kernel_size = _tuple(op, "kernel_size", kernel_size, r, 1)
         self.stride = _tuple(op, "stride", stride, r, 1)
-        if isinstance(padding, str) and padding not in ("same", "valid"):
-            raise ArgumentError(f"{op}: padding must be 'same', 'valid', an int or {r} ints, got {padding!r}")
+        self.dilation = _tuple(op, "dilation", dilation, r, 1)
+        self.groups, self.padding_mode = groups, padding_mode
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise ArgumentError(f"{op}: padding must be 'same', 'valid', an int or {r} ints, got {padding!r}")
+            if self._transposed:
+                raise ArgumentError(f"{op}: padding must be an int or {r} ints, got {padding!r}")
+            if padding == "same" and any(s != 1 for s in self.stride):
+                raise ArgumentError(f"{op}: padding='same' is not supported for strided convolutions "
+                                    f"(stride {self.stride})")
         self.padding = padding if isinstance(padding, str) else _tuple(op, "padding", padding, r)
-        self.dilation, self.groups, self.padding_mode = (1,) * r, 1, padding_mode
+        self._reversed_padding_repeated_twice = self._pad_pairs()
         self.output_padding = _tuple(op, "output_padding", output_padding, r)
         if any(o >= max(s, 1) for o, s in zip(self.output_padding, self.stride)):
             raise ArgumentError(f"{op}: output_padding {self.output_padding} must be smaller than stride "
                                 f"{self.stride} along every axis")
-        shape = ((in_channels, out_channels) if self._transposed else (out_channels, in_channels)) + self.kernel_size
+        w_in = (out_channels if self._transposed else in_channels) // groups
+        shape = ((in_channels, w_in) if self._transposed else (out_channels, w_in)) + self.kernel_size
         self.weight = Parameter(zeros(*shape, device=device))
         if bias:
             self.bias = Parameter(zeros(out_channels, device=device))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
+
+    def _pad_pairs(self) -> tuple:
+        """F.pad's (before, after) pairs, last axis first, for a padding_mode other than "zeros"."""
+        if self.padding == "valid":
+            return (0,) * (2 * self._rank)
+        if self.padding == "same":
+            before, after = same_padding(type(self).__name__, self.kernel_size, self.dilation, self.stride)
+        else:
+            before = after = self.padding
+        return tuple(v for a, b in zip(reversed(before), reversed(after)) for v in (a, b))
 
     def reset_parameters(self) -> None:
         # PyTorch: kaiming_uniform_(a=sqrt(5)) = U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in from the
@@ -84,10 +118,15 @@ class _ConvNd(Module):
     def extra_repr(self) -> str:
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
         if self.padding != (0,) * self._rank:
-            s += f", padding={self.padding}"
+            s += f", padding={self.padding!r}" if isinstance(self.padding, str) else f", padding={self.padding}"
+        if self.dilation != (1,) * self._rank:
+            s += f", dilation={self.dilation}"
         if self._transposed and self.output_padding != (0,) * self._rank:
             s += f", output_padding={self.output_padding}"
-        return s + ("" if self.bias is not None else ", bias=False")
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        s += "" if self.bias is not None else ", bias=False"
+        return s + ("" if self.padding_mode == "zeros" else f", padding_mode={self.padding_mode}")
 
 
 class _Conv(_ConvNd):
@@ -99,7 +138,10 @@ class _Conv(_ConvNd):
 
     def forward(self, x: Tensor) -> Tensor:
         fn = (ops.conv1d, ops.conv2d, ops.conv3d)[self._rank - 1]
-        return fn(x, self.weight, self.bias, self.stride, self.padding)
+        if self.padding_mode != "zeros":
+            x = F.pad(x, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            return fn(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+        return fn(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
 class _ConvTranspose(_ConvNd):
@@ -117,12 +159,13 @@ class _ConvTranspose(_ConvNd):
         if output_size is not None:  # PyTorch: pick output_padding so that the output has this size
             size = tuple(output_size)[-self._rank:]
             spatial = x.shape[-self._rank:]
-            out_pad = tuple(sz - ((i - 1) * s - 2 * p + k)
-                            for sz, i, s, p, k in zip(size, spatial, self.stride, self.padding, self.kernel_size))
+            out_pad = tuple(sz - ((i - 1) * s - 2 * p + d * (k - 1) + 1)
+                            for sz, i, s, p, k, d in zip(size, spatial, self.stride, self.padding, self.kernel_size,
+                                                         self.dilation))
             if any(not 0 <= o < s for o, s in zip(out_pad, self.stride)):
                 raise ArgumentError(f"{op}: output_size {tuple(output_size)} is not reachable from input {x.shape}")
         fn = (ops.conv_transpose1d, ops.conv_transpose2d, ops.conv_transpose3d)[self._rank - 1]
-        return fn(x, self.weight, self.bias, self.stride, self.padding, out_pad)
+        return fn(x, self.weight, self.bias, self.stride, self.padding, out_pad, self.groups, self.dilation)
 
 
 class Conv1d(_Conv):

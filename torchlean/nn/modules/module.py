@@ -15,13 +15,15 @@ import numpy as np
 
 from ... import autograd
 from ...errors import ArgumentError, DTypeError, ShapeError, TorchLeanError
+from ...runtime import arrays
 from ...runtime.buffer import Buffer
 from ...runtime.device import canonical_device
 from ...tensor import Tensor
 from ...interop import as_host_array
 from ..parameter import Parameter
+from .hooks import BackwardHookCall, RemovableHandle
 
-__all__ = ["Module", "IncompatibleKeys"]
+__all__ = ["Module", "IncompatibleKeys", "RemovableHandle"]
 
 
 class IncompatibleKeys(NamedTuple):
@@ -42,6 +44,12 @@ class Module:
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_non_persistent", set())
         object.__setattr__(self, "_modules", OrderedDict())
+        # hook id -> hook (forward hooks: (hook, with_kwargs, always_call)); empty in the common case,
+        # so that __call__ is one test away from forward
+        object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
+        object.__setattr__(self, "_forward_hooks", OrderedDict())
+        object.__setattr__(self, "_backward_pre_hooks", OrderedDict())
+        object.__setattr__(self, "_backward_hooks", OrderedDict())
 
     # -- attribute registration ----------------------------------------------------------
     def _check_init(self, what: str) -> None:
@@ -185,6 +193,33 @@ class Module:
         fn(self)
         return self
 
+    def get_submodule(self, target: str) -> "Module":
+        """The submodule at a dotted path ("" is the module itself), as PyTorch."""
+        if target == "":
+            return self
+        mod: Module = self
+        for item in target.split("."):
+            sub = mod._modules.get(item) if isinstance(mod, Module) else None
+            if sub is None:
+                raise AttributeError(f"get_submodule: {type(mod).__name__} has no submodule {item!r} "
+                                     f"(path {target!r})")
+            mod = sub
+        return mod
+
+    def _get_member(self, op: str, store: str, target: str) -> Tensor:
+        path, _, name = target.rpartition(".")
+        mod = self.get_submodule(path)
+        members = getattr(mod, store)
+        if name not in members:
+            raise AttributeError(f"{op}: {type(mod).__name__} has no {store[1:-1]} {name!r} (path {target!r})")
+        return members[name]
+
+    def get_parameter(self, target: str) -> Parameter:
+        return self._get_member("get_parameter", "_parameters", target)
+
+    def get_buffer(self, target: str) -> Tensor:
+        return self._get_member("get_buffer", "_buffers", target)
+
     # -- modes, gradients, devices -------------------------------------------------------
     def train(self, mode: bool = True) -> "Module":
         if not isinstance(mode, bool):
@@ -235,13 +270,28 @@ class Module:
         return self.to("cuda" if device is None else f"cuda:{device}")
 
     def float(self) -> "Module":
+        """A no-op: parameters are float32 already."""
         return self
+
+    def _float32_only(self, what: str) -> None:
+        raise DTypeError(f"Module.{what}(): torchlean computes in float32 and stores parameters in float32 only; "
+                         f"keep the model in float32 (remove the .{what}() call)")
+
+    def half(self) -> "Module":
+        self._float32_only("half")
+
+    def double(self) -> "Module":
+        self._float32_only("double")
+
+    def bfloat16(self) -> "Module":
+        self._float32_only("bfloat16")
 
     # -- state dict ----------------------------------------------------------------------
     def state_dict(self, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> "OrderedDict[str, Tensor]":
         """Parameters and persistent buffers by dotted name (detached tensors sharing the buffers)."""
         out: OrderedDict[str, Tensor] = OrderedDict() if destination is None else destination
-        for mprefix, m in self.named_modules(prefix=prefix.rstrip(".")):
+        # every path to a shared submodule gets its own keys, as in PyTorch (parameters() dedups)
+        for mprefix, m in self.named_modules(prefix=prefix.rstrip("."), remove_duplicate=False):
             dot = f"{mprefix}." if mprefix else ""
             for name, p in m._parameters.items():
                 if p is not None:
@@ -274,13 +324,14 @@ class Module:
             if tuple(arr.shape) != t.shape:
                 raise ShapeError(f"load_state_dict ({type(self).__name__}): {k!r} has shape {tuple(arr.shape)} in "
                                  f"the state dict, the module expects {t.shape}")
-            if t._buf is None:
-                staged.append((t, None, arr.astype(t._host.dtype, copy=True)))
+            if t._buf is None:  # an integer or bool tensor: an array of its dtype on its device
+                host = arr.astype(t._arr.dtype, copy=True)
+                staged.append((t, None, host if t._device == "cpu" else arrays.from_host(host, t._device)))
             else:  # (the copy to the device may run out of memory: it happens before any change)
                 staged.append((t, Buffer.from_numpy(arr.astype(np.float32).reshape(-1), t.device), None))
-        for t, buf, host in staged:  # a float tensor's update rebinds it to a new buffer, as copy_ does
+        for t, buf, arr in staged:  # a float tensor's update rebinds it to a new buffer, as copy_ does
             if buf is None:
-                t._host = host
+                t._arr = arr
             else:
                 t._rebind(buf)
         return IncompatibleKeys(missing, unexpected)
@@ -290,21 +341,99 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__}.forward is not defined")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.forward(*args, **kwargs)
+        d = self.__dict__
+        if not (d.get("_forward_pre_hooks") or d.get("_forward_hooks") or d.get("_backward_hooks")
+                or d.get("_backward_pre_hooks")):
+            return self.forward(*args, **kwargs)
+        return self._call_with_hooks(args, kwargs)
+
+    def _call_with_hooks(self, args: tuple, kwargs: dict) -> Any:
+        """PyTorch's order: forward pre-hooks, forward, forward hooks; backward hooks on the tape."""
+        for hook, with_kwargs in list(self._forward_pre_hooks.values()):
+            if with_kwargs:
+                res = hook(self, args, kwargs)
+                if res is not None:
+                    if not (isinstance(res, tuple) and len(res) == 2):
+                        raise ArgumentError(f"forward pre-hook of {type(self).__name__}: with_kwargs=True hooks must "
+                                            f"return None or a tuple (args, kwargs), got {type(res).__name__}")
+                    args, kwargs = res
+            else:
+                res = hook(self, args)
+                if res is not None:
+                    args = res if isinstance(res, tuple) else (res,)
+        bw = None
+        if (self._backward_hooks or self._backward_pre_hooks) and autograd.is_grad_enabled():
+            bw = BackwardHookCall(self, list(self._backward_pre_hooks.values()), list(self._backward_hooks.values()))
+            args = bw.wrap_inputs(args)
+        try:
+            result = self.forward(*args, **kwargs)
+        except Exception:
+            for hook, with_kwargs, always in list(self._forward_hooks.values()):
+                if always:
+                    try:
+                        hook(self, args, kwargs, None) if with_kwargs else hook(self, args, None)
+                    except Exception:  # noqa: BLE001 - the forward's own error is the one to report
+                        pass
+            raise
+        for hook, with_kwargs, _ in list(self._forward_hooks.values()):
+            res = hook(self, args, kwargs, result) if with_kwargs else hook(self, args, result)
+            if res is not None:
+                result = res
+        if bw is not None:
+            result = bw.wrap_outputs(result)
+        return result
+
+    # -- hooks ---------------------------------------------------------------------------
+    def _add_hook(self, store: str, entry: Any, prepend: bool) -> RemovableHandle:
+        hooks = self.__dict__[store]
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = entry
+        if prepend:
+            hooks.move_to_end(handle.id, last=False)
+        return handle
+
+    def register_forward_pre_hook(self, hook: Callable, *, prepend: bool = False,
+                                  with_kwargs: bool = False) -> RemovableHandle:
+        """``hook(module, args)`` (or ``hook(module, args, kwargs)``) before forward; a result replaces
+        the arguments."""
+        return self._add_hook("_forward_pre_hooks", (hook, bool(with_kwargs)), prepend)
+
+    def register_forward_hook(self, hook: Callable, *, prepend: bool = False, with_kwargs: bool = False,
+                              always_call: bool = False) -> RemovableHandle:
+        """``hook(module, args, output)`` (or ``hook(module, args, kwargs, output)``) after forward; a
+        result replaces the output. ``always_call``: also run (with output None) when forward raises."""
+        return self._add_hook("_forward_hooks", (hook, bool(with_kwargs), bool(always_call)), prepend)
+
+    def register_full_backward_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
+        """``hook(module, grad_input, grad_output)`` during backward (see hooks.py); a returned tuple
+        replaces grad_input."""
+        return self._add_hook("_backward_hooks", hook, prepend)
+
+    def register_full_backward_pre_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
+        """``hook(module, grad_output)`` during backward, before the module's gradients are computed; a
+        returned tuple replaces grad_output."""
+        return self._add_hook("_backward_pre_hooks", hook, prepend)
+
+    def register_backward_hook(self, hook: Callable) -> RemovableHandle:
+        raise ArgumentError("register_backward_hook: the legacy (non-full) backward hook is not supported; use "
+                            "register_full_backward_hook")
 
     def extra_repr(self) -> str:
         return ""
 
     def __repr__(self) -> str:
-        lines = []
+        """PyTorch's layout: ``Name(extra)`` for a leaf, else one indented line per extra line and child."""
+        extra = self.extra_repr()
+        lines = extra.split("\n") if extra else []
+        n_extra = len(lines)
         for name, m in self._modules.items():
             sub = repr(m).replace("\n", "\n  ")
             lines.append(f"({name}): {sub}")
-        extra = self.extra_repr()
         if not lines:
-            return f"{type(self).__name__}({extra})"
-        body = "\n  ".join(([extra] if extra else []) + lines)
-        return f"{type(self).__name__}(\n  {body}\n)"
+            return f"{type(self).__name__}()"
+        if n_extra == 1 and len(lines) == 1:
+            return f"{type(self).__name__}({lines[0]})"
+        return f"{type(self).__name__}(\n  " + "\n  ".join(lines) + "\n)"
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) | set(self._modules))
@@ -314,6 +443,8 @@ def _move(t: Tensor, dev: str) -> None:
     """Rebind t (and its grad) to a copy on ``dev``, keeping the Tensor object."""
     if t._buf is not None:
         t._rebind(Buffer.from_numpy(t._buf.to_numpy(), dev))
+    else:  # an integer or bool buffer (num_batches_tracked): its array moves to dev's array module
+        t._arr = arrays.move(t._arr, dev)
     t._device = dev
     if t.grad is not None:
         g = t.grad

@@ -8,7 +8,8 @@ from ...tensor import Tensor
 from .. import functional as F
 from .module import Module
 
-__all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d"]
+__all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
+           "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d"]
 
 
 class _MaxPool(Module):
@@ -69,3 +70,46 @@ class AvgPool2d(_AvgPool):
 
 class AvgPool3d(_AvgPool):
     _fn = "avg_pool3d"
+
+
+class _AdaptiveAvgPool(Module):
+    _fn = ""
+
+    def __init__(self, output_size: Any) -> None:
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x: Tensor) -> Tensor:
+        return getattr(F, self._fn)(x, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveAvgPool1d(_AdaptiveAvgPool):
+    _fn = "adaptive_avg_pool1d"
+
+
+class AdaptiveAvgPool2d(_AdaptiveAvgPool):
+    _fn = "adaptive_avg_pool2d"
+
+
+class AdaptiveAvgPool3d(_AdaptiveAvgPool):
+    _fn = "adaptive_avg_pool3d"
+
+
+class _AdaptiveMaxPool(_AdaptiveAvgPool):
+    def __init__(self, output_size: Any, return_indices: bool = False) -> None:
+        super().__init__(output_size)
+        self.return_indices = return_indices
+
+    def forward(self, x: Tensor) -> Tensor:
+        return getattr(F, self._fn)(x, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool1d(_AdaptiveMaxPool):
+    _fn = "adaptive_max_pool1d"
+
+
+class AdaptiveMaxPool2d(_AdaptiveMaxPool):
+    _fn = "adaptive_max_pool2d"

@@ -1,0 +1,168 @@
+"""Differentiable recurrent layers: PyTorch's RNN (tanh / relu), LSTM and GRU, one layer-direction
+per tape node.
+
+A layer-direction is x (T, B, I) -> out (T, B, H):
+
+* the input projection of every step at once, ``linear(x, W_ih, b_ih)``: one GEMM, its own node;
+* the recurrence (``_recurrence``), one node: per step the GEMM ``h W_hh^T + b_hh`` (fast_gemm,
+  bias in the epilogue) and the fused cell (``lstm_cell_fwd`` / ``gru_cell_fwd``; the plain RNN
+  is ``add`` then ``tanh`` / ``relu``, already fused enough). Its VJP runs backpropagation through
+  time with the cell backwards (``lstm_cell_bwd`` / ``gru_cell_bwd`` / ``tanh_bwd`` / ``relu_bwd``)
+  and ``dh W_hh`` per step, then the weight gradients of all steps at once: dW_hh = dG^T H_prev
+  (one GEMM), db_hh = the column sums of dG.
+
+The LSTM node's output is (T + 1, B, H): the outputs, then c_n (one node, one output tensor; the
+layer slices it). h_n is the output row of the last step processed (T - 1, or 0 when reversed).
+``rnn`` stacks layers and directions as torch's ``_VF.rnn_tanh`` / ``_VF.lstm`` / ``_VF.gru`` do,
+with dropout (our counter RNG) on the outputs of every layer but the last.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .. import autograd
+from ..runtime import primitives as P
+from ..runtime.buffer import Buffer
+from ._base import Tensor, fbuf, new
+from .linalg import linear
+from .nn import dropout
+from .shape import cat, reshape, slice0
+
+__all__ = ["rnn_layer", "rnn"]
+FUNCTIONAL: list[str] = []
+
+GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+
+
+def _join(bufs: list[Buffer], size: int) -> Buffer:
+    """The buffers (each ``size`` long) end to end, by a balanced tree of concat1d (O(n log n))."""
+    items = [(b, size) for b in bufs]
+    while len(items) > 1:
+        nxt = [(P.concat1d(a, b, na, nb), na + nb) for (a, na), (b, nb) in zip(items[::2], items[1::2])]
+        if len(items) % 2:
+            nxt.append(items[-1])
+        items = nxt
+    return items[0][0]
+
+
+def _recurrence(mode: str, gi: Tensor, h0: Tensor, c0: Tensor | None, w_hh: Tensor, b_hh: Tensor | None,
+                reverse: bool) -> Tensor:
+    T, B, G = gi.shape
+    H = h0.shape[-1]
+    lstm, gru = mode == "LSTM", mode == "GRU"
+    gib, wb = fbuf(mode, gi), fbuf(mode, w_hh)
+    bb = None if b_hh is None else fbuf(mode, b_hh)
+    h = h0b = fbuf(mode, h0)
+    c = c0b = fbuf(mode, c0) if lstm else None
+    step = B * G
+    order = range(T - 1, -1, -1) if reverse else range(T)
+    hs: list[Any] = [None] * T
+    hprev: list[Any] = [None] * T
+    acts: list[Any] = [None] * T
+    cprev: list[Any] = [None] * T
+    for t in order:
+        git = P.slice1d(gib, T * step, t * step, step)
+        gh = P.fast_gemm(h, wb, bb, B, H, G, 0, 1, 0)
+        if lstm:
+            hn, cn, act = P.lstm_cell_fwd(git, gh, c, B, H)
+            cprev[t], c = c, cn
+        elif gru:
+            hn, act = P.gru_cell_fwd(git, gh, h, B, H)
+        else:
+            pre = P.add(git, gh)
+            hn = P.tanh(pre) if mode == "RNN_TANH" else P.relu(pre)
+            act = pre  # relu_bwd reads the pre-activation; tanh_bwd the output
+        if act is not gh:
+            gh.release()
+        hprev[t], hs[t], acts[t] = h, hn, act
+        h = hn
+    n = B * H
+    out = _join(hs, n)
+    if lstm:
+        out = P.concat1d(out, c, T * n, n)
+    work = [b for b in hs + acts + cprev + ([c] if lstm else []) if b is not None and b is not out
+            and b is not h0b and b is not c0b]
+    parents = tuple(p for p in (gi, h0, c0, w_hh, b_hh) if p is not None)
+    shape = (T + 1, B, H) if lstm else (T, B, H)
+
+    def vjp(g: Buffer):
+        dh: Buffer | None = None
+        dc = P.slice1d(g, (T + 1) * n, T * n, n) if lstm else None
+        dgi: list[Any] = [None] * T
+        dgh: list[Any] = [None] * T
+        for t in reversed(order):
+            gt = P.slice1d(g, g.size, t * n, n)
+            dht = gt if dh is None else P.add(gt, dh)
+            if lstm:
+                dg, dc = P.lstm_cell_bwd(acts[t], cprev[t], dht, dc, B, H)
+                dgi[t] = dgh[t] = dg
+                dh = P.fast_gemm(dg, wb, None, B, G, H, 0, 0, 0)
+            elif gru:
+                dgi[t], dgh[t], direct = P.gru_cell_bwd(acts[t], hprev[t], dht, B, H)
+                back = P.fast_gemm(dgh[t], wb, None, B, G, H, 0, 0, 0)
+                dh = P.add(direct, back)
+                direct.release()
+                back.release()
+            else:
+                dpre = P.tanh_bwd(hs[t], dht) if mode == "RNN_TANH" else P.relu_bwd(acts[t], dht)
+                dgi[t] = dgh[t] = dpre
+                dh = P.fast_gemm(dpre, wb, None, B, G, H, 0, 0, 0)
+        dGI = _join(dgi, step)
+        dGH = dGI if not gru else _join(dgh, step)
+        grads: list[Any] = [dGI if gi.requires_grad else None, dh if h0.requires_grad else None]
+        if lstm:
+            grads.append(dc if c0.requires_grad else None)
+        if w_hh.requires_grad:
+            hp = _join(hprev, n)
+            grads.append(P.fast_gemm(dGH, hp, None, G, T * B, H, 1, 0, 0))
+        else:
+            grads.append(None)
+        if b_hh is not None:
+            grads.append(P.reduce_sum_axis0(dGH, T * B, G) if b_hh.requires_grad else None)
+        return tuple(grads)
+
+    return autograd.record(f"{mode.lower()}_recurrence", new(out, shape), parents, vjp, workspace=work)
+
+
+def rnn_layer(mode: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Tensor, w_hh: Tensor,
+              b_ih: Tensor | None, b_hh: Tensor | None, reverse: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(out (T, B, H), h_n (B, H), c_n (B, H) or None) of one layer-direction over x (T, B, I) from
+    h0 (and c0 for the LSTM); shapes are the caller's to check (nn.RNN/LSTM/GRU do)."""
+    T, B = x.shape[0], x.shape[1]
+    H = h0.shape[-1]
+    gi = linear(x, w_ih, b_ih)
+    packed = _recurrence(mode, gi, h0, c0, w_hh, b_hh, reverse)
+    out = slice0(packed, 0, T) if mode == "LSTM" else packed
+    h_n = reshape(slice0(out, 0 if reverse else T - 1, 1), (B, H))
+    c_n = reshape(slice0(packed, T, 1), (B, H)) if mode == "LSTM" else None
+    return out, h_n, c_n
+
+
+def rnn(mode: str, x: Tensor, h0: Tensor, c0: Tensor | None, weights: Sequence[Sequence[Tensor | None]],
+        num_layers: int, bidirectional: bool, dropout_p: float, training: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+    """The stacked layers: x (T, B, I), h0 and c0 (layers * directions, B, H), ``weights`` one
+    (W_ih, W_hh, b_ih, b_hh) per layer-direction in PyTorch's order. Returns (out (T, B, D H),
+    h_n, c_n (layers * directions, B, H); c_n None but for the LSTM)."""
+    D = 2 if bidirectional else 1
+    hs: list[Tensor] = []
+    cs: list[Tensor] = []
+    layer_in = x
+    for layer in range(num_layers):
+        outs = []
+        for d in range(D):
+            k = layer * D + d
+            w_ih, w_hh, b_ih, b_hh = weights[k]
+            hk = reshape(slice0(h0, k, 1), h0.shape[1:])
+            ck = reshape(slice0(c0, k, 1), c0.shape[1:]) if c0 is not None else None
+            out, h_n, c_n = rnn_layer(mode, layer_in, hk, ck, w_ih, w_hh, b_ih, b_hh, reverse=d == 1)
+            outs.append(out)
+            hs.append(h_n)
+            if c_n is not None:
+                cs.append(c_n)
+        layer_in = outs[0] if D == 1 else cat(outs, 2)
+        if dropout_p > 0.0 and training and layer < num_layers - 1:
+            layer_in = dropout(layer_in, dropout_p, True)
+    h_all = reshape(cat(hs, 0), (num_layers * D,) + tuple(h0.shape[1:]))
+    c_all = reshape(cat(cs, 0), (num_layers * D,) + tuple(h0.shape[1:])) if cs else None
+    return layer_in, h_all, c_all
