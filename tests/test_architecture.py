@@ -53,7 +53,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("kernels", ("torchlean.kernels",)),
     ("contract", ("torchlean.contract",)),
     ("spec", ("torchlean.spec",)),
-    ("base", ("torchlean.errors", "torchlean._validate", "torchlean._atomic_file", "torchlean.dtypes")),
+    ("base", ("torchlean.errors", "torchlean._validate", "torchlean._atomic_file", "torchlean.dtypes",
+               "torchlean.size", "torchlean.memory_format")),
 ]
 
 

@@ -175,8 +175,8 @@ def test_dtype_table_cpu(code):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("code", [c for _, c in CASES], ids=[i for i, _ in CASES])
-def test_dtype_table_cuda(code):
-    _run(code, "cuda")
+def test_dtype_table_cuda(code, cuda_device):
+    _run(code, cuda_device)
 
 
 def test_int_tensors_hold_arrays_of_their_device():

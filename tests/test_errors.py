@@ -229,6 +229,7 @@ HIERARCHY = {
     errors.AutogradError: (RuntimeError,),
     errors.NotPicklableError: (TypeError,),
     errors.WorkerError: (RuntimeError,),
+    errors.NotSupportedError: (NotImplementedError,),
 }
 
 

@@ -36,17 +36,6 @@ from _run import PROGRAMS  # noqa: E402
 # program listed here that passes fails the suite, so delete its entry when the feature lands.
 # An entry marks both the program's torchlean run and its loss comparison.
 TORCHLEAN_XFAIL: dict[str, str] = {
-    "word_lstm_lm": "AttributeError: 'Tensor' object has no attribute 'contiguous' (word_lstm_lm.py:116)",
-    "nanogpt": "AttributeError: 'Tensor' object has no attribute 'contiguous' (nanogpt.py:73)",
-    "mingpt_trainer": "AttributeError: 'Tensor' object has no attribute 'masked_fill' (mingpt_trainer.py:72)",
-    "mamba_minimal": "ArgumentError: Conv1d: groups and dilation other than 1 are not supported yet "
-                     "(got groups=64, dilation=1) (mamba_minimal.py:97)",
-    "resnet_cifar": "DTypeError: fill_: expected a float32 tensor, got an torchlean.int64 tensor (use .float()) "
-                    "(resnet_cifar.py:68: nn.init.constant_(m.weight, 1))",
-    "vit": "DTypeError: fill_: expected a float32 tensor, got an torchlean.int64 tensor (use .float()) "
-           "(vit.py:66: nn.init.constant_(m.bias, 0))",
-    "unet": "AttributeError: module 'torchlean' has no attribute 'inference_mode' (unet.py:157)",
-    "transformer_seq2seq": "ModuleNotFoundError: No module named 'torchlean.nn.utils.rnn' (transformer_seq2seq.py:24)",
 }
 # Programs that run under torchlean but whose comparison-mode losses do not yet match PyTorch's.
 LOSSES_DIFFER_XFAIL: dict[str, str] = {

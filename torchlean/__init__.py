@@ -66,5 +66,21 @@ def is_cuda_available():
 
     return cuda_unavailable_reason() is None
 
+# issue 22: the long tail (where, masked_fill, Size, autograd.grad/Function, ...) and its namespaces
+from ._api_more import *  # noqa: E402,F401,F403
+from . import distributions, fft, linalg, special  # noqa: E402,F401
+from .memory_format import (channels_last, channels_last_3d, contiguous_format, memory_format,  # noqa: E402
+                            preserve_format)
+
+
+def __getattr__(name: str):
+    # torchlean.testing (a layer above this one: the test support) loads on first use, as torch.testing
+    if name == "testing":
+        import importlib
+
+        return importlib.import_module("torchlean.testing")
+    raise AttributeError(f"module 'torchlean' has no attribute {name!r}")
+
+
 # registers torchlean tensors with einops when einops is installed (einops finds backends by subclass)
 from . import _einops_backend  # noqa: E402,F401

@@ -116,7 +116,7 @@ def from_dlpack(obj: Any, *, copy: bool | None = None) -> Tensor:
     if isinstance(obj, Tensor):
         if obj._buf is None:
             arr = obj._arr.copy() if copy else obj._arr
-            return Tensor._wrap_array(arr, obj.device)
+            return Tensor._wrap_array(arr, obj._device)
         if copy:
             return Tensor._wrap(Buffer.from_numpy(obj._buf.to_numpy(), obj.device), obj.shape)
         obj._buf._shared = True  # two tensors over one buffer: neither may be updated in place

@@ -15,6 +15,7 @@ import numpy as np
 from . import autograd, dtypes, fast_kernels, ops
 from ._validate import real_arg, type_name
 from .errors import DTypeError, ShapeError
+from .memory_format import check_memory_format
 from .runtime import primitives as P
 from .runtime.buffer import zeros as _zeros_buffer
 from .runtime.device import canonical_device
@@ -81,10 +82,14 @@ def _install() -> None:
 
 
 def to(self: Tensor, *args: Any, device: Any = None, dtype: Any = None, non_blocking: bool = False,
-       copy: bool = False) -> Tensor:
+       copy: bool = False, memory_format: Any = None) -> Tensor:
     """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or ``to(other)`` (other's device and
-    dtype): a copy on ``device`` (differentiable), converted to ``dtype``."""
+    dtype): a copy on ``device`` (differentiable), converted to ``dtype``. ``memory_format`` is
+    accepted and changes nothing (torchlean/memory_format.py)."""
+    check_memory_format("to", memory_format)
     for a in args:
+        if isinstance(a, bool):  # to(device, dtype, non_blocking) passes the flag positionally
+            continue
         if isinstance(a, Tensor):
             device, dtype = a.device, a.dtype
         elif _is_dtype(a):
@@ -101,17 +106,26 @@ def to(self: Tensor, *args: Any, device: Any = None, dtype: Any = None, non_bloc
     return out
 
 
+def _split_method(self: Tensor, split_size: Any = None, dim: int = 0, *,
+                  split_size_or_sections: Any = None) -> tuple:
+    """``Tensor.split(split_size, dim=0)``: PyTorch names the method's argument ``split_size`` (and
+    torch.split's ``split_size_or_sections``); both are accepted."""
+    if split_size is None:
+        split_size = split_size_or_sections
+    return ops.select.split(self, split_size, dim)
+
+
 # -- in-place updates ----------------------------------------------------------------------------------
 # As in PyTorch: under no_grad (the optimizers) they rebind the tensor to the result; while
 # gradients are recorded they are differentiable on a non-leaf or on a tensor that does not require
 # grad, and refused on a leaf that does (Tensor._assign).
-def _source(op: str, self: Tensor, other: Any = None) -> Tensor:
+def _source(op: str, self: Tensor, *others: Any) -> Tensor:
     """What an in-place update computes from: ``self``, or when the update will be recorded a
     stand-in for its current value (so that ``self`` never becomes its own parent on the tape)."""
     if self._buf is not None and autograd.is_grad_enabled():
         self._check_inplace(op)
-        if self.requires_grad or (isinstance(other, Tensor) and other.requires_grad):
-            return ops.select.snapshot(self)
+        if self.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others):
+            return self._stand_in()
     return self
 
 
@@ -129,7 +143,8 @@ def add_(self: Tensor, other: Any, alpha: float = 1.0) -> Tensor:
         if self._buf is None and float(alpha).is_integer():
             alpha = int(alpha)  # an integer tensor stays integer: x.sub_(y) is x.add_(y, alpha=-1)
         other = other * alpha if isinstance(other, numbers.Real) else ops.mul(other, alpha)
-    return self._assign("add_", ops.add(_source("add_", self, other), other))
+    src = _source("add_", self, other)
+    return self._assign("add_", ops.add(src, other), src)
 
 
 def sub_(self: Tensor, other: Any, alpha: float = 1.0) -> Tensor:
@@ -141,12 +156,14 @@ def sub_(self: Tensor, other: Any, alpha: float = 1.0) -> Tensor:
 
 def mul_(self: Tensor, other: Any) -> Tensor:
     inplace_operand("mul_", other)
-    return self._assign("mul_", ops.mul(_source("mul_", self, other), other))
+    src = _source("mul_", self, other)
+    return self._assign("mul_", ops.mul(src, other), src)
 
 
 def div_(self: Tensor, other: Any) -> Tensor:
     inplace_operand("div_", other)
-    return self._assign("div_", ops.div(_source("div_", self, other), other))
+    src = _source("div_", self, other)
+    return self._assign("div_", ops.div(src, other), src)
 
 
 def copy_(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
@@ -168,12 +185,11 @@ def copy_(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
                              f"shape {self._shape}")
         src = ops.expand(src, self._shape)
     new = Tensor._wrap(P.copy(src._buf), self._shape)
-    if autograd.is_grad_enabled() and (self.requires_grad or src.requires_grad):
-        # differentiable in src, and the old values' history gets zeros (PyTorch's CopyBackwards)
-        old, n, dev = _source("copy_", self, src), new.numel(), self._device
-        autograd.record("copy_", new, (old, src),
-                        lambda g: (_zeros_buffer(n, dev) if old.requires_grad else None, g))
-    return self._assign("copy_", new)
+    old = _source("copy_", self, src)
+    if old is not self:  # differentiable in src; the old value's history gets zeros (PyTorch's CopyBackwards)
+        n, dev, zero = new.numel(), self._device, old.requires_grad
+        autograd.record("copy_", new, (old, src), lambda g: (_zeros_buffer(n, dev) if zero else None, g))
+    return self._assign("copy_", new, old)
 
 
 def _compare(a: Tensor, b: Any, how: str) -> Tensor:
@@ -210,7 +226,8 @@ def _new_tensor(self: Tensor, data: Any, dtype: Any = None, device: Any = None, 
 def _int_inplace(op: str, fn: Any) -> Any:
     def method(self: Tensor, other: Any) -> Tensor:
         inplace_operand(op, other)
-        return self._assign(op, fn(_source(op, self, other), other))
+        src = _source(op, self, other)
+        return self._assign(op, fn(src, other), src)
     method.__name__ = op
     return method
 
@@ -264,11 +281,11 @@ def _rpow(base: Any, exponent: Tensor) -> Tensor:
 def _inplace(name: str, fn: Any) -> Any:
     """``x.name_(...)``: ``fn(x, ...)`` written into x, recorded on the tape (ops.select.inplace_update)."""
     def method(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        # computed from a stand-in for self's current value, so that self never becomes its own parent
-        old = ops.select.snapshot(self)
-        args = tuple(old if a is self else a for a in args)
-        kwargs = {k: old if v is self else v for k, v in kwargs.items()}
-        return ops.select.inplace_update(name, self, fn(old, *args, **kwargs))
+        old = _source(name, self, *args, *kwargs.values())
+        if old is not self:
+            args = tuple(old if a is self else a for a in args)
+            kwargs = {k: old if v is self else v for k, v in kwargs.items()}
+        return ops.select.inplace_update(name, self, fn(old, *args, **kwargs), old)
 
     method.__name__ = name
     return method
@@ -315,7 +332,7 @@ def _install_more() -> None:
         "prod": R.prod, "all": R.all, "any": R.any, "cumsum": R.cumsum, "cumprod": R.cumprod,
         "median": R.median, "count_nonzero": R.count_nonzero,
         # shape and index
-        "split": S.split, "chunk": S.chunk, "unbind": S.unbind, "narrow": S.narrow, "tril": S.tril,
+        "split": _split_method, "chunk": S.chunk, "unbind": S.unbind, "narrow": S.narrow, "tril": S.tril,
         "triu": S.triu, "flip": S.flip, "fliplr": S.fliplr, "flipud": S.flipud, "roll": S.roll,
         "repeat": S.repeat, "repeat_interleave": S.repeat_interleave, "tile": S.tile, "gather": S.gather,
         "scatter": S.scatter, "scatter_add": S.scatter_add, "take_along_dim": S.take_along_dim, "take": S.take,

@@ -10,6 +10,7 @@ closure is dropped. Gradients of shared inputs accumulate (``x + x`` has gradien
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from typing import Any, Callable, Sequence
@@ -120,7 +121,7 @@ class Node:
     optimizer writes in place only into leaves, and every other buffer is an op's output, which
     nothing ever writes."""
 
-    __slots__ = ("name", "parents", "vjp", "workspace", "pinned", "retired")
+    __slots__ = ("name", "parents", "vjp", "workspace", "pinned", "retired", "seq", "replaced")
 
     def __init__(self, name: str, parents: tuple["Tensor", ...], vjp: VJP, workspace: tuple[Buffer, ...]) -> None:
         self.name = name
@@ -139,6 +140,8 @@ class Node:
                         pinned.append(b)
         self.pinned = pinned
         self.retired = False
+        self.seq = next(_node_seq)  # recording order: tells a use before an in-place update from one after
+        self.replaced = None  # (an in-place update's node: the stand-in for the value it replaced)
 
     def retire(self) -> None:
         """Release the workspace, unpin the parents' buffers and drop the closure; the node can no
@@ -156,6 +159,32 @@ class Node:
 
     def __repr__(self) -> str:
         return f"<Node {self.name}{' retired' if self.retired else ''}>"
+
+
+_node_seq = itertools.count()
+_rebased = False  # set by the first recorded in-place update: backward then checks for older uses
+
+
+def record_inplace(name: str, t: "Tensor", parents: Sequence["Tensor"], vjp: VJP, old: "Tensor") -> None:
+    """``t`` was just updated in place while recording: it gets a node over ``parents`` (``old``
+    among them: a stand-in holding t's previous value and node). Ops recorded before the update
+    hold ``t`` itself as a parent; backward sends their gradients to ``old`` (PyTorch's graph
+    keeps the two versions apart the same way), later ones to t's new node."""
+    global _rebased
+    node = Node(name, tuple(parents), vjp, ())
+    node.replaced = old
+    t._node = node
+    t.requires_grad = True
+    _rebased = True
+
+
+def _version_at(p: "Tensor", seq: int) -> "Tensor":
+    """The tensor holding ``p``'s value as it was when the node numbered ``seq`` was recorded."""
+    node = p._node
+    while node is not None and node.replaced is not None and node.seq > seq:
+        p = node.replaced
+        node = p._node
+    return p
 
 
 def record(name: str, out: "Tensor", parents: Sequence["Tensor"], vjp: VJP,
@@ -187,6 +216,7 @@ def _topological(root: "Tensor") -> list["Tensor"]:
     seen: set[int] = set()
     stack: list[Any] = [root]
     push, pop, mark, emit = stack.append, stack.pop, seen.add, order.append
+    rebased = _rebased
     while stack:  # iterative DFS: deep graphs (long RNN unrolls) must not hit the recursion limit
         t = pop()
         if t is _POSTORDER:
@@ -204,6 +234,10 @@ def _topological(root: "Tensor") -> list["Tensor"]:
                     f"backward: the graph through {node.name!r} was already freed by an earlier backward(); "
                     "pass retain_graph=True to the first call to backward twice")
             for p in node.parents:
+                if rebased:  # (the same redirection as backward's, so that the order has the edge)
+                    pn = p._node
+                    if pn is not None and pn.replaced is not None and pn.seq > node.seq:
+                        p = _version_at(p, node.seq)
                 if p.requires_grad and id(p) not in seen:
                     push(p)
     return order
@@ -224,6 +258,7 @@ def backward(root: "Tensor", grad: Buffer | None = None, retain_graph: bool = Fa
     order = _topological(root)
     grads: dict[int, Any] = {id(root): g}
     take, add = grads.pop, P.add
+    rebased = _rebased
     mode = _mode
     prev_enabled, mode.enabled = mode.enabled, False  # no_grad() for the walk, without the object
     try:
@@ -245,7 +280,13 @@ def backward(root: "Tensor", grad: Buffer | None = None, retain_graph: bool = Fa
                 continue
             parent_grads = node.vjp(gt)
             for p, pg in zip(node.parents, parent_grads):
-                if pg is None or not p.requires_grad:
+                if pg is None:
+                    continue
+                if rebased:
+                    pn = p._node
+                    if pn is not None and pn.replaced is not None and pn.seq > node.seq:
+                        p = _version_at(p, node.seq)
+                if not p.requires_grad:
                     continue
                 key = id(p)
                 prev = grads.get(key)
@@ -259,6 +300,10 @@ def backward(root: "Tensor", grad: Buffer | None = None, retain_graph: bool = Fa
                 node.retire()
     finally:
         mode.enabled = prev_enabled
+    if rebased and not retain_graph:  # the older uses are all routed now: let the old values go
+        for t in order:
+            if t._node is not None and t._node.retired:
+                t._node.replaced = None
 
 
 # Gradient hooks of tensors (``Tensor.register_hook``) by id(tensor): hooks are rare, so the walk
@@ -372,3 +417,55 @@ class _Parts:
 
 def _ones_like(t: "Tensor") -> Buffer:
     return _full_buffer(t.numel(), 1.0, t.device)
+
+
+def grad_buffers(roots: Sequence["Tensor"], root_grads: Sequence[Buffer], inputs: Sequence["Tensor"],
+                 retain_graph: bool = False) -> list[Buffer | None]:
+    """``torch.autograd.grad``'s walk: d(sum of roots . root_grads)/d(input) for each of ``inputs``
+    (None where an input is not reached), accumulating into no ``.grad``. Gradient hooks run as in
+    ``backward``; the nodes retire unless ``retain_graph``."""
+    order: list[Any] = []
+    placed: set[int] = set()
+    for root in roots:  # the post-orders joined, each tensor once: still parents before children
+        for t in _topological(root):
+            if id(t) not in placed:
+                placed.add(id(t))
+                order.append(t)
+    grads: dict[int, Any] = {}
+    for root, g in zip(roots, root_grads):
+        prev = grads.get(id(root))
+        grads[id(root)] = g if prev is None else P.add(prev, g)
+    wanted = {id(t) for t in inputs}
+    found: dict[int, Buffer] = {}
+    mode = _mode
+    prev_enabled, mode.enabled = mode.enabled, False
+    try:
+        for t in reversed(order):
+            gt = grads.pop(id(t), None)
+            if gt is not None and type(gt) is not Buffer:
+                gt = gt.materialize()
+            if gt is not None and _tensor_hooks and id(t) in _tensor_hooks:
+                gt = _run_tensor_hooks(t, gt)
+            if gt is not None and id(t) in wanted:
+                found[id(t)] = gt
+            node = t._node
+            if node is None:
+                continue
+            if gt is not None:
+                for p, pg in zip(node.parents, node.vjp(gt)):
+                    if pg is not None and _rebased:  # (as in backward: a use before an in-place update)
+                        p = _version_at(p, node.seq)
+                    if pg is None or not p.requires_grad:
+                        continue
+                    prev = grads.get(id(p))
+                    if prev is None:
+                        grads[id(p)] = pg
+                    elif type(prev) is Buffer and type(pg) is Buffer:
+                        grads[id(p)] = P.add(prev, pg)
+                    else:
+                        grads[id(p)] = _Parts.of(prev, pg)
+            if not retain_graph:
+                node.retire()
+    finally:
+        mode.enabled = prev_enabled
+    return [found.get(id(t)) for t in inputs]

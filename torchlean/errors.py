@@ -56,3 +56,7 @@ class WorkerError(TorchLeanError, RuntimeError):
 
 class NotPicklableError(TorchLeanError, TypeError):
     """``pickle`` of an object whose unpickling would have to run code (a tensor: use torchlean.save)."""
+
+
+class NotSupportedError(TorchLeanError, NotImplementedError):
+    """A PyTorch function or option torchlean does not provide (yet); the message names the call."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import weakref
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -35,6 +36,9 @@ from .runtime import primitives as P
 from .runtime.buffer import Buffer, zeros as _zeros_buffer
 from .runtime.device import canonical_device, device_of, get_context
 from .runtime.rng import default_generator
+from .size import Size
+
+_Size, _new_size = Size, tuple.__new__  # (module globals: .shape is read by every op)
 
 _new_object = object.__new__
 
@@ -48,7 +52,7 @@ class Tensor:
     """A float32 (or index/mask) tensor. Create with ``torchlean.tensor``, ``zeros``, ``randn`` ..."""
 
     __slots__ = ("_buf", "_arr", "_shape", "_device", "requires_grad", "grad", "_node", "_retains_grad",
-                 "__weakref__")
+                 "_data_of", "__weakref__")
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -62,7 +66,7 @@ class Tensor:
             buf._tensors += 1  # (ownership: runtime/buffer.py)
         t._buf = buf
         t._arr = arr
-        t._shape = tuple(shape)
+        t._shape = _new_size(_Size, shape)
         t._device = device
         t.requires_grad = False
         t.grad = None
@@ -79,7 +83,7 @@ class Tensor:
         buf._tensors += 1  # one more Tensor holds buf (ownership: runtime/buffer.py)
         t._buf = buf
         t._arr = None
-        t._shape = shape if type(shape) is tuple else tuple(shape)
+        t._shape = shape if type(shape) is _Size else _new_size(_Size, shape)  # (torchlean.Size, a tuple)
         t._device = buf._ctx.name
         t.requires_grad = requires_grad
         t.grad = None
@@ -100,8 +104,8 @@ class Tensor:
 
     # -- properties ----------------------------------------------------------------------
     @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
+    def shape(self) -> Size:
+        return self._shape  # a Size: _wrap and _blank store one
 
     def size(self, dim: int | None = None) -> Any:
         return self._shape if dim is None else self._shape[dim_index("size", dim, self.ndim)]
@@ -145,10 +149,32 @@ class Tensor:
 
     @property
     def data(self) -> "Tensor":
-        """The same values cut from the graph (as ``detach()``), never requiring grad."""
+        """The same values cut from the graph (as ``detach()``), never requiring grad. As in
+        PyTorch, an in-place update of it (``p.data.add_(g, alpha=-lr)``, ``m.weight.data.normal_()``)
+        updates this tensor too, for as long as this tensor still holds the values it was taken
+        from (``_rebind``); the update is not recorded on the tape."""
         if self._buf is None:
-            return Tensor._wrap_array(self._arr, self._device)
-        return Tensor._wrap(self._buf, self._shape)
+            t = Tensor._wrap_array(self._arr, self._device)
+        else:
+            t = Tensor._wrap(self._buf, self._shape)
+        t._data_of = self
+        return t
+
+    @data.setter
+    def data(self, value: "Tensor") -> None:
+        """``p.data = t``: p holds t's values from now on (its shape too, as in PyTorch), keeping its
+        gradient flag and leaving the tape alone."""
+        if not isinstance(value, Tensor):
+            raise DTypeError(f"data: expected a Tensor, got {type(value).__name__}")
+        if (value._buf is None) != (self._buf is None):
+            raise DTypeError(f"data: cannot assign a {value.dtype} tensor to a {self.dtype} tensor")
+        if value._device != self._device:
+            raise DeviceError(f"data: the new values are on {value._device}, the tensor on {self._device}")
+        if self._buf is None:
+            self._arr = value._arr
+        else:
+            self._rebind(value._buf)
+        self._shape = value._shape
 
     @property
     def buffer(self) -> Buffer:
@@ -329,6 +355,22 @@ class Tensor:
             old._tensors -= 1
         buf._tensors += 1
         self._buf = buf
+        base = getattr(self, "_data_of", None)  # a ``.data`` view: its tensor follows while it still shares
+        if base is not None and base._buf is old and old is not None:
+            base._rebind(buf)
+
+    def _stand_in(self) -> "Tensor":
+        """A tensor holding this one's current buffer, gradient flag and node: what an in-place update
+        computes from and records as its parent, so that the tensor never becomes its own parent.
+        One per version: an update computed from one stand-in and recorded over another would run
+        the old node's VJP twice."""
+        s = _stand_ins.get(id(self))
+        if (s is None or s._buf is not self._buf or s._node is not self._node or s._shape != self._shape
+                or s.requires_grad != self.requires_grad):  # (an id can be reused once a tensor is gone)
+            s = Tensor._wrap(self._buf, self._shape, self.requires_grad)
+            s._node = self._node
+            _stand_ins[id(self)] = s
+        return s
 
     def _check_inplace(self, op: str) -> None:
         """PyTorch's rule: while gradients are recorded, a leaf that requires grad refuses in-place
@@ -337,12 +379,12 @@ class Tensor:
             raise AutogradError(f"{op}: a leaf tensor that requires grad is used in an in-place operation (PyTorch "
                                 f"refuses it too); wrap the update in torchlean.no_grad() or use an out-of-place op")
 
-    def _assign(self, op: str, new: "Tensor") -> "Tensor":
+    def _assign(self, op: str, new: "Tensor", old: "Tensor | None" = None) -> "Tensor":
         """Make this tensor hold ``new``'s values, as PyTorch's in-place ops do under autograd: under
         no_grad (or when nothing requires grad) a rebind to ``new``'s buffer, nothing recorded;
-        otherwise the update is recorded, so later uses differentiate through ``new`` (which the
-        caller computed from a stand-in for the old value: ``ops.select.snapshot``), and earlier
-        uses keep the old buffer in their VJPs."""
+        otherwise a recorded update: later uses differentiate through ``new``, uses recorded
+        before keep the old value and node (autograd.record_inplace). ``old`` is the stand-in
+        for the old value that ``new`` was computed from (``ops.select.snapshot``), if any."""
         if self._buf is None:
             return self._assign_array(op, new)
         self._check_inplace(op)
@@ -354,19 +396,14 @@ class Tensor:
         if not (autograd.is_grad_enabled() and (self.requires_grad or new.requires_grad)):
             self._rebind(buf)
             return self
-        old_buf, old_node = self._buf, self._node
+        if old is None or old is self:
+            old = self._stand_in()
         self._rebind(buf)
-        self._node = None
-        if new.requires_grad:
-            if new._node is not None:
-                self._node, self.requires_grad = new._node, True
-            else:  # a leaf's values: the gradient passes through to it
-                autograd.record(op, self, (new,), _pass_grad)
-        else:  # a non-leaf given values that do not depend on the graph: its history gets zeros
-            old = Tensor._wrap(old_buf, self._shape, True)  # (PyTorch's FillBackward / ZeroBackward)
-            old._node = old_node
+        if new.requires_grad:  # (old is a parent with no gradient of its own: uses before the update reach it)
+            autograd.record_inplace(op, self, (new, old), _pass_grad, old)
+        else:  # values that do not depend on the graph: the old value's history gets zeros, as in PyTorch
             n, dev = self.numel(), self._device
-            autograd.record(op, self, (old,), lambda g: (_zeros_buffer(n, dev),))
+            autograd.record_inplace(op, self, (old,), lambda g: (_zeros_buffer(n, dev),), old)
         return self
 
     def _assign_array(self, op: str, new: "Tensor") -> "Tensor":
@@ -380,7 +417,11 @@ class Tensor:
             raise ShapeError(f"{op}: the result has shape {new.shape}, the tensor has shape {self._shape}")
         if new._device != self._device:
             raise DeviceError(f"{op}: the update is on {new._device}, the tensor on {self._device}")
-        self._arr = new._as(op, mine)._arr
+        arr = new._as(op, mine)._arr
+        base = getattr(self, "_data_of", None)  # a ``.data`` view (see ``data``)
+        if base is not None and base._arr is self._arr:
+            base._arr = arr
+        self._arr = arr
         return self
 
     def zero_(self) -> "Tensor":
@@ -397,7 +438,7 @@ class Tensor:
         return self._assign("fill_", full(self._shape, value, device=self._device, dtype=float32))
 
     def __repr__(self) -> str:
-        vals = np.array2string(self.numpy(), precision=4, separator=", ", threshold=50)
+        vals = np.array2string(self.numpy(), separator=", ", **print_options)
         extra = ""
         if self._device != "cpu":
             extra += f", device='{self._device}'"
@@ -435,6 +476,10 @@ class Tensor:
         return new
 
 
+# What ``repr`` shows (np.array2string's arguments); ``torchlean.set_printoptions`` changes them.
+print_options: dict[str, Any] = {"precision": 4, "threshold": 50, "edgeitems": 3, "max_line_width": 75}
+
+
 def dim_index(op: str, dim: Any, rank: int) -> int:
     if type(dim) is int and -rank <= dim < rank:  # the common case, without the ABC checks below
         return dim % rank
@@ -449,8 +494,13 @@ def dim_index(op: str, dim: Any, rank: int) -> int:
     return d % rank if rank else 0
 
 
-def _pass_grad(g: Buffer) -> tuple[Buffer]:
-    return (g,)
+# The stand-in of each float tensor's current version, by id(tensor) (Tensor._stand_in checks that it
+# still matches); held weakly: the tape keeps the ones it needs alive.
+_stand_ins: "weakref.WeakValueDictionary[int, Tensor]" = weakref.WeakValueDictionary()
+
+
+def _pass_grad(g: Buffer) -> tuple[Buffer, None]:
+    return (g, None)
 
 
 def inplace_operand(op: str, other: Any) -> None:

@@ -64,10 +64,10 @@ del _family
 # -- compositions over the ops (nn/_activations.py, _losses.py, _norms.py, _spatial.py); these come
 # after the families: cross_entropy / nll_loss here add weight= and the legacy flags around the
 # fused ops, and scaled_dot_product_attention adds dropout_p -----------------------------------
-from . import _activations, _losses, _norms, _spatial  # noqa: E402
+from . import _activations, _losses, _more, _norms, _spatial  # noqa: E402
 from ._losses import legacy_reduction as _legacy_reduction  # noqa: E402
 
-for _family in (_activations, _losses, _norms, _spatial):
+for _family in (_activations, _losses, _norms, _spatial, _more):
     for _n in _family.__all__:
         if _n in ("legacy_reduction", "softmax_dim", "feature_dropout", "sdpa_with_dropout"):
             continue

@@ -136,3 +136,77 @@ def kaiming_normal_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlin
     if _target("kaiming_normal_", tensor).numel() == 0:
         return tensor
     return normal_(tensor, 0.0, _kaiming_std("kaiming_normal_", tensor, a, mode, nonlinearity), generator)
+
+
+def eye_(tensor: Tensor) -> Tensor:
+    """The identity matrix (ones on the diagonal of a 2-D tensor)."""
+    _target("eye_", tensor)
+    if tensor.ndim != 2:
+        raise ShapeError(f"eye_: only tensors with 2 dimensions are supported, got shape {tuple(tensor.shape)}")
+    import numpy as np
+
+    return _fill(tensor, from_numpy(np.eye(*tensor.shape, dtype=np.float32)))
+
+
+def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
+    """The Dirac delta of a 3-, 4- or 5-D convolution weight: each output channel passes its input
+    channel through (per group), as PyTorch."""
+    _target("dirac_", tensor)
+    if tensor.ndim not in (3, 4, 5):
+        raise ShapeError(f"dirac_: only tensors with 3, 4, or 5 dimensions are supported, got {tensor.ndim}")
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0 or tensor.shape[0] % groups:
+        raise ArgumentError(f"dirac_: dim 0 ({tensor.shape[0]}) must be divisible by groups ({groups!r})")
+    import numpy as np
+
+    w = np.zeros(tensor.shape, np.float32)
+    out_per_group = tensor.shape[0] // groups
+    centre = tuple(s // 2 for s in tensor.shape[2:])
+    for g in range(groups):
+        for d in range(min(out_per_group, tensor.shape[1])):
+            w[(g * out_per_group + d, d) + centre] = 1.0
+    return _fill(tensor, from_numpy(w))
+
+
+def orthogonal_(tensor: Tensor, gain: float = 1.0, generator: Any = None) -> Tensor:
+    """A (semi-)orthogonal matrix (the tensor flattened to rows x cols), times gain: the Q of a QR of
+    a standard normal draw from torchlean's generator, computed on the host in float64 with Q's
+    columns signed by R's diagonal (as PyTorch)."""
+    _target("orthogonal_", tensor)
+    if tensor.ndim < 2:
+        raise ShapeError(f"orthogonal_: only tensors with 2 or more dimensions are supported, got shape "
+                         f"{tuple(tensor.shape)}")
+    if tensor.numel() == 0:
+        return tensor
+    import numpy as np
+
+    rows = tensor.shape[0]
+    cols = tensor.numel() // rows
+    flat = randn(rows, cols, generator=generator).numpy().astype(np.float64)
+    if rows < cols:
+        flat = flat.T
+    q, r = np.linalg.qr(flat)
+    q = q * np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    return _fill(tensor, from_numpy((q * real_arg("orthogonal_", "gain", gain)).reshape(tensor.shape).astype(np.float32)))
+
+
+def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator: Any = None) -> Tensor:
+    """A 2-D tensor drawn N(0, std) with ceil(sparsity * rows) zeros in every column (random rows)."""
+    _target("sparse_", tensor)
+    if tensor.ndim != 2:
+        raise ShapeError(f"sparse_: only tensors with 2 dimensions are supported, got shape {tuple(tensor.shape)}")
+    sparsity = real_arg("sparse_", "sparsity", sparsity, 0.0)
+    import numpy as np
+
+    from ..ops.creation import randperm
+
+    rows, cols = tensor.shape
+    w = (randn(rows, cols, generator=generator).numpy() * real_arg("sparse_", "std", std, 0.0)).astype(np.float32)
+    zeros_per_col = int(math.ceil(sparsity * rows))
+    for c in range(cols):
+        w[randperm(rows, generator=generator).numpy()[:zeros_per_col], c] = 0.0
+    return _fill(tensor, from_numpy(w))
+
+
+__all__ += ["eye_", "dirac_", "orthogonal_", "sparse_"]

@@ -17,9 +17,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .. import autograd
 from .._validate import type_name
 from ..errors import ArgumentError, DeviceError, DTypeError, IndexOutOfRangeError, ShapeError
-from ._base import Tensor, dim_index, host_indices, numel, operand, same_device, tensor_arg
+from ..runtime import arrays
+from ..runtime import primitives as P
+from ._base import Tensor, dim_index, host_indices, new, numel, operand, same_device, tensor_arg
 from .index import gather_vec, getitem, scatter_add as scatter_add_1d
 from . import integer
 from .results import array_result, host_values
@@ -133,16 +136,37 @@ def _tensor_list(op: str, tensors: Any) -> list[Tensor]:
 
 
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    """One copy on the device (the data loader's collate and ``get_batch`` loops stack every step);
+    differentiable: the VJP hands each input its slice of the gradient (a view along dim 0)."""
     ts = _tensor_list("stack", tensors)
-    shapes = {t.shape for t in ts}
-    if len(shapes) > 1:
-        raise ShapeError(f"stack: expects tensors of one shape, got {[tuple(t.shape) for t in ts]}")
-    d = dim_index("stack", dim, ts[0].ndim + 1)
-    same_device("stack", *ts)
-    if all(t._buf is None for t in ts):
-        out = integer.stack(ts, d)
+    ref = ts[0]
+    shape, dev = ref._shape, ref._device
+    for t in ts:
+        if t._shape != shape:
+            raise ShapeError(f"stack: expects tensors of one shape, got {[tuple(t.shape) for t in ts]}")
+        if t._device != dev:
+            same_device("stack", *ts)  # (raises, naming the devices)
+    d = dim_index("stack", dim, len(shape) + 1)
+    out_shape = shape[:d] + (len(ts),) + shape[d:]
+    floats = sum(t._buf is not None for t in ts)
+    if floats == 0:
+        dt = ref._arr.dtype
+        if all(t._arr.dtype == dt for t in ts):
+            xp = arrays.array_module(dev)
+            with arrays.on_device(dev):
+                return Tensor._wrap_array(xp.stack([t._arr for t in ts], d), dev)
+        out = integer.stack(ts, d)  # PyTorch's promoted dtype
         if out is not None:
             return out
+    elif floats == len(ts):
+        recording = autograd.is_grad_enabled() and any(t.requires_grad for t in ts)
+        if not recording or d == 0:
+            out = new(arrays.stack_buffers("stack", [t._buf for t in ts], shape, d, dev), out_shape)
+            if not recording:
+                return out
+            n, k, total = len(ts), numel(shape), numel(out_shape)
+            return autograd.record("stack", out, tuple(ts), lambda g: tuple(P.slice1d(g, total, i * k, k)
+                                                                            for i in range(n)))
     return cat([unsqueeze(t, d) for t in ts], d)
 
 
@@ -489,11 +513,11 @@ def unflatten(x: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
 
 
 # -- assignment and in-place updates on the tape ----------------------------------------------
-def inplace_update(op: str, x: Tensor, new: Tensor) -> Tensor:
+def inplace_update(op: str, x: Tensor, new: Tensor, old: Tensor | None = None) -> Tensor:
     """Make ``x`` hold ``new``'s values, recorded on the tape as PyTorch's in-place ops are: later
     uses of x see the new values and differentiate through them; earlier uses keep the old values
     (their VJPs hold the old buffer). A leaf that requires grad refuses, as in PyTorch; under
-    no_grad x is rebound (Tensor._assign). ``new`` is computed from ``snapshot(x)``, never x."""
+    no_grad x is rebound (Tensor._assign). ``new`` is computed from ``old = snapshot(x)``, never x."""
     tensor_arg(op, "self", x)
     if new.shape != x.shape:
         raise ShapeError(f"{op}: the result has shape {new.shape}, the tensor has shape {x.shape}")
@@ -506,7 +530,7 @@ def inplace_update(op: str, x: Tensor, new: Tensor) -> Tensor:
                 raise DTypeError(f"{op}: result type float32 can't be cast to the desired output type {x.dtype}")
         x._arr = new._as(op, x.dtype)._arr  # (on x's device: arrays are never written in place)
         return x
-    return x._assign(op, new.float())
+    return x._assign(op, new.float(), old)
 
 
 def snapshot(x: Tensor) -> Tensor:
@@ -514,9 +538,7 @@ def snapshot(x: Tensor) -> Tensor:
     never makes x its own parent."""
     if x._buf is None:  # (an integer array is never written in place: x's own will do)
         return Tensor._wrap_array(x._arr, x._device)
-    old = Tensor._wrap(x._buf, x.shape, x.requires_grad)
-    old._node = x._node
-    return old
+    return x._stand_in()
 
 
 def setitem(x: Tensor, key: Any, value: Any) -> None:
@@ -548,7 +570,8 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
         x._arr = array_result(out.reshape(x.shape), x.device)._arr
         return
     x._check_inplace("setitem")
-    inplace_update("setitem", x, _merge(snapshot(x), slots, v, vpos, "setitem"))
+    old = snapshot(x)
+    inplace_update("setitem", x, _merge(old, slots, v, vpos, "setitem"), old)
 
 
 def _cpu_key(key: Any) -> Any:

@@ -9,14 +9,17 @@ names (``backend.array_module``), so that nothing above the runtime imports CuPy
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import math
+from typing import Any, Sequence
 
 import numpy as np
 
 from .buffer import Buffer, wrap
 from .device import get_context
+from .oom import run_allocating
 
-__all__ = ["array_module", "on_device", "from_host", "to_host", "move", "float_buffer", "buffer_array"]
+__all__ = ["array_module", "on_device", "from_host", "to_host", "move", "float_buffer", "buffer_array",
+           "stack_buffers"]
 
 _F32 = np.dtype(np.float32)
 
@@ -70,3 +73,16 @@ def float_buffer(a: Any, device: Any) -> Buffer:
 def buffer_array(buf: Buffer, shape: tuple) -> Any:
     """The values of a float32 Buffer as an array of its device, shaped (a view: never write it)."""
     return buf.data.reshape(shape)
+
+
+def stack_buffers(op: str, bufs: Sequence[Buffer], shape: tuple, axis: int, device: Any) -> Buffer:
+    """A new float32 Buffer: ``bufs`` (each holding ``shape``, all on ``device``) stacked along a
+    new ``axis``, row-major. One copy on the device (a move: exact)."""
+    ctx = get_context(device, op)
+    xp = ctx.backend.array_module
+
+    def run() -> Any:
+        with on_device(device):
+            return xp.stack([b._live().reshape(shape) for b in bufs], axis).reshape(-1)
+
+    return wrap(ctx, run_allocating(op, ctx, len(bufs) * math.prod(shape), run))

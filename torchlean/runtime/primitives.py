@@ -451,7 +451,7 @@ def check_axis_map(op: str, in_dims: Any, out_dims: Any, axis_map: Any) -> tuple
     The tape passes the same plain-int tuples on every step (every bias gradient): those are
     checked once per description (a memo keeps no exception, so only successes are cached; bools
     and NumPy ints, which hash like ints, take the uncached path)."""
-    if type(in_dims) is tuple and type(out_dims) is tuple and type(axis_map) is tuple:
+    if isinstance(in_dims, tuple) and isinstance(out_dims, tuple) and isinstance(axis_map, tuple):  # (Size too)
         for v in in_dims + out_dims + axis_map:
             if type(v) is not int:
                 break

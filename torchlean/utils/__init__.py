@@ -1,5 +1,6 @@
-"""PyTorch's ``torch.utils`` namespace: ``torchlean.utils.data`` (datasets, samplers, DataLoader)."""
+"""PyTorch's ``torch.utils`` namespace: ``torchlean.utils.data`` (datasets, samplers, DataLoader) and
+``torchlean.utils.checkpoint``."""
 
-from . import data
+from . import checkpoint, data
 
-__all__ = ["data"]
+__all__ = ["checkpoint", "data"]

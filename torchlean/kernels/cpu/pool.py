@@ -402,25 +402,18 @@ def _max2d_bwd_tiles(x3, dy3, dx3, p0, p1, kh, kw):
                 dx3[pl, wy[ow], wx[ow]] = _ZERO + dy3[pl, oh, ow]
 
 
+# kind: 0 the forward (into out), 1 the backward (dy3 into out), 2 the backward of tiling windows.
 @njit(parallel=True, cache=True, error_model="numpy")
-def _max2d_bwd_tiles_par(x3, dy3, dx3, ntask, kh, kw):
+def _max2d_par(kind, x3, dy3, out, ntask, kh, kw, sh, sw):
     planes = x3.shape[0]
     for t in prange(ntask):
-        _max2d_bwd_tiles(x3, dy3, dx3, planes * t // ntask, planes * (t + 1) // ntask, kh, kw)
-
-
-@njit(parallel=True, cache=True, error_model="numpy")
-def _max2d_rows_par(x3, y3, ntask, kh, kw, sh, sw):
-    planes = x3.shape[0]
-    for t in prange(ntask):
-        _max2d_rows(x3, y3, planes * t // ntask, planes * (t + 1) // ntask, kh, kw, sh, sw)
-
-
-@njit(parallel=True, cache=True, error_model="numpy")
-def _max2d_bwd_par(x3, dy3, dx3, ntask, kh, kw, sh, sw):
-    planes = x3.shape[0]
-    for t in prange(ntask):
-        _max2d_bwd_planes(x3, dy3, dx3, planes * t // ntask, planes * (t + 1) // ntask, kh, kw, sh, sw)
+        p0, p1 = planes * t // ntask, planes * (t + 1) // ntask
+        if kind == 0:
+            _max2d_rows(x3, out, p0, p1, kh, kw, sh, sw)
+        elif kind == 1:
+            _max2d_bwd_planes(x3, dy3, out, p0, p1, kh, kw, sh, sw)
+        else:
+            _max2d_bwd_tiles(x3, dy3, out, p0, p1, kh, kw)
 
 
 # -- 2x2 windows at stride 2 (the CNN's pool): one kernel each way, flat indices, no rescans --------
@@ -601,22 +594,19 @@ def _max22e_bwd(x, dy, dx, p0, p1, h, w, oh_n, ow_n):
         d[2 * k + 1] = v if t else _ZERO
 
 
+# The forward (bwd False: x into out) or the backward (dy into out), planes split into ntask parts.
 @njit(parallel=True, cache=True, error_model="numpy")
-def _max22_rows_par(x, y, planes, ntask, h, w, oh_n, ow_n):
+def _max22_par(bwd, x, dy, out, planes, ntask, h, w, oh_n, ow_n):
     for t in prange(ntask):
-        if w % 2 == 0:
-            _max22e_rows(x, y, planes * t // ntask, planes * (t + 1) // ntask, h, w, oh_n, ow_n)
+        p0, p1 = planes * t // ntask, planes * (t + 1) // ntask
+        if bwd and w % 2 == 0:
+            _max22e_bwd(x, dy, out, p0, p1, h, w, oh_n, ow_n)
+        elif bwd:
+            _max22_bwd(x, dy, out, p0, p1, h, w, oh_n, ow_n)
+        elif w % 2 == 0:
+            _max22e_rows(x, out, p0, p1, h, w, oh_n, ow_n)
         else:
-            _max22_rows(x, y, planes * t // ntask, planes * (t + 1) // ntask, h, w, oh_n, ow_n)
-
-
-@njit(parallel=True, cache=True, error_model="numpy")
-def _max22_bwd_par(x, dy, dx, planes, ntask, h, w, oh_n, ow_n):
-    for t in prange(ntask):
-        if w % 2 == 0:
-            _max22e_bwd(x, dy, dx, planes * t // ntask, planes * (t + 1) // ntask, h, w, oh_n, ow_n)
-        else:
-            _max22_bwd(x, dy, dx, planes * t // ntask, planes * (t + 1) // ntask, h, w, oh_n, ow_n)
+            _max22_rows(x, out, p0, p1, h, w, oh_n, ow_n)
 
 
 def _plain_2d(spatial, padding) -> bool:
@@ -638,7 +628,7 @@ def _max2d(x, planes, spatial, kernel, stride, dy=None):
                 if y.size * min(kh * kw, 64) < _PARALLEL_WORK:
                     _max2d_rows(x3, y, 0, planes, kh, kw, sh, sw)
                 else:
-                    _max2d_rows_par(x3, y, ntask, kh, kw, sh, sw)
+                    _max2d_par(0, x3, y, y, ntask, kh, kw, sh, sw)
             return y.reshape(-1)
         dx = np.empty((planes, h, w), dtype=F32)
         if dx.size:
@@ -648,11 +638,11 @@ def _max2d(x, planes, spatial, kernel, stride, dy=None):
                 if serial:
                     _max2d_bwd_tiles(x3, dy3, dx, 0, planes, kh, kw)
                 else:
-                    _max2d_bwd_tiles_par(x3, dy3, dx, ntask, kh, kw)
+                    _max2d_par(2, x3, dy3, dx, ntask, kh, kw, sh, sw)
             elif serial:
                 _max2d_bwd_planes(x3, dy3, dx, 0, planes, kh, kw, sh, sw)
             else:
-                _max2d_bwd_par(x3, dy3, dx, ntask, kh, kw, sh, sw)
+                _max2d_par(1, x3, dy3, dx, ntask, kh, kw, sh, sw)
         return dx.reshape(-1)
 
 
@@ -665,13 +655,13 @@ def _max22(x, planes, h, w, oh, ow, ntask, dy):
             if serial:
                 (_max22e_rows if w % 2 == 0 else _max22_rows)(x, y, 0, planes, h, w, oh, ow)
             else:
-                _max22_rows_par(x, y, planes, ntask, h, w, oh, ow)
+                _max22_par(False, x, y, y, planes, ntask, h, w, oh, ow)
             return y
         dx = np.empty(planes * h * w, dtype=F32)
         if serial:
             (_max22e_bwd if w % 2 == 0 else _max22_bwd)(x, dy, dx, 0, planes, h, w, oh, ow)
         else:
-            _max22_bwd_par(x, dy, dx, planes, ntask, h, w, oh, ow)
+            _max22_par(True, x, dy, dx, planes, ntask, h, w, oh, ow)
         return dx
 
 

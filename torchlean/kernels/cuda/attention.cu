@@ -135,7 +135,30 @@ __device__ __forceinline__ void tl_mma_4x8(float acc[4][8], const float* A, cons
     }
 }
 
+// acc + a.x b.x + a.y b.y + a.z b.z + a.w b.w: four fmaf, in that order.
+__device__ __forceinline__ float tl_fma_dot4(float4 a, float4 b, float acc) {
+    return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
+}
+
 __device__ __forceinline__ int tl_col(int cg, int c) { return (c < 4) ? cg * 4 + c : 32 + cg * 4 + (c - 4); }
+
+// The backward's two score micro-tiles from zero: s = A1^T B1 and dp = A2^T B2 (tl_mma_4x8).
+template <int DP>
+__device__ __forceinline__ void tl_scores_4x8(float s[4][8], float dp[4][8], const float* A1, const float* B1,
+                                              const float* A2, const float* B2, int rg, int cg) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) { s[r][c] = 0.0f; dp[r][c] = 0.0f; }
+    tl_mma_4x8<DP>(s, A1, B1, rg, cg);
+    tl_mma_4x8<DP>(dp, A2, B2, rg, cg);
+}
+
+// row[tl_col(cg, c)] = v[c] for c < 8: two float4 stores.
+__device__ __forceinline__ void tl_store_row8(float* row, int cg, const float v[8]) {
+    *reinterpret_cast<float4*>(row + cg * 4) = make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float4*>(row + 32 + cg * 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
 
 // -- forward ---------------------------------------------------------------------------------
 // 128 threads, BR = 16 RT query rows x 64 keys per step, each thread an RT x 8 register micro-tile
@@ -242,12 +265,7 @@ __device__ void tl_flash_attention_fwd_tiled(const float* __restrict__ q, const 
                 for (int r = 0; r < RT; ++r) {
                     const float4 a = *reinterpret_cast<const float4*>(Qs + (rg * RT + r) * QP + kk);
 #pragma unroll
-                    for (int c = 0; c < 8; ++c) {
-                        s[r][c] = fmaf(a.x, bk[c].x, s[r][c]);
-                        s[r][c] = fmaf(a.y, bk[c].y, s[r][c]);
-                        s[r][c] = fmaf(a.z, bk[c].z, s[r][c]);
-                        s[r][c] = fmaf(a.w, bk[c].w, s[r][c]);
-                    }
+                    for (int c = 0; c < 8; ++c) s[r][c] = tl_fma_dot4(a, bk[c], s[r][c]);
                 }
             }
             __syncthreads();  // everyone is done reading K_j
@@ -387,12 +405,7 @@ __device__ void tl_flash_attention_bwd_dq_tiled(const float* __restrict__ q, con
             tl_load_t<DP>(VsT, v + tl_koff(L, b), j0, n_k, d, L.k_ld, 1.0f, vec);
             __syncthreads();
             float s[4][8], dp[4][8];
-#pragma unroll
-            for (int r = 0; r < 4; ++r)
-#pragma unroll
-                for (int c = 0; c < 8; ++c) { s[r][c] = 0.0f; dp[r][c] = 0.0f; }
-            tl_mma_4x8<DP>(s, QsT, KsT, rg, cg);
-            tl_mma_4x8<DP>(dp, GsT, VsT, rg, cg);
+            tl_scores_4x8<DP>(s, dp, QsT, KsT, GsT, VsT, rg, cg);
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const long long i = i0 + rg * 4 + r;
@@ -404,30 +417,20 @@ __device__ void tl_flash_attention_bwd_dq_tiled(const float* __restrict__ q, con
                     float p = (live && l2[r] != -INFINITY) ? exp2f(t - l2[r]) : 0.0f;
                     dsv[c] = live ? p * (dp[r][c] - dr[r]) : 0.0f;
                 }
-                float* srow = Ss + (rg * 4 + r) * TL_LD;
-                *reinterpret_cast<float4*>(srow + cg * 4) = make_float4(dsv[0], dsv[1], dsv[2], dsv[3]);
-                *reinterpret_cast<float4*>(srow + 32 + cg * 4) = make_float4(dsv[4], dsv[5], dsv[6], dsv[7]);
+                tl_store_row8(Ss + (rg * 4 + r) * TL_LD, cg, dsv);
             }
             __syncthreads();
             // acc[r][t] += sum_j dS[row][j] K[j][cg + 8t]
 #pragma unroll 2
             for (int j = 0; j < TL_BC; j += 4) {
-                float sv[4][4];
+                float4 sv[4];
 #pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    float4 s4 = *reinterpret_cast<const float4*>(Ss + (rg * 4 + r) * TL_LD + j);
-                    sv[r][0] = s4.x; sv[r][1] = s4.y; sv[r][2] = s4.z; sv[r][3] = s4.w;
-                }
+                for (int r = 0; r < 4; ++r) sv[r] = *reinterpret_cast<const float4*>(Ss + (rg * 4 + r) * TL_LD + j);
 #pragma unroll
                 for (int t = 0; t < DP / 8; ++t) {
                     float4 k4 = *reinterpret_cast<const float4*>(KsT + (cg + 8 * t) * TL_LD + j);
 #pragma unroll
-                    for (int r = 0; r < 4; ++r) {
-                        acc[r][t] = fmaf(sv[r][0], k4.x, acc[r][t]);
-                        acc[r][t] = fmaf(sv[r][1], k4.y, acc[r][t]);
-                        acc[r][t] = fmaf(sv[r][2], k4.z, acc[r][t]);
-                        acc[r][t] = fmaf(sv[r][3], k4.w, acc[r][t]);
-                    }
+                    for (int r = 0; r < 4; ++r) acc[r][t] = tl_fma_dot4(sv[r], k4, acc[r][t]);
                 }
             }
         }
@@ -489,12 +492,7 @@ __device__ void tl_flash_attention_bwd_dkv_tiled(const float* __restrict__ q, co
             __syncthreads();
             // transposed scores: rows = keys (rg*4 + r), columns = queries tl_col(cg, c)
             float s[4][8], dp[4][8];
-#pragma unroll
-            for (int r = 0; r < 4; ++r)
-#pragma unroll
-                for (int c = 0; c < 8; ++c) { s[r][c] = 0.0f; dp[r][c] = 0.0f; }
-            tl_mma_4x8<DP>(s, KsT, QsT, rg, cg);
-            tl_mma_4x8<DP>(dp, VsT, GsT, rg, cg);
+            tl_scores_4x8<DP>(s, dp, KsT, QsT, VsT, GsT, rg, cg);
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const long long j = j0 + rg * 4 + r;
@@ -509,24 +507,18 @@ __device__ void tl_flash_attention_bwd_dkv_tiled(const float* __restrict__ q, co
                     pv[c] = p;
                     sv[c] = live ? p * (dp[r][c] - Dd[ic]) : 0.0f;
                 }
-                float* prow = Ps + (rg * 4 + r) * TL_LD;
-                float* srow = Ss + (rg * 4 + r) * TL_LD;
-                *reinterpret_cast<float4*>(prow + cg * 4) = make_float4(pv[0], pv[1], pv[2], pv[3]);
-                *reinterpret_cast<float4*>(prow + 32 + cg * 4) = make_float4(pv[4], pv[5], pv[6], pv[7]);
-                *reinterpret_cast<float4*>(srow + cg * 4) = make_float4(sv[0], sv[1], sv[2], sv[3]);
-                *reinterpret_cast<float4*>(srow + 32 + cg * 4) = make_float4(sv[4], sv[5], sv[6], sv[7]);
+                tl_store_row8(Ps + (rg * 4 + r) * TL_LD, cg, pv);
+                tl_store_row8(Ss + (rg * 4 + r) * TL_LD, cg, sv);
             }
             __syncthreads();
             // av[r][t] += sum_i P[key][i] dout[i][cg + 8t]; ak[r][t] += sum_i dS[key][i] (q c)[i][cg + 8t]
 #pragma unroll 1
             for (int i = 0; i < TL_BR; i += 4) {
-                float pp[4][4], ss[4][4];
+                float4 pp[4], ss[4];
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
-                    float4 p4 = *reinterpret_cast<const float4*>(Ps + (rg * 4 + r) * TL_LD + i);
-                    float4 s4 = *reinterpret_cast<const float4*>(Ss + (rg * 4 + r) * TL_LD + i);
-                    pp[r][0] = p4.x; pp[r][1] = p4.y; pp[r][2] = p4.z; pp[r][3] = p4.w;
-                    ss[r][0] = s4.x; ss[r][1] = s4.y; ss[r][2] = s4.z; ss[r][3] = s4.w;
+                    pp[r] = *reinterpret_cast<const float4*>(Ps + (rg * 4 + r) * TL_LD + i);
+                    ss[r] = *reinterpret_cast<const float4*>(Ss + (rg * 4 + r) * TL_LD + i);
                 }
 #pragma unroll
                 for (int t = 0; t < DP / 8; ++t) {
@@ -534,14 +526,8 @@ __device__ void tl_flash_attention_bwd_dkv_tiled(const float* __restrict__ q, co
                     float4 q4 = *reinterpret_cast<const float4*>(QsT + (cg + 8 * t) * TL_LD + i);
 #pragma unroll
                     for (int r = 0; r < 4; ++r) {
-                        av[r][t] = fmaf(pp[r][0], g4.x, av[r][t]);
-                        av[r][t] = fmaf(pp[r][1], g4.y, av[r][t]);
-                        av[r][t] = fmaf(pp[r][2], g4.z, av[r][t]);
-                        av[r][t] = fmaf(pp[r][3], g4.w, av[r][t]);
-                        ak[r][t] = fmaf(ss[r][0], q4.x, ak[r][t]);
-                        ak[r][t] = fmaf(ss[r][1], q4.y, ak[r][t]);
-                        ak[r][t] = fmaf(ss[r][2], q4.z, ak[r][t]);
-                        ak[r][t] = fmaf(ss[r][3], q4.w, ak[r][t]);
+                        av[r][t] = tl_fma_dot4(pp[r], g4, av[r][t]);
+                        ak[r][t] = tl_fma_dot4(ss[r], q4, ak[r][t]);
                     }
                 }
             }
@@ -613,6 +599,15 @@ __device__ __forceinline__ float tl_warp_dot(const float* a, const float* __rest
     return tl_warp_sum_f(acc);
 }
 
+// A lane's share of a row of d floats: a[t] = row[lane + 32 t] * mul (0 past d).
+__device__ __forceinline__ void tl_lane_load(float* a, const float* row, int d, int lane, float mul) {
+#pragma unroll
+    for (int t = 0; t < TL_NPL; ++t) {
+        int c = lane + 32 * t;
+        a[t] = (c < d) ? row[c] * mul : 0.0f;
+    }
+}
+
 extern "C" __global__ void tl_flash_attention_fwd_generic(const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS,
                                                float* out, float* lse, long long batch, long long n_q,
                                                long long n_k, int d, float scale, TlAttnLay L) {
@@ -626,13 +621,8 @@ extern "C" __global__ void tl_flash_attention_fwd_generic(const float* q, const 
         const float* qr = q + tl_qoff(L, b) + i * L.q_ld;
         const float* kb = k + tl_koff(L, b);
         const float* vb = v + tl_koff(L, b);
-        float qa[TL_NPL], o[TL_NPL];
-#pragma unroll
-        for (int t = 0; t < TL_NPL; ++t) {
-            int c = lane + 32 * t;
-            qa[t] = (c < d) ? qr[c] * c2 : 0.0f;
-            o[t] = 0.0f;
-        }
+        float qa[TL_NPL], o[TL_NPL] = {};
+        tl_lane_load(qa, qr, d, lane, c2);
         float m = -INFINITY, l = 0.0f;
         const long long kend = M.causal ? min(n_k, i + 1) : n_k;
         for (long long j = 0; j < kend; ++j) {
@@ -676,13 +666,12 @@ extern "C" __global__ void tl_flash_attention_bwd_dq_generic(const float* q, con
         const float* gr = dout + tl_ooff(L, b) + i * L.o_ld;
         const float* kb = k + tl_koff(L, b);
         const float* vb = v + tl_koff(L, b);
-        float qa[TL_NPL], ga[TL_NPL], acc[TL_NPL];
+        float qa[TL_NPL], ga[TL_NPL], acc[TL_NPL] = {};
 #pragma unroll
         for (int t = 0; t < TL_NPL; ++t) {
             int c = lane + 32 * t;
             qa[t] = (c < d) ? q[qo + c] * c2 : 0.0f;
             ga[t] = (c < d) ? gr[c] : 0.0f;
-            acc[t] = 0.0f;
         }
         const float l2 = lse[row] * TL_LOG2E, dr = dd[row];
         const long long kend = M.causal ? min(n_k, i + 1) : n_k;
@@ -721,23 +710,13 @@ extern "C" __global__ void tl_flash_attention_bwd_dkv_generic(const float* q, co
         const long long ko = tl_koff(L, b) + j * L.k_ld;
         const float* qb = q + tl_qoff(L, b);
         const float* gb = dout + tl_ooff(L, b);
-        float va[TL_NPL], ak[TL_NPL], av[TL_NPL];
-#pragma unroll
-        for (int t = 0; t < TL_NPL; ++t) {
-            int c = lane + 32 * t;
-            va[t] = (c < d) ? v[ko + c] : 0.0f;
-            ak[t] = 0.0f;
-            av[t] = 0.0f;
-        }
+        float va[TL_NPL], ak[TL_NPL] = {}, av[TL_NPL] = {};
+        tl_lane_load(va, v + ko, d, lane, 1.0f);
         for (long long i = M.causal ? j : 0; i < n_q; ++i) {
             const float* qr = qb + i * L.q_ld;
             const float* gr = gb + i * L.o_ld;
             float qs[TL_NPL];
-#pragma unroll
-            for (int t = 0; t < TL_NPL; ++t) {
-                int c = lane + 32 * t;
-                qs[t] = (c < d) ? qr[c] * c2 : 0.0f;
-            }
+            tl_lane_load(qs, qr, d, lane, c2);
             bool live;
             float s = tl_masked(tl_warp_dot(qs, k + ko, d, lane), i, j, n_q, n_k, M, mb, &live);
             float dp = tl_warp_dot(va, gr, d, lane);

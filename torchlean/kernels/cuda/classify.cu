@@ -123,6 +123,28 @@ TL_CLS_BWD(tl_gelu_tanh_bwd_k, tl_gelu_tanh_d)
 
 __device__ __forceinline__ float ce_shift(float m) { return fmaxf(m, -TL_FLT_MAX); }
 
+// Moves a state's sums from shift c to the shift C (in place, in double; nothing when C <= c): s *=
+// exp(c - C), and q += n (C - c) for the n values it holds (when smooth).
+__device__ __forceinline__ void ce_rebase(double& s, double& q, long long n, float c, float C, bool smooth) {
+    if (c < C) {
+        s *= exp((double)c - (double)C);
+        if (smooth && n > 0) q += (double)n * ((double)C - (double)c);
+    }
+}
+
+// Rows whose maximum is not finite (rare): the NaN count and the plain sum (in double) of this
+// thread's values xr[j], j = j0, j0 + step, ... < cols.
+__device__ __forceinline__ void ce_nan_count_sum(const float* __restrict__ xr, long long cols, long long j0,
+                                                 long long step, double& cnt, double& sum) {
+    cnt = 0.0;
+    sum = 0.0;
+    for (long long j = j0; j < cols; j += step) {
+        const float v = xr[j];
+        cnt += (v != v) ? 1.0 : 0.0;
+        sum += (double)v;
+    }
+}
+
 // Fixed-order trees over a register array (N a power of two): level w combines a[i] and a[i + w]
 // for i < w, w = N/2, N/4, ..., 1. Template recursion keeps every index static (registers, no stack).
 template <int W>
@@ -262,14 +284,14 @@ __device__ __forceinline__ void ce_rows_reg(const float* __restrict__ x, long lo
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 4) tl_cross_entropy_rows_reg4(const float* x, long long rows, long long cols,
-                                                             const unsigned* tg, float ls, float* loss, float* lse) {
-    ce_rows_reg<4>(x, rows, cols, tg, ls, loss, lse);
+#define TL_CE_ROWS(NAME, FN, V, LB, MINB)                                                                  \
+extern "C" __global__ void __launch_bounds__(LB, MINB) NAME(const float* x, long long rows, long long cols,      \
+                                                            const unsigned* tg, float ls, float* loss, float* lse) { \
+    FN<V>(x, rows, cols, tg, ls, loss, lse);                                                                     \
 }
-extern "C" __global__ void __launch_bounds__(256, 2) tl_cross_entropy_rows_reg1(const float* x, long long rows, long long cols,
-                                                             const unsigned* tg, float ls, float* loss, float* lse) {
-    ce_rows_reg<1>(x, rows, cols, tg, ls, loss, lse);
-}
+
+TL_CE_ROWS(tl_cross_entropy_rows_reg4, ce_rows_reg, 4, 256, 4)
+TL_CE_ROWS(tl_cross_entropy_rows_reg1, ce_rows_reg, 1, 256, 2)
 
 // -- long rows: one online pass per block over a row segment --------------------------------------
 // The thread's part of [j0, j1) (j0 % 4 == 0 and j1 % 4 == 0 or j1 == cols when VW = 4), in steps of
@@ -322,28 +344,10 @@ __device__ __forceinline__ void ce_seg_online(const float* __restrict__ xr, long
 __device__ __forceinline__ void ce_block_combine(float& m, double& s, double& q, long long n, bool smooth,
                                                  float* fs, double* ds) {
     const float M = tl_block_max_f(m, fs);
-    const float C = ce_shift(M), c = ce_shift(m);
-    double sc = s, qc = q;
-    if (c < C) {
-        sc = s * exp((double)c - (double)C);
-        if (smooth && n > 0) qc += (double)n * ((double)C - (double)c);
-    }
-    s = tl_block_sum_d(sc, ds);
-    q = smooth ? tl_block_sum_d(qc, ds) : 0.0;
+    ce_rebase(s, q, n, ce_shift(m), ce_shift(M), smooth);
+    s = tl_block_sum_d(s, ds);
+    q = smooth ? tl_block_sum_d(q, ds) : 0.0;
     m = M;
-}
-
-// Rows whose maximum is not finite (rare): a second pass for the NaN count and the plain sum.
-__device__ __forceinline__ void ce_block_fallback(const float* __restrict__ xr, long long cols, double& s,
-                                                  double& q, double* ds) {
-    double cnt = 0.0, sum = 0.0;
-    for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-        const float v = xr[j];
-        cnt += (v != v) ? 1.0 : 0.0;
-        sum += (double)v;
-    }
-    s = tl_block_sum_d(cnt, ds);
-    q = tl_block_sum_d(sum, ds);
 }
 
 // A block (512 threads) per row: the row is read once (separate max and sum passes would read a
@@ -366,19 +370,18 @@ __device__ __forceinline__ void ce_rows_block(const float* __restrict__ x, long 
         long long n = 0;
         ce_seg_online<VW>(xr, 0, cols, smooth, m, s, q, n);
         ce_block_combine(m, s, q, n, smooth, fs, ds);
-        if (!tl_finite(m)) ce_block_fallback(xr, cols, s, q, ds);  // m is uniform in the block
+        if (!tl_finite(m)) {  // rare (m is uniform in the block): a second pass over the row
+            double cnt, sum;
+            ce_nan_count_sum(xr, cols, threadIdx.x, blockDim.x, cnt, sum);
+            s = tl_block_sum_d(cnt, ds);
+            q = tl_block_sum_d(sum, ds);
+        }
         if (threadIdx.x == 0) ce_finish(m, s, q, xt, valid, cols, ls, loss, lse, r);
     }
 }
 
-extern "C" __global__ void __launch_bounds__(512, 2) tl_cross_entropy_rows_block4(const float* x, long long rows, long long cols,
-                                                               const unsigned* tg, float ls, float* loss, float* lse) {
-    ce_rows_block<4>(x, rows, cols, tg, ls, loss, lse);
-}
-extern "C" __global__ void __launch_bounds__(512, 1) tl_cross_entropy_rows_block1(const float* x, long long rows, long long cols,
-                                                               const unsigned* tg, float ls, float* loss, float* lse) {
-    ce_rows_block<1>(x, rows, cols, tg, ls, loss, lse);
-}
+TL_CE_ROWS(tl_cross_entropy_rows_block4, ce_rows_block, 4, 512, 2)
+TL_CE_ROWS(tl_cross_entropy_rows_block1, ce_rows_block, 1, 512, 1)
 
 // -- few long rows: nsplit blocks per row (nsplit <= 32, segments of seg columns, seg % 4 == 0),
 // then a warp per row combines the nsplit states in lane order. nsplit and seg depend on (rows,
@@ -443,21 +446,12 @@ extern "C" __global__ void tl_cross_entropy_rows_split_fin(const float* __restri
         const float M = tl_warp_max_f(mb);
         double s, q = 0.0;
         if (tl_finite(M)) {
-            const float c = ce_shift(mb);
-            double sc = sb, qc = qb;
-            if (c < M) {
-                sc = sb * exp((double)c - (double)M);
-                if (smooth && nb > 0) qc += (double)nb * ((double)M - (double)c);
-            }
-            s = tl_warp_sum_d(sc);
-            if (smooth) q = tl_warp_sum_d(qc);
-        } else {  // rare: the warp reads the row again for the NaN count and the plain sum
-            double cnt = 0.0, sum = 0.0;
-            for (long long j = lane; j < cols; j += 32) {
-                const float v = xr[j];
-                cnt += (v != v) ? 1.0 : 0.0;
-                sum += (double)v;
-            }
+            ce_rebase(sb, qb, nb, ce_shift(mb), M, smooth);
+            s = tl_warp_sum_d(sb);
+            if (smooth) q = tl_warp_sum_d(qb);
+        } else {  // rare: the warp reads the row again
+            double cnt, sum;
+            ce_nan_count_sum(xr, cols, lane, 32, cnt, sum);
             s = tl_warp_sum_d(cnt);
             q = tl_warp_sum_d(sum);
         }

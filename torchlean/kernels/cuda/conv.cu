@@ -399,17 +399,20 @@ extern "C" __global__ void tl_conv_depthwise1d(const float* __restrict__ x, cons
 
 // dx[r*L + i] = the sum over the taps k (ascending) of an output o with o*s - p + k*d = i of
 // w[c*K + k] * dy[r*Lo + o]; taps in the padding are no terms.
+// bias (may be null: the transposed conv's, per channel) starts each sum, as in the general path;
+// adding it afterwards with a CuPy elementwise kernel would flush subnormal sums (CuPy compiles
+// with -ftz=true).
 extern "C" __global__ void tl_conv_bwd_input_depthwise1d(const float* __restrict__ dy, const float* __restrict__ w,
-                                                         float* __restrict__ dx, long long rows, long long C,
-                                                         long long L, long long Lo, long long K, long long s,
-                                                         long long p, long long d) {
+                                                         const float* __restrict__ bias, float* __restrict__ dx,
+                                                         long long rows, long long C, long long L, long long Lo,
+                                                         long long K, long long s, long long p, long long d) {
     const long long total = rows * L;
     for (long long e = TL_TID; e < total; e += TL_STRIDE) {
         long long r = tl_div(e, L), i = e - r * L;
         long long c = r - tl_div(r, C) * C;
         const float* wc = w + c * K;
         const float* gr = dy + r * Lo;
-        float acc = 0.0f;
+        float acc = bias ? bias[c] : 0.0f;
         for (long long k = 0; k < K; ++k) {
             long long t = i + p - k * d;  // = o*s
             if (t < 0) break;             // t falls as k grows

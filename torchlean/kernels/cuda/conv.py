@@ -63,6 +63,7 @@ _getdev = cupy.cuda.runtime.getDevice
 __all__ = ["conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose"]
 
 _FILE = "conv.cu"
+_NULL = np.uint64(0)  # a NULL device pointer, passed by value: no bias
 _WORKSPACE = 256 << 20   # bytes of columns (and partials) per call, at most; one image may exceed it
 _IMAGE_MIN_P = 1024      # per-image GEMMs (no permute) when an image has at least this many outputs
 _IMAGE_MAX_P = 8192      # ... and at most this many (unless pointwise): beyond it one wide GEMM
@@ -368,7 +369,8 @@ def _depthwise_fwd(x, w, b, plan: ConvPlan):
     rows, lo = plan.batch * plan.in_c, plan.out[0]
     y = empty(rows * lo)
     if y.size:
-        _launch("tl_conv_depthwise1d", (grid_for(rows * lo),), (x, w, b, y, I64(rows)) + _dw_tail(plan))
+        _launch("tl_conv_depthwise1d", (grid_for(rows * lo),),
+                (x, w, _NULL if b is None else b, y, I64(rows)) + _dw_tail(plan))
     return y
 
 
@@ -376,9 +378,8 @@ def _depthwise_bwd_input(dy, w, bias, plan: ConvPlan):
     rows, n_in = plan.batch * plan.in_c, plan.spatial[0]
     dx = empty(rows * n_in)
     if dx.size:
-        _launch("tl_conv_bwd_input_depthwise1d", (grid_for(rows * n_in),), (dy, w, dx, I64(rows)) + _dw_tail(plan))
-        if bias is not None:  # the transposed conv's bias (one float32 addition per element)
-            dx.reshape(plan.batch, plan.in_c, n_in)[...] += bias.reshape(1, -1, 1)
+        _launch("tl_conv_bwd_input_depthwise1d", (grid_for(rows * n_in),),
+                (dy, w, _NULL if bias is None else bias, dx, I64(rows)) + _dw_tail(plan))
     return dx
 
 
@@ -406,7 +407,7 @@ def _weight_chunking(plan: ConvPlan) -> tuple:
     batch, in_c, out_c, spatial, kernel_, stride, padding, out = plan[:8]
     S, P, K = math.prod(spatial), math.prod(out), math.prod(kernel_)
     ck = in_c * K
-    mn = out_c * ck
+    mn = out_c * (ck // plan.groups)  # the weight: out_c rows of in_c/G * K
     if mn == 0 or batch == 0:  # the caller returns before using the rest
         return S, P, ck, mn, False, False, 0, 1, 0
     pw = _pointwise(kernel_, stride, padding, spatial, out) and plan.groups == 1

@@ -13,6 +13,7 @@ from .linear import Identity, Linear
 from .loss import __all__ as _loss_all
 from .loss import *  # noqa: F401,F403
 from .mamba import Mamba
+from .more import Bilinear, ChannelShuffle, CTCLoss, EmbeddingBag, LocalResponseNorm
 from .module import IncompatibleKeys, Module, RemovableHandle
 from .normalization import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, InstanceNorm1d, InstanceNorm2d,
                             InstanceNorm3d, LayerNorm, RMSNorm)
@@ -36,6 +37,7 @@ __all__ = ["Module", "IncompatibleKeys", "RemovableHandle", "Sequential", "Modul
            "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
            "Transformer", "TransformerEncoder", "TransformerDecoder", "TransformerEncoderLayer",
            "TransformerDecoderLayer",
+           "Bilinear", "LocalResponseNorm", "ChannelShuffle", "EmbeddingBag", "CTCLoss",
            *_activation_all, *_loss_all, *_padding_all, *_pooling_all]
 
 # PyTorch's module paths for classes kept in other files (torch.nn.modules.rnn ...): see _reexport.py

@@ -246,8 +246,25 @@ class Module:
                 with autograd.no_grad():
                     p.grad.zero_()
 
-    def to(self, device: Any = None, dtype: Any = None) -> "Module":
-        """Move every parameter and buffer to ``device`` in place (the same Parameter objects)."""
+    def to(self, *args: Any, device: Any = None, dtype: Any = None, non_blocking: bool = False,
+           memory_format: Any = None) -> "Module":
+        """Move every parameter and buffer to ``device`` in place (the same Parameter objects):
+        ``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(tensor)``, ``to(memory_format=...)``
+        as in PyTorch (float32 is the one floating dtype; a memory format changes nothing)."""
+        from ...memory_format import check_memory_format
+
+        check_memory_format("Module.to", memory_format)
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif isinstance(a, bool):
+                continue
+            elif _looks_like_dtype(a):
+                dtype = a
+            elif device is None:
+                device = a
+            else:
+                raise ArgumentError(f"Module.to: expected a device, a dtype or a Tensor, got {a!r}")
         if dtype is not None:
             from ...tensor import canonical_dtype
 
@@ -285,6 +302,16 @@ class Module:
 
     def bfloat16(self) -> "Module":
         self._float32_only("bfloat16")
+
+    def type(self, dst_type: Any) -> "Module":
+        """``type(torchlean.float32)`` (or "torch.FloatTensor") is a no-op; any other type raises."""
+        from ... import dtypes
+
+        if dst_type in (dtypes.float32, "torch.FloatTensor", "torchlean.FloatTensor") or getattr(
+                dst_type, "name", None) == "float32":
+            return self
+        raise DTypeError(f"Module.type: torchlean computes in float32 and stores parameters in float32 only, got "
+                         f"{dst_type!r}; keep the model in float32 (remove the .type() call)")
 
     # -- state dict ----------------------------------------------------------------------
     def state_dict(self, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> "OrderedDict[str, Tensor]":
@@ -449,3 +476,12 @@ def _move(t: Tensor, dev: str) -> None:
     if t.grad is not None:
         g = t.grad
         t.grad = Tensor._wrap(Buffer.from_numpy(g._buf.to_numpy(), dev), g.shape)
+
+
+def _looks_like_dtype(a: Any) -> bool:
+    """A torchlean/NumPy dtype or a dtype name (as opposed to a device)."""
+    from ... import dtypes
+
+    if isinstance(a, str):
+        return not a.startswith(("cpu", "cuda"))
+    return isinstance(a, (dtypes.dtype, np.dtype)) or (isinstance(a, type) and issubclass(a, np.generic))

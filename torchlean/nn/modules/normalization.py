@@ -102,6 +102,9 @@ class _BatchNorm(Module):
                 f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
 
 
+BatchNormBase = _BatchNorm  # (torch.nn.modules.batchnorm._BatchNorm, for isinstance checks)
+
+
 class BatchNorm1d(_BatchNorm):
     _ranks = (2, 3)
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ... import ops
 from ...errors import DTypeError, ShapeError
-from ...tensor import Tensor, tensor
+from ...tensor import Tensor
 from .transport import HostTensor, tensor_from_array
 
 __all__ = ["default_collate", "default_convert", "host_collate", "host_convert", "for_worker"]
@@ -48,10 +48,8 @@ def _stack_tensors(batch: Any) -> Tensor:
         if t.dtype != first.dtype or t.device != first.device:
             raise DTypeError(f"default_collate: tensors of one batch must share dtype and device, got "
                              f"{first.dtype} on {first.device} at entry 0 and {t.dtype} on {t.device} at entry {i}")
-    if any(t.requires_grad for t in batch):  # keep the graph (rare in a data pipeline)
-        return ops.cat([t.reshape((1,) + tuple(t.shape)) for t in batch])
-    # one host copy and one upload, rather than a chain of concatenations
-    return tensor(np.stack([t.numpy() for t in batch]), dtype=first.dtype, device=first.device)
+    # one copy on the tensors' device, dtype kept (recorded on the tape where a sample requires grad)
+    return ops.stack(list(batch), 0)
 
 
 def _recurse(batch: Any, elem: Any, collate: Callable[[Any], Any]) -> Any:
