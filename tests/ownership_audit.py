@@ -46,7 +46,7 @@ def install() -> None:
         counts = _counts(arr)
         if _fresh is not None and counts != _fresh and arr.base is None:
             violations.append(f"recycled an array still referenced elsewhere (counts {counts}, a lone array "
-                              f"{_fresh}):\n" + "".join(traceback.format_stack(limit=8)))
+                              f"{_fresh}; held by {_holders(arr)}):\n" + "".join(traceback.format_stack(limit=8)))
         inner(device, arr)
 
     freelist._recycle = audited
@@ -57,3 +57,17 @@ def install() -> None:
     del lone  # __del__'s local, the hook's and audited's parameters: the path every Buffer takes
     calibrating[0] = False
     _installed = True
+
+
+def _holders(arr) -> list[str]:
+    """What refers to ``arr``: containers the collector tracks, and frames' local variables."""
+    import gc
+
+    found = [type(r).__name__ + ": " + repr(r)[:160] for r in gc.get_referrers(arr) if not hasattr(r, "f_code")]
+    frame = sys._getframe(2)
+    while frame is not None:
+        for name, value in frame.f_locals.items():
+            if value is arr:
+                found.append(f"local {name!r} of {frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})")
+        frame = frame.f_back
+    return found

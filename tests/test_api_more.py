@@ -54,7 +54,7 @@ def same_dtype(ours, theirs):
 
 def grads_match(ours_inputs, theirs_inputs, ours_out, theirs_out, rtol=1e-5, atol=1e-5):
     w = arr(*theirs_out.shape)
-    (ours_out * tl.tensor(w, device=DEV)).sum().backward()
+    (ours_out * tl.tensor(w, device=ours_out.device)).sum().backward()
     (theirs_out * torch.tensor(w)).sum().backward()
     for o, t in zip(ours_inputs, theirs_inputs):
         assert (o.grad is None) == (t.grad is None)

@@ -252,10 +252,12 @@ def test_fast_gemm_known_answers_for_every_layout(device, fp64):
         for tb in (0, 1):
             a = (A.T if ta else A).copy().reshape(-1)
             b = (B.T if tb else B).copy().reshape(-1)
-            got = P.fast_gemm(up(a, device), up(b, device), up(bias, device), m, k, n, ta, tb, fp64).to_numpy()
+            ab, bb, cb = up(a, device), up(b, device), up(bias, device)
+            got = P.fast_gemm(ab, bb, cb, m, k, n, ta, tb, fp64).to_numpy()
             assert np.array_equal(got, want), (ta, tb)
-            got = P.fast_gemm(up(a, device), up(b, device), None, m, k, n, ta, tb, fp64).to_numpy()
+            got = P.fast_gemm(ab, bb, None, m, k, n, ta, tb, fp64).to_numpy()
             assert np.array_equal(got, want - np.tile(bias, m)), (ta, tb)
+            del ab, bb, cb
 
 
 def test_fast_gemm_fp64_is_one_rounding_of_the_exact_product(device):

@@ -109,7 +109,8 @@ def _arrays(op: str, a: Any, b: Any, d: dtypes.dtype) -> tuple[Any, Any, str, An
         elif d is bool_:
             x = np.bool_(v)
         else:
-            x = np.array(int(v), dtype=np.int64).astype(d.np)  # wraps as PyTorch's casts do (uint8: 300 -> 44)
+            # wraps as PyTorch's casts do (uint8: 300 -> 44); a NumPy scalar, which CuPy takes too
+            x = np.array(int(v), dtype=np.int64).astype(d.np)[()]
         out.append(x)
     return out[0], out[1], dev, xp
 

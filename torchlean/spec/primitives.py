@@ -186,7 +186,8 @@ def sign(x):
 
 
 def pow_scalar(x, c):
-    """x ** c (IEEE pow: x < 0 with a non-integer c is NaN, pow(x, 0) = 1 even for NaN x)."""
+    """x ** c (IEEE pow: x < 0 with a non-integer c is NaN, pow(x, 0) = 1 even for NaN x), except that
+    x ** 0.5 is sqrt(x) as in NumPy and torch (NaN at -inf, -0 at -0)."""
     with np.errstate(all="ignore"):
         return np.power(_f(x), F64(c))
 

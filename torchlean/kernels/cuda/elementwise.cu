@@ -118,9 +118,9 @@ TL_UNARY(tl_ceil, NO_PARAMS, ceilf(x))
 TL_UNARY(tl_round, NO_PARAMS, rintf(x))  // ties to even, as np.rint and torch.round
 TL_UNARY(tl_trunc, NO_PARAMS, truncf(x))
 TL_UNARY(tl_sign_k, NO_PARAMS, x > 0.f ? 1.f : (x < 0.f ? -1.f : 0.f))  // torch.sign: +0 at +-0 and NaN
-// NumPy's and torch's rule where C's powf differs: a negative base (-inf included) with a
-// non-integer exponent is NaN (powf(-inf, 0.5) would be +inf)
-TL_UNARY(tl_pow_scalar, ONE_SCALAR, (x < 0.f && c != truncf(c)) ? __int_as_float(0x7fc00000) : powf(x, c))
+// x ** 0.5 is sqrt(x), as in NumPy and torch (they take that exponent to sqrt): it differs from
+// powf at -inf (NaN, not +inf) and at -0 (-0, not +0)
+TL_UNARY(tl_pow_scalar, ONE_SCALAR, c == 0.5f ? sqrtf(x) : powf(x, c))
 TL_UNARY(tl_scale, ONE_SCALAR, x * c)
 TL_UNARY(tl_add_scalar, ONE_SCALAR, x + c)
 TL_UNARY(tl_clamp, TWO_SCALARS, tl_nan_min(tl_nan_max(x, lo), hi))

@@ -121,7 +121,8 @@ def irfft1d_packed(spec, batch, n):
     if batch == 0:
         return empty(0)
     if n == 1:  # x_0 = Re X_0
-        return cupy.ascontiguousarray(spec.reshape(batch, 2)[:, 0])
+        return spec.reshape(batch, 2)[:, 0].copy()  # a new array (ascontiguousarray would return a
+        # one-element view of spec, which then dies and goes back to the free list under it)
     tmp = empty(batch * bins * 2)
     _launch("tl_irfft1d_packed_prep", tmp.size, (spec, tmp, I64(batch), I64(bins), I64(n), F32(1.0 / n)))
     out = empty(batch * n)
