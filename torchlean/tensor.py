@@ -52,7 +52,7 @@ class Tensor:
     """A float32 (or index/mask) tensor. Create with ``torchlean.tensor``, ``zeros``, ``randn`` ..."""
 
     __slots__ = ("_buf", "_arr", "_shape", "_device", "requires_grad", "grad", "_node", "_retains_grad",
-                 "_data_of", "__weakref__")
+                 "_data_of", "_mirror", "__weakref__")
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -72,6 +72,7 @@ class Tensor:
         t.grad = None
         t._node = None
         t._retains_grad = False
+        t._mirror = None
         return t
 
     @classmethod
@@ -92,10 +93,22 @@ class Tensor:
         return t
 
     @classmethod
-    def _wrap_array(cls, arr: Any, device: str) -> "Tensor":
+    def _wrap_array(cls, arr: Any, device: str, host: np.ndarray | None = None) -> "Tensor":
         """An integer or bool tensor over ``arr`` (no copy): an array of ``device``'s array module
-        (NumPy for "cpu", CuPy for "cuda"), kept in the ``_arr`` slot."""
-        return cls._blank(None, arr, arr.shape, device)
+        (NumPy for "cpu", CuPy for "cuda"), kept in the ``_arr`` slot. ``host``: the same values on
+        the host, when the caller has them (``host_mirror``)."""
+        t = cls._blank(None, arr, arr.shape, device)
+        if host is not None and host is not arr:
+            t._mirror = (arr, host)
+        return t
+
+    def _host_mirror(self) -> np.ndarray | None:
+        """The host copy of a device integer tensor's values, kept from where they came from (a
+        ``.to(device)`` or a factory of host data): index primitives take host indices, and reading
+        them back from the device would wait for the GPU on every embedding lookup and cross
+        entropy. Valid while ``_arr`` is the array it mirrors (arrays are never written in place)."""
+        m = getattr(self, "_mirror", None)
+        return m[1] if m is not None and m[0] is self._arr else None
 
     # The earlier names, from when these arrays always lived on the host: kept only so that code
     # written against them still runs while it is converted (nothing in the package uses them).
@@ -190,7 +203,8 @@ class Tensor:
     def numpy(self) -> np.ndarray:
         """A host copy of the values (float32, int64 or bool), shaped."""
         if self._buf is None:
-            return arrays.to_host(self._arr).copy()
+            host = self._host_mirror()
+            return (arrays.to_host(self._arr) if host is None else host).copy()
         return self._buf.to_numpy().reshape(self._shape)
 
     def tolist(self) -> Any:
@@ -602,7 +616,7 @@ def _from_array(op: str, arr: np.ndarray, d: dtypes.dtype, dev: str, requires_gr
             host = np.trunc(arr).astype(d.np)  # truncation toward zero, as PyTorch casts
     else:
         host = np.array(arr, dtype=d.np)
-    return Tensor._wrap_array(arrays.from_host(host, dev) if dev != "cpu" else host, dev)
+    return Tensor._wrap_array(arrays.from_host(host, dev) if dev != "cpu" else host, dev, host)
 
 
 def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:

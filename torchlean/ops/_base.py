@@ -45,7 +45,8 @@ def host_indices(op: str, name: str, index: Any) -> Any:
     if isinstance(index, Tensor):
         if index._buf is not None:
             raise DTypeError(f"{op}: {name} must be an integer tensor, got torchlean.float32 (use .long())")
-        index = to_host(index._arr)  # the index kernels take host indices
+        host = index._host_mirror()  # the index kernels take host indices
+        index = to_host(index._arr) if host is None else host
     return int64_indices(op, name, index)
 
 

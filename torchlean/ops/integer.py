@@ -334,7 +334,8 @@ def stack(tensors: Sequence[Tensor], dim: Any = 0) -> Tensor | None:
 
 
 def to_device(x: Tensor, device: str) -> Tensor:
-    return _new(arrays.move(x._arr, device), device)
+    host = x._arr if x._device == "cpu" else x._host_mirror()  # (see Tensor._host_mirror)
+    return Tensor._wrap_array(arrays.move(x._arr, device), device, host)
 
 
 def clone(x: Tensor) -> Tensor:

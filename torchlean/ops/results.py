@@ -20,7 +20,7 @@ __all__ = ["bool_result", "int_result", "array_result", "host_values"]
 
 def array_result(values: Any, device: str) -> Tensor:
     a = np.asarray(values)
-    return Tensor._wrap_array(arrays.from_host(a, device) if device != "cpu" else a, device)
+    return Tensor._wrap_array(arrays.from_host(a, device) if device != "cpu" else a, device, a)
 
 
 def bool_result(values: Any, device: str) -> Tensor:
