@@ -46,6 +46,25 @@ def test_missing_names_are_exactly_the_known_missing_list():
         f"(python -m tests.api_coverage --update): {now_present}")
 
 
+def test_every_missing_name_raises_a_clear_error():
+    """Issue 22: a name we lack says so (a TorchLeanError naming it), and hasattr stays False."""
+    import importlib
+
+    import torchlean
+    from torchlean.errors import NotSupportedError
+
+    for name in read_names(KNOWN_MISSING_FILE):
+        path, attr = name.rsplit(".", 1)
+        module = importlib.import_module(path.replace("torch", "torchlean", 1))
+        with pytest.raises(NotSupportedError, match="not supported") as err:
+            getattr(module, attr)
+        assert attr in str(err.value)
+        assert not hasattr(module, attr)
+    with pytest.raises(AttributeError) as plain:
+        torchlean.no_such_name  # noqa: B018
+    assert not isinstance(plain.value, NotSupportedError)
+
+
 def test_resolver_tells_present_from_missing():
     # The checker itself must be able to fail: a made-up name is missing, a real one present.
     assert resolve("torch.tensor", "torchlean") == (True, "")

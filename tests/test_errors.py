@@ -230,6 +230,7 @@ HIERARCHY = {
     errors.NotPicklableError: (TypeError,),
     errors.WorkerError: (RuntimeError,),
     errors.NotSupportedError: (NotImplementedError,),
+    errors.NotSupportedAttributeError: (errors.NotSupportedError, NotImplementedError, AttributeError),
 }
 
 

@@ -225,8 +225,7 @@ def test_constructor_checks_and_unsupported_options():
              ("Adagrad", dict(lr_decay=-1), "Invalid lr_decay"), ("Adadelta", dict(rho=1.5), "Invalid rho"),
              ("Adamax", dict(betas=(1.0, 0.9)), "beta parameter at index 0"),
              ("NAdam", dict(momentum_decay=-1), "Invalid momentum_decay"), ("RAdam", dict(eps=-1), "epsilon"),
-             ("RMSprop", dict(foreach=True), "foreach=True is not supported"),
-             ("Adagrad", dict(fused=True), "fused=True is not supported"),
+             ("RMSprop", dict(differentiable=True), "differentiable=True is not supported"),
              ("NAdam", dict(capturable=True), "capturable=True is not supported")]
     for name, kw, msg in cases:
         with pytest.raises(ArgumentError, match=msg):

@@ -79,7 +79,12 @@ def __getattr__(name: str):
         import importlib
 
         return importlib.import_module("torchlean.testing")
-    raise AttributeError(f"module 'torchlean' has no attribute {name!r}")
+    raise errors.missing_name("torchlean", name, _MISSING)
+
+
+# PyTorch names we know we lack: asking for one says so (torchlean computes in float32)
+_MISSING = {n: "complex tensors are not supported yet (torchlean computes in float32)"
+            for n in ("complex64", "complex128", "cfloat", "cdouble", "complex32", "chalf")}
 
 
 # registers torchlean tensors with einops when einops is installed (einops finds backends by subclass)

@@ -275,7 +275,7 @@ def _where_method(self: Tensor, condition: Any, other: Any) -> Tensor:
 def _type_as(self: Tensor, other: Tensor) -> Tensor:
     if not isinstance(other, Tensor):
         raise DTypeError(f"type_as: expected a Tensor for other, got {type_name(other)}")
-    return self.to(other.dtype)
+    return self.to(other.device, other.dtype)  # (PyTorch's type string names the device too)
 
 
 def _install() -> None:

@@ -60,3 +60,16 @@ class NotPicklableError(TorchLeanError, TypeError):
 
 class NotSupportedError(TorchLeanError, NotImplementedError):
     """A PyTorch function or option torchlean does not provide (yet); the message names the call."""
+
+
+class NotSupportedAttributeError(NotSupportedError, AttributeError):
+    """A PyTorch name torchlean does not provide (``torch.complex64``, ``torch.optim.Rprop``): the
+    message says so, and ``hasattr`` is False as for any absent name."""
+
+
+def missing_name(module: str, name: str, missing: dict[str, str]) -> AttributeError:
+    """The error for ``module.name``: a NotSupportedAttributeError with the reason when ``name`` is a
+    PyTorch name we know we lack (``missing``: name -> reason), else a plain AttributeError."""
+    if name in missing:
+        return NotSupportedAttributeError(f"{module}.{name} is not supported by torchlean: {missing[name]}")
+    return AttributeError(f"module {module!r} has no attribute {name!r}")

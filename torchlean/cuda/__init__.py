@@ -170,3 +170,13 @@ def empty_cache() -> None:
     """Hand the blocks torchlean's caches keep back to the driver (nothing to do without CUDA)."""
     if cuda_unavailable_reason() is None:
         collect_allocator(force=True)
+
+
+_MISSING = {n: "torchlean runs every kernel on the current CUDA stream; user-managed streams and events are not "
+               "supported yet" for n in ("Stream", "Event", "stream", "current_stream", "default_stream")}
+
+
+def __getattr__(name: str):
+    from ..errors import missing_name
+
+    raise missing_name("torchlean.cuda", name, _MISSING)

@@ -21,3 +21,13 @@ from .sgd import SGD
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam",
            "LBFGS", "lr_scheduler"]
+
+
+_MISSING = {n: "not implemented yet; the optimizers are SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, "
+               "NAdam, RAdam and LBFGS" for n in ("SparseAdam", "Rprop", "ASGD")}
+
+
+def __getattr__(name: str):
+    from ..errors import missing_name
+
+    raise missing_name("torchlean.optim", name, _MISSING)

@@ -32,7 +32,7 @@ from .optimizer import Optimizer, check_real, step_tensor, step_value
 __all__ = ["T", "FLAGS", "ElementwiseOptimizer", "scalar_tensor", "rebind", "check_betas", "check_nonneg"]
 
 # Options that change the algorithm in ways we do not implement: the value(s) accepted.
-FLAGS = {"foreach": (None, False), "fused": (None, False), "capturable": (False,), "differentiable": (False,)}
+FLAGS = {"foreach": (None, False, True), "fused": (None, False, True), "capturable": (False,), "differentiable": (False,)}
 
 
 class T:

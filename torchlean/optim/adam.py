@@ -13,7 +13,8 @@ from .optimizer import Optimizer, check_real, step_buffer, step_tensor, step_val
 
 __all__ = ["Adam", "AdamW"]
 
-_FLAGS = {"amsgrad": (False,), "maximize": (False,), "foreach": (None, False), "fused": (None, False),
+# foreach/fused choose PyTorch's implementation, not the update: ours is one fused launch per group anyway
+_FLAGS = {"amsgrad": (False,), "maximize": (False,), "foreach": (None, False, True), "fused": (None, False, True),
           "capturable": (False,), "differentiable": (False,)}
 
 
@@ -22,7 +23,7 @@ class Adam(Optimizer):
     maximize=False, foreach=None, capturable=False, differentiable=False, fused=None,
     decoupled_weight_decay=False)``: PyTorch's single-tensor Adam, within an ulp or two per step
     (see runtime/primitives_optim.py). amsgrad, maximize, capturable and differentiable are not
-    supported (ArgumentError); foreach/fused accept None or False and change nothing. State per
+    supported (ArgumentError); foreach/fused are accepted and change nothing (every step is fused). State per
     parameter: ``step`` (a 0-d CPU tensor), ``exp_avg``, ``exp_avg_sq``."""
 
     _state_schema = {"step": "step", "exp_avg": "tensor", "exp_avg_sq": "tensor"}  # (load_state_dict checks it)

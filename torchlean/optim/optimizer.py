@@ -13,9 +13,8 @@ Differences from ``torch.optim.Optimizer`` (documented where they show):
   the parameter's device). It is all or nothing: every key, type, range and shape is checked
   against this optimizer (an explicit schema: unknown keys are refused) before anything changes.
 * Options that change the algorithm and are not implemented (amsgrad, maximize, capturable,
-  differentiable, foreach=True, fused=True) raise ArgumentError; ``foreach=None``/``False`` and
-  ``fused=None``/``False`` are accepted and change nothing (every step is one fused kernel per
-  parameter anyway).
+  differentiable) raise ArgumentError; ``foreach`` and ``fused`` (any value) are accepted and
+  change nothing: they pick PyTorch's implementation, and every step here is fused anyway.
 """
 
 from __future__ import annotations

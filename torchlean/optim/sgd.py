@@ -40,7 +40,7 @@ class SGD(Optimizer):
             raise ArgumentError(f"SGD: Invalid weight_decay value: {group['weight_decay']}")
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ArgumentError("SGD: Nesterov momentum requires a momentum and zero dampening")
-        self._refuse(group, {"maximize": (False,), "foreach": (None, False), "fused": (None, False),
+        self._refuse(group, {"maximize": (False,), "foreach": (None, False, True), "fused": (None, False, True),
                              "differentiable": (False,)})
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
