@@ -1,8 +1,10 @@
 """torchlean: a float32 eager autograd runtime whose CPU and CUDA backends are checked against a
 float64 spec, with deterministic reductions, counter-based random numbers and allocator telemetry.
 
-Layers (each calls only the one below): tensor/autograd -> ops -> runtime (Buffer + primitives)
--> backends (cpu, cuda); ``spec`` is the float64 reference and ``contract`` the error bounds.
+Layers (each calls only the one below; docs/architecture.md): nn/optim/utils -> the front end
+(operators and methods) -> ops -> tensor/autograd -> runtime (Buffer + primitives) -> kernels (cpu,
+cuda); ``spec`` is the float64 reference and ``contract`` the error bounds. This module gathers the
+public names, PyTorch's where PyTorch has them.
 """
 
 from . import errors
@@ -26,7 +28,7 @@ from . import nn, ops, optim
 from . import utils  # noqa: E402  (torch.utils.data)
 from .ops import (abs, bmm, cat, clamp, exp, flatten, index_select, log, maximum, mean, minimum, permute,
                   reshape, sigmoid, softmax, log_softmax, sqrt, squeeze, sum, tanh, transpose, unsqueeze)
-# issue 22: more math, reductions with dim, shape/index functions, products, factories and sorting
+# math, reductions with dim, shape/index functions, products, factories and sorting
 from .ops.math import (addcdiv, addcmul, ceil, clamp_max, clamp_min, cos, erf, erfc, exp2, expm1,  # noqa: E402
                        float_power, floor, frac, hypot, isfinite, isinf, isnan, isneginf, isposinf, lerp, log1p,
                        log2, log10, nan_to_num, pow, round, rsqrt, sign, sin, square, tan, trunc)
@@ -45,7 +47,7 @@ clip, fix, sgn, ger, moveaxis, swapdims = clamp, trunc, sign, outer, movedim, sw
 from . import fast_kernels  # noqa: E402
 from .fast_kernels import (Options, fast_matmul, get_options, gpu_matmul_fp64, matmul, options,  # noqa: E402
                            set_options)
-# issue 22: the namespaces a script touches first (device, cuda, backends, amp) and save/load
+# the namespaces a script touches first (device, cuda, backends, amp) and save/load
 from .runtime.device import device  # noqa: E402
 from . import accelerator, amp, backends, cuda, serialization  # noqa: E402
 from .nn import parallel as _nn_parallel  # noqa: E402,F401  (makes torchlean.nn.parallel an attribute)
@@ -66,7 +68,7 @@ def is_cuda_available():
 
     return cuda_unavailable_reason() is None
 
-# issue 22: the long tail (where, masked_fill, Size, autograd.grad/Function, ...) and its namespaces
+# the long tail (where, masked_fill, Size, autograd.grad/Function, ...) and its namespaces
 from ._api_more import *  # noqa: E402,F401,F403
 from . import distributions, fft, linalg, special  # noqa: E402,F401
 from .memory_format import (channels_last, channels_last_3d, contiguous_format, memory_format,  # noqa: E402

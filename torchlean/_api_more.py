@@ -1,4 +1,4 @@
-"""The long tail of PyTorch's everyday names (issue 22): torch-level functions, Tensor methods,
+"""The long tail of PyTorch's everyday names: torch-level functions, Tensor methods,
 ``torch.autograd.grad`` / ``Function`` / ``functional.jacobian``, printing options and
 ``torch.compile``. The computing parts are ops (ops/extra.py and the ops they compose); this
 module gives them PyTorch's names and signatures and binds the methods onto ``Tensor``.

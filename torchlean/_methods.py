@@ -277,7 +277,7 @@ def _rpow(base: Any, exponent: Tensor) -> Tensor:
     return ops.exp(ops.mul(exponent.float(), math.log(base)))
 
 
-# -- issue 22: math, reductions with dim, shape/index functions, products, sorting ---------------------
+# -- math, reductions with dim, shape/index functions, products, sorting ---------------------
 def _inplace(name: str, fn: Any) -> Any:
     """``x.name_(...)``: ``fn(x, ...)`` written into x, recorded on the tape (ops.select.inplace_update)."""
     def method(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:

@@ -110,11 +110,6 @@ class Tensor:
         m = getattr(self, "_mirror", None)
         return m[1] if m is not None and m[0] is self._arr else None
 
-    # The earlier names, from when these arrays always lived on the host: kept only so that code
-    # written against them still runs while it is converted (nothing in the package uses them).
-    _wrap_host = _wrap_array
-    _host = property(lambda self: self._arr, lambda self, arr: setattr(self, "_arr", arr))
-
     # -- properties ----------------------------------------------------------------------
     @property
     def shape(self) -> Size:

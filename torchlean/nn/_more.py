@@ -1,4 +1,4 @@
-"""More of ``torch.nn.functional`` (issue 22), composed from differentiable ops: bilinear,
+"""More of ``torch.nn.functional``, composed from differentiable ops: bilinear,
 local_response_norm, channel_shuffle, embedding_bag, affine_grid, grid_sample (bilinear and
 nearest, zeros/border padding) and relu_. ``ctc_loss`` and ``multi_head_attention_forward`` raise
 ``NotSupportedError`` naming the call.

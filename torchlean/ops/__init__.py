@@ -20,7 +20,7 @@ from .shape import (broadcast_to, cat, clone, concat1d, expand, flatten, permute
                     reshape, slice0, slice1d, squeeze, swap_adjacent, swap_last2, t, to_device, transpose,
                     unsqueeze)
 
-# issue 22: more math, reductions with dim, shape/index functions, einsum, factories and sorting
+# more math, reductions with dim, shape/index functions, einsum, factories and sorting
 from . import creation, einsum as einsum_ops, math as math_ops, reduce_dim, results, select  # noqa: F401
 from .math import *  # noqa: F401,F403
 from .select import *  # noqa: F401,F403

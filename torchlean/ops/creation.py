@@ -1,4 +1,4 @@
-"""Factories, random draws and sorting (issue 22): randperm, multinomial, rand_like, randn_like,
+"""Factories, random draws and sorting: randperm, multinomial, rand_like, randn_like,
 randint_like, linspace, logspace, eye, meshgrid, sort, argsort, topk, unique, searchsorted,
 bucketize, bincount.
 

@@ -1,4 +1,4 @@
-"""einsum and the matrix products around it (issue 22): mm, addmm, baddbmm, addbmm, outer, dot,
+"""einsum and the matrix products around it: mm, addmm, baddbmm, addbmm, outer, dot,
 inner, tensordot, einsum.
 
 einsum: the equation is parsed (explicit '->' or implicit output, '...' broadcast dims); an index

@@ -1,4 +1,4 @@
-"""The long tail of everyday PyTorch functions (issue 22): where, masked_fill, nonzero, unfold,
+"""The long tail of everyday PyTorch functions: where, masked_fill, nonzero, unfold,
 index_add/index_fill/index_copy, cross, cdist, isclose/allclose/equal, broadcast_tensors, fmod,
 mode, histc and erfinv.
 

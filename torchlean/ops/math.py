@@ -1,4 +1,4 @@
-"""More elementwise math (issue 22): the library functions, rounding, powers, tests for
+"""More elementwise math: the library functions, rounding, powers, tests for
 non-finite values and the fused PyTorch helpers (lerp, addcmul, addcdiv, hypot, nan_to_num).
 
 New primitives (spec, contract, CPU and CUDA kernels): sin, cos, erf, log1p, expm1, floor, ceil,

@@ -1,4 +1,4 @@
-"""Reductions with dim/keepdim (issue 22): max/min (values and indices), argmax/argmin, amax/amin,
+"""Reductions with dim/keepdim: max/min (values and indices), argmax/argmin, amax/amin,
 norm, var/std, logsumexp, prod, all/any, cumsum/cumprod, median.
 
 Composed. Which element wins a max/min (and every index result) is decided on the host from the

@@ -1,4 +1,4 @@
-"""Shape and index functions (issue 22): stack, split, chunk, unbind, narrow, tril/triu, flip, roll,
+"""Shape and index functions: stack, split, chunk, unbind, narrow, tril/triu, flip, roll,
 repeat, repeat_interleave, gather, scatter, scatter_add, take_along_dim, masked_select, diag,
 diagonal, movedim, unflatten, item and slice assignment, and in-place updates on the tape.
 

@@ -37,7 +37,7 @@ __all__ = [
     # fused elementwise (ours; the seed composes these from the ones above)
     "add_scalar", "sigmoid", "sigmoid_bwd", "tanh", "tanh_bwd", "softplus", "softplus_bwd",
     "safe_log", "safe_log_bwd",
-    # more elementwise math (issue 22): library functions, rounding, sign, x ** c
+    # more elementwise math: library functions, rounding, sign, x ** c
     "sin", "cos", "erf", "log1p", "expm1", "floor", "ceil", "round", "trunc", "sign", "pow_scalar",
     # reductions
     "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",
