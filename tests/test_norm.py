@@ -287,14 +287,14 @@ def _eval(x, w, b):
 
 VJP_CASES = [
     # name, shapes of the inputs, ours, float64 reference
-    ("ln_affine", [(4, 6), (6,), (6,)], lambda x, w, b: TF.layer_norm(x, 6, w, b),
+    ("ln_affine", [(4, 6), (6,), (6,)], lambda x, w, b: tl.ops.layer_norm(x, 6, w, b),
      lambda x, w, b: np_layer_norm(x, w, b, 1, EPS6)),
-    ("ln_no_affine", [(5, 7)], lambda x: TF.layer_norm(x, (7,)), lambda x: np_layer_norm(x, None, None, 1, EPS6)),
-    ("ln_multi_dim", [(2, 3, 4), (3, 4), (3, 4)], lambda x, w, b: TF.layer_norm(x, (3, 4), w, b, eps=1e-5),
+    ("ln_no_affine", [(5, 7)], lambda x: tl.ops.layer_norm(x, (7,)), lambda x: np_layer_norm(x, None, None, 1, EPS6)),
+    ("ln_multi_dim", [(2, 3, 4), (3, 4), (3, 4)], lambda x, w, b: tl.ops.layer_norm(x, (3, 4), w, b, eps=1e-5),
      lambda x, w, b: np_layer_norm(x, w, b, 2, EPS5)),
-    ("ln_weight_only", [(3, 5), (5,)], lambda x, w: TF.layer_norm(x, [5], weight=w),
+    ("ln_weight_only", [(3, 5), (5,)], lambda x, w: tl.ops.layer_norm(x, [5], weight=w),
      lambda x, w: np_layer_norm(x, w, None, 1, EPS6)),
-    ("ln_bias_only_1d", [(6,), (6,)], lambda x, b: TF.layer_norm(x, 6, bias=b),
+    ("ln_bias_only_1d", [(6,), (6,)], lambda x, b: tl.ops.layer_norm(x, 6, bias=b),
      lambda x, b: np_layer_norm(x, None, b, 1, EPS6)),
     ("bn_train_NC", [(5, 3), (3,), (3,)], lambda x, w, b: TF.batch_norm(x, None, None, w, b, training=True),
      lambda x, w, b: np_batch_norm(x, w, b, EPS5)),
@@ -364,7 +364,7 @@ def test_layer_norm_matches_torch(shape, k, device):
     g = randn(rng, *shape)
     ns = shape[-k:]
     ts = [tl.tensor(a, device=device, requires_grad=True) for a in (x, w, b)]
-    y = TF.layer_norm(ts[0], ns, ts[1], ts[2], eps=1e-5)
+    y = tl.ops.layer_norm(ts[0], ns, ts[1], ts[2], eps=1e-5)
     y.backward(tl.tensor(g, device=device))
     td = torch_device(device)
     tts = [tt(a, td) for a in (x, w, b)]
@@ -462,23 +462,23 @@ def test_batch_norm_eval_matches_torch(shape, device):
 def test_layer_norm_known_answers(device):
     x = tl.tensor([[2.0, 2.0, 2.0, 2.0], [1.0, 2.0, 3.0, 4.0]], device=device)
     w, b = tl.tensor([1.0, 2.0, 3.0, 4.0], device=device), tl.tensor([0.5, -1.0, 0.0, 7.0], device=device)
-    y = TF.layer_norm(x, 4, w, b).numpy()
+    y = tl.ops.layer_norm(x, 4, w, b).numpy()
     np.testing.assert_array_equal(y[0], [0.5, -1.0, 0.0, 7.0])  # a constant row gives beta exactly
     std = np.sqrt(1.25 + 1e-6)
     np.testing.assert_allclose(y[1], np.array([-1.5, -0.5, 0.5, 1.5]) / std * [1, 2, 3, 4] + [0.5, -1, 0, 7], rtol=1e-6)
     # default eps is 1e-6 (the seed's), not PyTorch's 1e-5: visible on a tiny variance
     t = tl.tensor([[0.0, 1e-3]], device=device)
-    np.testing.assert_allclose(TF.layer_norm(t, 2).numpy(), [[-0.5e-3 / np.sqrt(0.25e-6 + 1e-6),
+    np.testing.assert_allclose(tl.ops.layer_norm(t, 2).numpy(), [[-0.5e-3 / np.sqrt(0.25e-6 + 1e-6),
                                                                0.5e-3 / np.sqrt(0.25e-6 + 1e-6)]], rtol=1e-5)
     # NaN stays in its row
-    y = TF.layer_norm(tl.tensor([[1.0, np.nan], [1.0, 3.0]], device=device), 2).numpy()
+    y = tl.ops.layer_norm(tl.tensor([[1.0, np.nan], [1.0, 3.0]], device=device), 2).numpy()
     assert np.isnan(y[0]).all() and np.isfinite(y[1]).all()
     # no rows: an empty result
-    assert TF.layer_norm(tl.zeros(0, 5, device=device), 5).shape == (0, 5)
+    assert tl.ops.layer_norm(tl.zeros(0, 5, device=device), 5).shape == (0, 5)
     # one normalized element: y = bias and the weight's gradient is exactly 0
     x1 = tl.tensor([[1.3], [-0.2]], device=device, requires_grad=True)
     w1, b1 = tl.tensor([1.5], device=device, requires_grad=True), tl.tensor([0.25], device=device, requires_grad=True)
-    y1 = TF.layer_norm(x1, 1, w1, b1)
+    y1 = tl.ops.layer_norm(x1, 1, w1, b1)
     np.testing.assert_array_equal(y1.numpy(), [[0.25], [0.25]])
     y1.backward(tl.tensor([[2.0], [-3.0]], device=device))
     assert w1.grad.numpy().tolist() == [0.0] and x1.grad.numpy().tolist() == [[0.0], [0.0]]
@@ -534,7 +534,7 @@ def test_batch_norm_channel_first_is_batch_one(device):
                          tl.tensor(b, device=device), training=True, eps=1e-6).numpy()[0]
     assert same_bits(ours, same)
     # the seed's reading: per channel, the same math as layer norm over the channel's H*W values
-    ln = TF.layer_norm(tl.tensor(x.reshape(3, 20), device=device), 20).numpy().reshape(3, 4, 5)
+    ln = tl.ops.layer_norm(tl.tensor(x.reshape(3, 20), device=device), 20).numpy().reshape(3, 4, 5)
     np.testing.assert_allclose(ours, ln * w[:, None, None] + b[:, None, None], rtol=1e-5, atol=1e-5)
 
 
@@ -544,14 +544,14 @@ def _x(*shape):
 
 
 ERRORS = [
-    ("ln-shape", lambda: TF.layer_norm(_x(2, 3), 4), ShapeError, ["layer_norm", "normalized_shape"]),
-    ("ln-shape-rank", lambda: TF.layer_norm(_x(3), (2, 3)), ShapeError, ["layer_norm", "normalized_shape"]),
-    ("ln-empty-shape", lambda: TF.layer_norm(_x(3), ()), ShapeError, ["layer_norm", "normalized_shape"]),
-    ("ln-weight", lambda: TF.layer_norm(_x(2, 3), 3, _x(4)), ShapeError, ["layer_norm", "weight"]),
-    ("ln-bias", lambda: TF.layer_norm(_x(2, 3), 3, None, _x(3, 1)), ShapeError, ["layer_norm", "bias"]),
-    ("ln-weight-type", lambda: TF.layer_norm(_x(2, 3), 3, [1, 2, 3]), DTypeError, ["layer_norm", "weight"]),
-    ("ln-eps-negative", lambda: TF.layer_norm(_x(2, 3), 3, eps=-1e-5), ArgumentError, ["layer_norm", "eps"]),
-    ("ln-eps-nan", lambda: TF.layer_norm(_x(2, 3), 3, eps=float("nan")), ArgumentError, ["layer_norm", "eps"]),
+    ("ln-shape", lambda: tl.ops.layer_norm(_x(2, 3), 4), ShapeError, ["layer_norm", "normalized_shape"]),
+    ("ln-shape-rank", lambda: tl.ops.layer_norm(_x(3), (2, 3)), ShapeError, ["layer_norm", "normalized_shape"]),
+    ("ln-empty-shape", lambda: tl.ops.layer_norm(_x(3), ()), ShapeError, ["layer_norm", "normalized_shape"]),
+    ("ln-weight", lambda: tl.ops.layer_norm(_x(2, 3), 3, _x(4)), ShapeError, ["layer_norm", "weight"]),
+    ("ln-bias", lambda: tl.ops.layer_norm(_x(2, 3), 3, None, _x(3, 1)), ShapeError, ["layer_norm", "bias"]),
+    ("ln-weight-type", lambda: tl.ops.layer_norm(_x(2, 3), 3, [1, 2, 3]), DTypeError, ["layer_norm", "weight"]),
+    ("ln-eps-negative", lambda: tl.ops.layer_norm(_x(2, 3), 3, eps=-1e-5), ArgumentError, ["layer_norm", "eps"]),
+    ("ln-eps-nan", lambda: tl.ops.layer_norm(_x(2, 3), 3, eps=float("nan")), ArgumentError, ["layer_norm", "eps"]),
     ("bn-rank", lambda: TF.batch_norm(_x(3), None, None, training=True), ShapeError, ["batch_norm", "input"]),
     ("bn-weight", lambda: TF.batch_norm(_x(2, 3), None, None, _x(2), training=True), ShapeError,
      ["batch_norm", "weight"]),
@@ -627,17 +627,17 @@ def test_errors_name_op_and_argument(name, call, exc, needles):
 def test_layer_norm_shape_fast_path_keeps_odd_types():
     rng = np.random.default_rng(0)
     x = tl.tensor(rng.standard_normal((3, 4)).astype(F32), requires_grad=True)
-    ref = TF.layer_norm(x, (4,))
+    ref = tl.ops.layer_norm(x, (4,))
     ref.sum().backward()
     ref_grad, x.grad = x.grad.numpy().tobytes(), None
     for shape in (4, [4], np.int64(4), (np.int64(4),), np.array([4])):
-        y = TF.layer_norm(x, shape)
+        y = tl.ops.layer_norm(x, shape)
         y.sum().backward()
         assert y.numpy().tobytes() == ref.numpy().tobytes() and x.grad.numpy().tobytes() == ref_grad
         x.grad = None
     for bad in ((True,), (4, True), (-4,), (4.0,)):
         with pytest.raises(ShapeError) as info:
-            TF.layer_norm(x, bad)
+            tl.ops.layer_norm(x, bad)
         assert str(info.value) == f"layer_norm: normalized_shape must hold non-negative ints, got {bad!r}"
 
 
@@ -653,3 +653,15 @@ def test_batch_norm_momentum_fast_path_keeps_odd_types():
         with pytest.raises(ArgumentError) as info:
             TF.batch_norm(x, tl.zeros(3), tl.ones(3), training=True, momentum=bad)
         assert str(info.value) == f"batch_norm: argument momentum must be a real number, got {bad!r}"
+
+
+def test_functional_layer_norm_has_pytorchs_default_eps():
+    """nn.functional.layer_norm is PyTorch's name, so its default eps is PyTorch's 1e-5 (a program
+    that leaves it out gets torch's numbers); ops.layer_norm keeps the seed's 1e-6."""
+    import torch  # (the test extra)
+    x = np.array([[0.0, 1e-3, 2e-3, -1e-3]], np.float32)
+    ours = TF.layer_norm(tl.tensor(x), (4,)).numpy()
+    theirs = torch.nn.functional.layer_norm(torch.tensor(x), (4,)).numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    seed = tl.ops.layer_norm(tl.tensor(x), (4,)).numpy()
+    assert not np.allclose(seed, theirs, rtol=1e-3)  # a tiny variance shows the eps

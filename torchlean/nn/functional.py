@@ -77,6 +77,14 @@ for _family in (_activations, _losses, _norms, _spatial, _more):
 del _family
 
 _fused_sdpa = _attention.scaled_dot_product_attention
+_seed_layer_norm = _norm.layer_norm
+
+
+def layer_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5) -> Tensor:
+    """PyTorch's ``F.layer_norm``, default ``eps`` 1e-5 included (``torchlean.ops.layer_norm``, the
+    seed's, defaults to 1e-6)."""
+    return _seed_layer_norm(input, normalized_shape, weight, bias, eps)
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Any = None,

@@ -84,9 +84,8 @@ def layer_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = Non
     """Normalize over the trailing dims named by ``normalized_shape`` (an int or a tuple):
     y = (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance.
 
-    Differs from PyTorch: the default ``eps`` is 1e-6 (the seed's layer norm, std = sqrt(var + 1e-6);
-    docs/design.md), where ``torch.nn.functional.layer_norm`` defaults to 1e-5; pass
-    ``eps=1e-5`` for PyTorch's numbers. eps is rounded to float32 and must be finite and >= 0.
+    The default ``eps`` is the seed's 1e-6 (std = sqrt(var + 1e-6); docs/design.md);
+    ``torchlean.nn.functional.layer_norm``, PyTorch's name, defaults to PyTorch's 1e-5. eps is rounded to float32 and must be finite and >= 0.
     """
     op = "layer_norm"
     x = _input(op, input)

@@ -1,7 +1,7 @@
 """``LayerNorm`` and ``BatchNorm1d/2d/3d`` (PyTorch's parameters, buffers and defaults).
 
 ``nn.LayerNorm`` defaults to eps = 1e-5 as PyTorch's module does, so a PyTorch model gives the
-same numbers; the functional ``layer_norm`` keeps the seed's 1e-6 default.
+same numbers, as does ``nn.functional.layer_norm``; ``ops.layer_norm`` keeps the seed's 1e-6 default.
 """
 
 from __future__ import annotations
