@@ -352,7 +352,7 @@ def take_along_dim(x: Tensor, indices: Any, dim: int | None = None) -> Tensor:
     try:
         xe = expand(x, tuple(xs)) if tuple(xs) != x.shape else x
         ie = np.broadcast_to(idx, tuple(ish))
-    except Exception:
+    except (ValueError, ShapeError):  # (NumPy's broadcast error, or ours from expand)
         raise ShapeError(f"take_along_dim: input {x.shape} and indices {idx.shape} do not broadcast outside "
                          f"dim {d}") from None
     return take_flat(xe, np.take_along_axis(_positions(xe.shape), ie, axis=d))
