@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,7 +46,7 @@ from typing import Any
 
 from . import harness as H
 from . import scale_models as SM
-from .train_step import _cpu_peak, _maxrss_bytes, _proc_status, _reset_hwm, meta_info
+from .train_step import _maxrss_bytes, _proc_status, meta_info, timed_steps
 
 MiB = 1024.0 * 1024.0
 BUSY = H.BUSY_CORES
@@ -170,31 +169,7 @@ def worker(args: argparse.Namespace) -> int:
         b = {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
         return step(modules, opts, b)
 
-    losses: list[float] = []
-    for s in range(warmup):
-        loss = one(batches[s])
-        sync()
-        losses.append(float(loss.item()))
-        del loss
-    reset_peak()
-    hwm_reset = _reset_hwm()
-    mem_reset = _proc_status()
-    mon = H.CpuMonitor()
-    times: list[float] = []
-    mon.start()
-    for s in range(warmup, warmup + steps):
-        t0 = time.perf_counter()
-        loss = one(batches[s])
-        sync()
-        times.append(time.perf_counter() - t0)
-        losses.append(float(loss.item()))
-        del loss
-    other = mon.stop()
-    rss1, mem1 = _maxrss_bytes(), _proc_status()
-    out["cpu_peak_bytes"], out["cpu_peak_method"] = _cpu_peak(mem0, mem_reset, mem1, hwm_reset, rss1 - rss0)
-    out.update(peak())
-    out.update({"times_s": times, "median_s": statistics.median(times), "min_s": min(times), "losses": losses,
-                "first_loss": losses[0], "final_loss": losses[-1], "other_cores": other})
+    timed_steps(one, batches, warmup, steps, sync, reset_peak, peak, mem0, rss0, out)
     if args.breakdown and side == "ours":
         n = min(steps, 3)
         timer = PrimitiveTimer(sync)

@@ -142,6 +142,40 @@ def _cpu_peak(mem0: dict, mem_reset: dict, mem1: dict, hwm_reset: bool, rss_grow
 
 # -- worker: one framework, one example, its own process ------------------------------------------
 
+def timed_steps(step_fn, batches, warmup: int, steps: int, sync, reset_peak, peak, mem0: dict, rss0: int,
+                out: dict) -> None:
+    """W warm-up steps, then N timed ones (each synchronized); fills ``out`` with the times (median,
+    min), the losses, the peak memory (``peak()`` and the process's, see _cpu_peak) and the other
+    load seen meanwhile. The one timing loop of train_step and scale."""
+    losses: list[float] = []
+    for s in range(warmup):
+        loss = step_fn(batches[s])
+        sync()
+        losses.append(float(loss.item()))
+        del loss
+    reset_peak()
+    hwm_reset = _reset_hwm()
+    mem_reset = _proc_status()
+    mon = H.CpuMonitor()
+    times: list[float] = []
+    mon.start()
+    for s in range(warmup, warmup + steps):
+        t0 = time.perf_counter()
+        loss = step_fn(batches[s])
+        sync()
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss.item()))
+        del loss
+    other = mon.stop()
+    rss1, mem1 = _maxrss_bytes(), _proc_status()
+    out["cpu_peak_bytes"], out["cpu_peak_method"] = _cpu_peak(mem0, mem_reset, mem1, hwm_reset, rss1 - rss0)
+    out.update({"proc_at_reset": mem_reset, "proc_after": mem1})
+    out.update(peak())
+    out.update({"times_s": times, "median_s": statistics.median(times), "min_s": min(times), "losses": losses,
+                "first_loss": losses[0], "final_loss": losses[-1], "rss_growth_bytes": rss1 - rss0,
+                "rss_base_bytes": rss0, "rss_peak_bytes": rss1, "other_cores": other})
+
+
 def worker(args: argparse.Namespace) -> int:
     side, name, device = args.worker, args.name, args.device
     cfg = json.loads(args.cfg_json)
@@ -238,33 +272,8 @@ def worker(args: argparse.Namespace) -> int:
                         "torch_allocated_bytes": torch.cuda.memory_allocated()}
             return {}
 
-    losses: list[float] = []
-    for s in range(warmup):
-        loss = step_fn(batches[s])
-        sync()
-        losses.append(float(loss.item()))
-        del loss
-    reset_peak()
-    hwm_reset = _reset_hwm()
-    mem_reset = _proc_status()
-    mon = H.CpuMonitor()
-    times: list[float] = []
-    mon.start()
-    for s in range(warmup, warmup + steps):
-        t0 = time.perf_counter()
-        loss = step_fn(batches[s])
-        sync()
-        times.append(time.perf_counter() - t0)
-        losses.append(float(loss.item()))
-        del loss
-    other = mon.stop()
-    rss1, mem1 = _maxrss_bytes(), _proc_status()
-    out["cpu_peak_bytes"], out["cpu_peak_method"] = _cpu_peak(mem0, mem_reset, mem1, hwm_reset, rss1 - rss0)
-    out.update({"proc_before_model": mem0, "proc_at_reset": mem_reset, "proc_after": mem1})
-    out.update(peak())
-    out.update({"times_s": times, "median_s": statistics.median(times), "min_s": min(times), "losses": losses,
-                "first_loss": losses[0], "final_loss": losses[-1], "rss_growth_bytes": rss1 - rss0,
-                "rss_base_bytes": rss0, "rss_peak_bytes": rss1, "other_cores": other})
+    timed_steps(step_fn, batches, warmup, steps, sync, reset_peak, peak, mem0, rss0, out)
+    out["proc_before_model"] = mem0
     with open(args.result, "w") as f:
         json.dump(out, f)
     return 0
