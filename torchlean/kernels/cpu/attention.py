@@ -1,21 +1,21 @@
-"""CPU kernels of the attention family: blocked flash attention in float32 NumPy/BLAS.
+"""CPU kernels of the attention family: flash attention in float32, never an (n_q, n_k) matrix.
 
-Never an (n_q, n_k) matrix: the forward walks (batch, query tile) work items, each running over
-key tiles with an online softmax (running max m, running sum l, accumulator rescaled by
-exp(m_old - m_new)); per tile two float32 GEMMs (S = (q scale) k^T and P v) and one exp. Extra
-memory is O(n d) plus a few (TQ, TK) tiles per thread. The backward recomputes P = exp(S - lse)
-tile by tile (FlashAttention-2): dq in work items that own a query tile and loop over key tiles,
-(dk, dv) in work items that own a key tile and loop over query tiles, so every output element is
-written by one work item in a fixed order: deterministic, no atomics. Causal tiles entirely above
-the diagonal are skipped. A work item takes a chunk of batch entries (about CHUNK scores per
-tile: short sequences, e.g. 256 (batch, head) pairs of 8 tokens, run as one item of batched
-GEMMs and row-wise NumPy ops instead of 256 Python iterations; each entry's arithmetic is the same
-as alone, so the bits do not depend on the chunk). Work items run on parallel threads with
-OpenBLAS at one thread each (the conv family's scheme), each item computed exactly as in one thread.
+Three paths, by size and platform:
+* short sequences (n_q, n_k <= SMALL_N and n_q n_k d <= SMALL_WORK): the Numba lane kernels below;
+* longer ones: attention_tiles.py, (TQ, TK) tiles on Numba's threads with OpenBLAS's sgemm called
+  from inside the region (FlashAttention-2: online softmax forward, dq over query tiles and
+  (dk, dv) over key tiles, or one fused pass), where parallel.sgemm_address() finds that sgemm and
+  d > 0;
+* elsewhere (another BLAS, Numba's workqueue layer, d = 0): blocked NumPy/BLAS tiles on the calling
+  thread (_Problem below), the same FlashAttention-2 structure: a work item takes a chunk of batch
+  entries (about CHUNK scores per tile) and a query (or key) tile, each entry computed as alone.
+Every output element is written by one work item in a fixed order: deterministic, no atomics, and
+the bits depend neither on the thread count nor on the chunking. Causal tiles entirely above the
+diagonal are skipped.
 
-Short sequences (n_q, n_k <= SMALL_N and n_q n_k d <= SMALL_WORK: GPT-style training sizes, e.g.
-256 (batch, head) pairs of 8 tokens with d = 16) take one Numba kernel per primitive instead: there
-the NumPy path spends its time in the per-call overhead of tiny batched GEMMs and row reductions.
+Short sequences (n_q, n_k <= SMALL_N and n_q n_k d <= SMALL_WORK: e.g. 256 (batch, head) pairs
+of 8 tokens with d = 16) take one Numba kernel per primitive: there GEMM calls on tiny tiles cost
+more than the work.
 The kernel takes blocks of LANES batch entries and makes them SIMD lanes (the block's q, k, v, ...
 transposed to (row, d, lane) by 8 x 8 tiles; every loop then runs over the lanes, which vectorize,
 where loops over n = 8 keys or d = 16 would not). The arithmetic is the float32 model the contract
@@ -32,8 +32,8 @@ bits depend neither on LANES nor on the path (serial below PAR_WORK multiply-add
 blocks above) nor on the thread count. NaN and infinity follow the spec: a row with a NaN or +inf
 allowed score gives NaN, a row without a finite allowed score 0 and -inf; a key without weight
 (blocked by a hard or add mask, causally excluded) gets P and dS exactly 0 whatever its score (an
-add mask's -inf blocks a NaN or +inf score too) and whatever dP - D, as in the spec (both paths;
-the BLAS path mends a tile only when a reduction over it shows a NaN or infinity).
+add mask's -inf blocks a NaN or +inf score too) and whatever dP - D, as in the spec (every path;
+the NumPy path mends a tile only when a reduction over it shows a NaN or infinity).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from numpy.lib.stride_tricks import as_strided
 from numba import njit, prange
 
 from ..caches import memo
+from . import attention_tiles as tiles
 from .classify import exp32
 
 __all__ = ["flash_attention_packed_fwd", "flash_attention_packed_bwd",
@@ -78,7 +79,9 @@ _Z32, _ONE32 = F32(0.0), F32(1.0)
 # channel c is at offset + outer s_outer + head s_head + i s_row + c. So q, k, v of one tensor (heads
 # = 1) and the q, k, v slices of a packed qkv (batch, n, 3, heads, d) are read in place, and out or
 # dqkv written in place, by one compiled kernel (all 1-D arrays).
-_GQ, _GK, _GV, _GO, _GG, _GDQ, _GDK, _GDV = range(8)  # geo rows: q, k, v, out, dout, dq, dk, dv
+# geo rows: q, k, v, out, dout, dq, dk, dv (shared with attention_tiles)
+_GQ, _GK, _GV, _GO, _GG, _GDQ, _GDK, _GDV = tiles.GQ, tiles.GK, tiles.GV, tiles.GO, tiles.GG, tiles.GDQ, \
+    tiles.GDK, tiles.GDV
 
 
 @njit(inline="always", error_model="numpy")
@@ -400,32 +403,40 @@ def _geo(packed: bool, heads: int, n_q: int, n_k: int, d: int) -> np.ndarray:
     return g
 
 
-def _fwd_lanes(q, k, v, geo, heads, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, out, lse):
+def _fwd_geo(q, k, v, geo, heads, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, out, lse):
     """The Numba forward of ``batch`` entries (heads per outer index) over flat operands placed by
-    geo: writes out and lse (batch, n_q)."""
-    args = (q, k, v, geo, heads, n_q, n_k, d) + _mask_args(mask, n_q, n_k, mask_mode, mask_layout) + (
-        float(scale), bool(causal), out, lse.reshape(batch, n_q), LANES)
+    geo: writes out and lse (batch n_q); the lane kernels for short sequences, else the tiles."""
+    margs = _mask_args(mask, n_q, n_k, mask_mode, mask_layout)
+    if not _small(batch, n_q, n_k, d):
+        tiles.fwd(q, k, v, geo, heads, *margs, batch, n_q, n_k, d, scale, causal, out, lse)
+        return
+    args = (q, k, v, geo, heads, n_q, n_k, d) + margs + (float(scale), bool(causal), out, lse.reshape(batch, n_q),
+                                                         LANES)
     (_fwd_par if _parallel(batch, n_q, n_k, d) else _fwd_serial)(*args)
 
 
-def _bwd_lanes(want, q, k, v, geo, heads, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode,
-               mask_layout, dq, dk, dv):
+def _bwd_geo(want, q, k, v, geo, heads, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode,
+             mask_layout, dq, dk, dv):
     """The Numba backward: writes dq (want & _WANT_Q) and dk, dv (want & _WANT_KV); the others may
     be placeholders."""
-    args = (q, k, v, geo, heads, n_q, n_k, d) + _mask_args(mask, n_q, n_k, mask_mode, mask_layout) + (
+    margs = _mask_args(mask, n_q, n_k, mask_mode, mask_layout)
+    if not _small(batch, n_q, n_k, d):
+        tiles.bwd(want, q, k, v, geo, heads, *margs, out, lse, dout, batch, n_q, n_k, d, scale, causal, dq, dk, dv)
+        return
+    args = (q, k, v, geo, heads, n_q, n_k, d) + margs + (
         float(scale), bool(causal), out, lse.reshape(batch, n_q), dout, want, dq, dk, dv, LANES)
     (_bwd_par if _parallel(batch, n_q, n_k, d) else _bwd_serial)(*args)
 
 
-def _fwd_small(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
+def _fwd_numba(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
     out = np.empty(batch * n_q * d, F32)
     lse = np.empty(batch * n_q, F32)
-    _fwd_lanes(q, k, v, _geo(False, 1, n_q, n_k, d), 1, mask, batch, n_q, n_k, d, scale, causal, mask_mode,
-               mask_layout, out, lse)
+    _fwd_geo(q, k, v, _geo(False, 1, n_q, n_k, d), 1, mask, batch, n_q, n_k, d, scale, causal, mask_mode,
+             mask_layout, out, lse)
     return out, lse
 
 
-def _bwd_small(want, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout,
+def _bwd_numba(want, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout,
                into=None):
     """dq (_WANT_Q), (dk, dv) (_WANT_KV) or all three (_WANT_QKV), written into the flat arrays
     ``into`` when given (else new ones)."""
@@ -435,8 +446,8 @@ def _bwd_small(want, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, c
     none = _NO_MASK  # a placeholder for the outputs not wanted (never written)
     dq = into[0] if want & _WANT_Q else none
     dk, dv = (into[-2], into[-1]) if want & _WANT_KV else (none, none)
-    _bwd_lanes(want, q, k, v, _geo(False, 1, n_q, n_k, d), 1, mask, out, lse, dout, batch, n_q, n_k, d, scale,
-               causal, mask_mode, mask_layout, dq, dk, dv)
+    _bwd_geo(want, q, k, v, _geo(False, 1, n_q, n_k, d), 1, mask, out, lse, dout, batch, n_q, n_k, d, scale,
+             causal, mask_mode, mask_layout, dq, dk, dv)
     return into[0] if want == _WANT_Q else into
 
 
@@ -529,8 +540,8 @@ def _t(a):
 
 
 def flash_attention_fwd(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
-    if _small(batch, n_q, n_k, d):
-        return _fwd_small(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
+    if _small(batch, n_q, n_k, d) or tiles.available(d):
+        return _fwd_numba(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
     pr = _Problem(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
     out = np.empty((batch, n_q, d), F32)
     lse = np.empty((batch, n_q), F32)
@@ -610,8 +621,8 @@ def _rowdot(dout, out, batch, n_q, d):
 
 
 def flash_attention_bwd_q(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
-    if _small(batch, n_q, n_k, d):
-        return _bwd_small(_WANT_Q, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode,
+    if _small(batch, n_q, n_k, d) or tiles.available(d):
+        return _bwd_numba(_WANT_Q, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode,
                           mask_layout)
     pr = _Problem(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
     dq = np.zeros((batch, n_q, d), F32)
@@ -642,8 +653,8 @@ def flash_attention_bwd_q(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, sca
 
 
 def flash_attention_bwd_kv(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
-    if _small(batch, n_q, n_k, d):
-        return _bwd_small(_WANT_KV, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode,
+    if _small(batch, n_q, n_k, d) or tiles.available(d):
+        return _bwd_numba(_WANT_KV, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode,
                           mask_layout)
     pr = _Problem(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
     dk = np.zeros((batch, n_k, d), F32)
@@ -681,11 +692,11 @@ def flash_attention_bwd_kv(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, sc
 def flash_attention_bwd(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):
     args = (q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout)
     m = batch * n_q * d
-    if _small(batch, n_q, n_k, d) and n_q == n_k:
+    if (_small(batch, n_q, n_k, d) or tiles.available(d)) and n_q == n_k:
         # One allocation, dq | dk | dv: the gradient of the q, k, v slices of one tensor (qkv[0],
         # qkv[1], qkv[2]) then joins without a copy (concat1d's view case).
         packed = np.empty(3 * m, F32)
-        return _bwd_small(_WANT_QKV, *args, into=(packed[:m], packed[m:2 * m], packed[2 * m:]))
+        return _bwd_numba(_WANT_QKV, *args, into=(packed[:m], packed[m:2 * m], packed[2 * m:]))
     return (flash_attention_bwd_q(*args), *flash_attention_bwd_kv(*args))
 
 
@@ -700,9 +711,9 @@ def flash_attention_bwd_v(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, sca
 
 
 # -- packed self-attention ----------------------------------------------------------------------------
-# Short sequences: the Numba kernels read q, k, v from qkv and write out (and dqkv) in place (see
-# _geo), so no head is copied. Longer ones: the heads are moved by NumPy copies around the BLAS
-# tiles (a copy is one pass over memory, cheap next to the attention there).
+# The Numba kernels (lanes and tiles) read q, k, v from qkv and write out (and dqkv) in place (see
+# _geo), so no head is copied. The NumPy fallback moves the heads by copies around its tiles (a
+# copy is one pass over memory, cheap next to the attention there).
 def _split_qkv(qkv, batch, heads, n, d):
     """Contiguous flat q, k, v (batch heads, n, d) from qkv (batch, n, 3, heads, d)."""
     a = qkv.reshape(batch, n, 3, heads, d)
@@ -714,11 +725,11 @@ def _heads_first(x, batch, heads, n, d):
 
 
 def flash_attention_packed_fwd(qkv, mask, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
-    if _small(batch * heads, n, n, d):
+    if _small(batch * heads, n, n, d) or tiles.available(d):
         out = np.empty(batch * n * heads * d, F32)
         lse = np.empty(batch * heads * n, F32)
-        _fwd_lanes(qkv, qkv, qkv, _geo(True, heads, n, n, d), heads, mask, batch * heads, n, n, d, scale, causal,
-                   mask_mode, mask_layout, out, lse)
+        _fwd_geo(qkv, qkv, qkv, _geo(True, heads, n, n, d), heads, mask, batch * heads, n, n, d, scale, causal,
+                 mask_mode, mask_layout, out, lse)
         return out, lse
     q, k, v = _split_qkv(qkv, batch, heads, n, d)
     out, lse = flash_attention_fwd(q, k, v, mask, batch * heads, n, n, d, scale, causal, mask_mode, mask_layout)
@@ -727,10 +738,10 @@ def flash_attention_packed_fwd(qkv, mask, batch, heads, n, d, scale, causal, mas
 
 def flash_attention_packed_bwd(qkv, mask, out, lse, dout, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
     dqkv = np.empty((batch, n, 3, heads, d), F32)
-    if _small(batch * heads, n, n, d):
+    if _small(batch * heads, n, n, d) or tiles.available(d):
         flat = dqkv.reshape(-1)
-        _bwd_lanes(_WANT_QKV, qkv, qkv, qkv, _geo(True, heads, n, n, d), heads, mask, out, lse, dout, batch * heads,
-                   n, n, d, scale, causal, mask_mode, mask_layout, flat, flat, flat)
+        _bwd_geo(_WANT_QKV, qkv, qkv, qkv, _geo(True, heads, n, n, d), heads, mask, out, lse, dout, batch * heads,
+                 n, n, d, scale, causal, mask_mode, mask_layout, flat, flat, flat)
         return flat
     q, k, v = _split_qkv(qkv, batch, heads, n, d)
     grads = flash_attention_bwd(q, k, v, mask, _heads_first(out, batch, heads, n, d), lse,
