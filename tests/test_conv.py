@@ -615,18 +615,19 @@ def _fast_case(rng, geom):
     return x, w, dy, rng.standard_normal(co).astype(F32), list(geom), out
 
 
-@pytest.mark.parametrize("col_bytes, group, dyt", [(8 << 20, 16, None), (1, 1, 0), (3000, 3, 1 << 30)])
+@pytest.mark.parametrize("col_bytes, block_cols, tile_rows, partial_bytes",
+                         [(8 << 20, 1024, 128, 64 << 20), (1, 1, 1, 1), (3000, 40, 4, 3000)])
 @pytest.mark.parametrize("geom", _FAST_GEOMS)
-def test_cpu_fast_2d_path_meets_the_contracts(monkeypatch, geom, col_bytes, group, dyt):
+def test_cpu_fast_2d_path_meets_the_contracts(monkeypatch, geom, col_bytes, block_cols, tile_rows, partial_bytes):
     """conv (with and without a bias), conv_bwd_input and conv_bwd_weight on both sides of
-    _FAST_MIN_P, with chunks of one image or a few, weight-gradient groups of 1, 3 or 16 images,
-    the weight gradient's products in either orientation (both sides of _DYT_MIN_CK)."""
+    _FAST_MIN_P, with chunks of one image or a few, weight-gradient blocks of one image, a few or
+    the batch, tiles of one channel or all, partial sums in one round or one per block."""
     assert CPU_CONV._fast_2d(geom[3], tuple((s + 2 * p - k) // t + 1 for s, k, t, p in zip(*geom[3:]))) == \
         (geom is not _FAST_GEOMS[-1])
     monkeypatch.setattr(CPU_CONV, "_COL_BYTES", col_bytes)
-    monkeypatch.setattr(CPU_CONV, "_GROUP_IMAGES", group)
-    if dyt is not None:
-        monkeypatch.setattr(CPU_CONV, "_DYT_MIN_CK", dyt)
+    monkeypatch.setattr(CPU_CONV, "_DW_BLOCK_COLS", block_cols)
+    monkeypatch.setattr(CPU_CONV, "_DW_TILE_ROWS", tile_rows)
+    monkeypatch.setattr(CPU_CONV, "_DW_PARTIAL_BYTES", partial_bytes)
     x, w, dy, b, dims, _ = _fast_case(np.random.default_rng(_FAST_GEOMS.index(geom)), geom)
     for name, args in [("conv", [x, w, b] + dims), ("conv", [x, w, None] + dims), ("conv_bwd_input", [dy, w] + dims),
                        ("conv_bwd_weight", [x, dy] + dims)]:
@@ -651,11 +652,13 @@ def test_cpu_fast_2d_path_keeps_the_nan_rule(special):
 
 def test_cpu_fast_2d_path_same_bits_for_any_thread_count(monkeypatch):
     """The 2-D path gives the same bits serially and with the batch split over 2 or 3 threads (each
-    image its own GEMM; the weight gradient summed in groups fixed by the sizes)."""
+    image its own GEMM; the weight gradient's blocks, tiles and rounds fixed by the sizes)."""
     if CPU_PARALLEL.blas_threads() is None:
         pytest.skip("NumPy's BLAS is not an OpenBLAS whose thread count we can set")
     x, w, dy, b, dims, _ = _fast_case(np.random.default_rng(12), (7, 5, 6, (9, 8), (3, 3), (1, 1), (1, 1)))
-    monkeypatch.setattr(CPU_CONV, "_GROUP_IMAGES", 2)
+    monkeypatch.setattr(CPU_CONV, "_DW_BLOCK_COLS", 2 * 72)  # blocks of 2 images (P = 72)
+    monkeypatch.setattr(CPU_CONV, "_DW_TILE_ROWS", 18)       # tiles of 2 channels
+    monkeypatch.setattr(CPU_CONV, "_DW_PARTIAL_BYTES", 2 * 4 * 45 * 6)  # rounds of 2 blocks
 
     def run():
         plan = conv_plan_of(*dims)
@@ -672,7 +675,7 @@ def test_cpu_fast_2d_path_same_bits_for_any_thread_count(monkeypatch):
 
 _OMP_GEOMS = [
     # the cnn example's two layers (64 images), batches of 1, 3 and 7, stride 2, padding wider than
-    # the kernel, 1x1 with C*K >= _DYT_MIN_CK (the weight gradient's transposed-dy products) and
+    # the kernel, 1x1 with many input channels (several channel tiles of the weight gradient) and
     # shapes with a GEMM dimension of 1 (one output channel; one input channel with a 1x1 kernel):
     # NumPy calls a GEMV or its own loop there, so those products keep np.matmul
     (64, 1, 16, (16, 16), (3, 3), (1, 1), (1, 1)),
@@ -687,18 +690,19 @@ _OMP_GEOMS = [
 ]
 
 
-@pytest.mark.parametrize("col_bytes, group", [(8 << 20, 16), (3000, 3)])
-def test_cpu_fast_2d_path_on_numba_threads_gives_the_matmul_bits(monkeypatch, col_bytes, group):
-    """The 2-D path's parts on Numba's threads, each image's GEMM a cblas_sgemm from Numba, give
-    exactly the bits of the np.matmul path (parallel.sgemm_address() None), in one part or split into
-    2-4, with chunks of one image or the whole part and weight-gradient groups of 3 or 16 images."""
+@pytest.mark.parametrize("col_bytes, block_cols, tile_rows", [(8 << 20, 1024, 128), (3000, 100, 9)])
+def test_cpu_fast_2d_path_on_numba_threads_gives_the_matmul_bits(monkeypatch, col_bytes, block_cols, tile_rows):
+    """The 2-D path's parts on Numba's threads, each GEMM a cblas_sgemm from Numba, give exactly the
+    bits of the np.matmul path (parallel.sgemm_address() None), in one part or split into 2-4, with
+    chunks of one image or the whole part and weight-gradient blocks and tiles of several sizes."""
     if CPU_PARALLEL.sgemm_address() is None:
         pytest.skip("no cblas_sgemm from Numba here (another BLAS, or Numba's workqueue layer)")
     monkeypatch.setattr(CPU_CONV, "_COL_BYTES", col_bytes)
-    monkeypatch.setattr(CPU_CONV, "_GROUP_IMAGES", group)
+    monkeypatch.setattr(CPU_CONV, "_DW_BLOCK_COLS", block_cols)
+    monkeypatch.setattr(CPU_CONV, "_DW_TILE_ROWS", tile_rows)
     calls = []
-    for name in ("_conv2d_ser", "_conv2d_par", "_bwd_input2d_ser", "_bwd_input2d_par", "_bwd_weight2d_ser",
-                 "_bwd_weight2d_par"):
+    for name in ("_conv2d_items_ser", "_conv2d_items_par", "_bwd_input2d_items_ser", "_bwd_input2d_items_par",
+                 "_dw_items_ser", "_dw_items_par"):
         def spy(*a, _f=getattr(CPU_CONV, name), _n=name):
             calls.append(_n)
             return _f(*a)
@@ -726,8 +730,8 @@ def test_cpu_fast_2d_path_on_numba_threads_gives_the_matmul_bits(monkeypatch, co
             for what, a, e in zip(("conv", "conv without bias", "conv_bwd_input", "conv_bwd_weight"), got, want):
                 assert a == e, f"{what} {geom} in {t} parts"
     used = set(calls)
-    assert {"_conv2d_ser", "_conv2d_par", "_bwd_input2d_ser", "_bwd_input2d_par", "_bwd_weight2d_ser",
-            "_bwd_weight2d_par"} <= used, used
+    assert {"_conv2d_items_ser", "_conv2d_items_par", "_bwd_input2d_items_ser", "_bwd_input2d_items_par",
+            "_dw_items_ser", "_dw_items_par"} <= used, used
 
 
 def test_cpu_fast_2d_path_parts_follow_size_and_threads(monkeypatch):
@@ -766,19 +770,20 @@ def _im2col_reference(x, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, bias_row):
 
 @pytest.mark.parametrize("geom", _FAST_GEOMS[:-1])
 def test_cpu_im2col_col2im_known_answers(geom):
-    """_im2col2d copies exactly (NaN, inf, -0 included; the masked shifted rows of the stride-1
-    same-pitch case and the per-row copies of the others), and _col2im2d is its adjoint: each dx
-    element is, from +0, the sum of its taps in row-major order (checked exactly against that sum
-    in float32), whatever the margin's contents."""
+    """_block_cols (a block's im2col) copies exactly (NaN, inf, -0 included; the masked shifted rows
+    of the stride-1 same-pitch case and the per-row copies of the others), and _col2im2d is its
+    adjoint in the per-image and the block layouts: each dx element is, from +0, the sum of its taps
+    in row-major order (checked exactly against that sum in float32), whatever the margin's contents."""
     n, ci, _, (h, w), (kh, kw), (sh, sw), (ph, pw) = geom
     oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
     rng = np.random.default_rng(sum(geom[3]) + kh)
     x = rng.standard_normal(n * ci * h * w).astype(F32)
     x[rng.integers(x.size, size=3)] = [np.nan, np.inf, -0.0]
-    for bias_row in (0, 1):
+    for bias_row in (0, 1):  # a block of the n images: columns (image, position)
         col = np.full(n * (ci * kh * kw + bias_row) * oh * ow, 7.0, F32)
-        CPU_CONV._im2col2d(x, 0, n, ci, h, w, col, kh, kw, sh, sw, ph, pw, oh, ow, bias_row)
+        CPU_CONV._block_cols(x, 0, n, col, ci, h, w, kh, kw, sh, sw, ph, pw, oh, ow, bias_row)
         ref = _im2col_reference(x, n, ci, h, w, kh, kw, sh, sw, ph, pw, oh, ow, bias_row)
+        ref = np.ascontiguousarray(ref.reshape(n, -1, oh * ow).transpose(1, 0, 2)).reshape(-1)
         assert col.tobytes() == ref.tobytes(), f"im2col {geom} bias_row={bias_row}"
     dcol = rng.integers(-8, 9, n * ci * kh * kw * oh * ow).astype(F32)  # integers: exact sums
     dcol[rng.integers(dcol.size)] = -0.0
@@ -786,7 +791,13 @@ def test_cpu_im2col_col2im_known_answers(geom):
     buf = np.full(dcol.size + 2 * margin, np.nan, F32)  # the margins must never be used
     buf[margin:margin + dcol.size] = dcol
     dx = np.full(n * ci * h * w, 7.0, F32)
-    CPU_CONV._col2im2d(buf, dx, 0, n, ci, h, w, kh, kw, sh, sw, ph, pw, oh, ow, margin)
+    p_n = oh * ow  # per-image layout (n, C*K, P), then a block's (C*K, (image, position))
+    CPU_CONV._col2im2d(buf, dx, 0, n, 0, ci, ci, h, w, kh, kw, sh, sw, ph, pw, oh, ow, ci * kh * kw * p_n, p_n, margin)
+    blk = np.full(dcol.size + 2 * margin, np.nan, F32)
+    blk[margin:margin + dcol.size] = dcol.reshape(n, -1, p_n).transpose(1, 0, 2).reshape(-1)
+    dx_blk = np.full(n * ci * h * w, 7.0, F32)
+    CPU_CONV._col2im2d(blk, dx_blk, 0, n, 0, ci, ci, h, w, kh, kw, sh, sw, ph, pw, oh, ow, p_n, n * p_n, margin)
+    assert dx_blk.tobytes() == dx.tobytes(), f"col2im {geom} block layout"
     want = np.zeros((n, ci, h, w), F32)
     d6 = dcol.reshape(n, ci, kh, kw, oh, ow)
     for ky in range(kh):

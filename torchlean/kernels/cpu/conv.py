@@ -13,18 +13,21 @@ any order. Any spatial rank; two ways to lay the input out for the GEMM:
   padded row, and the output adds those partials through strided views shifted by each offset.
   Its weight gradient is one GEMM per other-axis offset over a shifted column range (no copy).
 
-conv_bwd_input at stride 1 (or in 1-D) with finite weights is split by the phase of dx positions
-modulo the stride into prod(stride) stride-1 convs of dy with the phase's taps flipped and
-channels swapped (at stride 1: one conv; each dx element written once, no scatter-adds);
-otherwise it takes dcol = W^T dy and col2im (a fixed-order sum of the K shifted slices), which
-is as fast at stride > 1 and the only choice with an inf/NaN weight (a padded 0 times an inf
-weight is no term of the adjoint). conv_transpose is conv_bwd_input with the channel roles swapped, plus the bias.
+conv_bwd_input in 2-D takes dcol = W^T dy and col2im in blocks of images (see "the 2-D path"),
+below its output-plane threshold too where every block's GEMM is a cblas_sgemm (a transposed conv
+from a 1x1 input is one). Otherwise, at stride 1 (or in 1-D) with finite weights, it is split by
+the phase of dx positions modulo the stride into prod(stride) stride-1 convs of dy with the
+phase's taps flipped and channels swapped (at stride 1: one conv; each dx element written once,
+no scatter-adds); else it takes dcol = W^T dy and col2im (a fixed-order sum of the K shifted
+slices), which is as fast at stride > 1 and the only choice with an inf/NaN weight (a padded 0
+times an inf weight is no term of the adjoint). conv_transpose is conv_bwd_input with the channel
+roles swapped, plus the bias.
 Grouped or dilated plans (``plan.plain`` False) run conv_groups.py's kernels instead.
 
 Chunks hold about ``_COL_BYTES`` of columns (at least one image). Threads follow parallel.py's
-policy (one pool, Numba's): rank 2 with enough output positions runs one Numba parallel region per
-call, contiguous parts of the batch each copying its columns and calling cblas_sgemm per image
-(see "2-D with per-image GEMMs"); every other geometry runs its copies on the calling thread and
+policy (one pool, Numba's): rank 2 with enough output positions runs a few Numba parallel regions per
+call, each item (a block of images x a tile of GEMM rows) copying its columns and calling
+cblas_sgemm (see "the 2-D path"); every other geometry runs its copies on the calling thread and
 its GEMMs through gemm.py, which splits them over the same threads.
 Results are bitwise repeatable from run to run.
 """
@@ -274,30 +277,14 @@ def _conv_part(y: np.ndarray, x5: np.ndarray, w: np.ndarray, b, kernel, stride, 
             y[n0:n1] += b[:, None]
 
 
-# -- 2-D with per-image GEMMs (the CNN case) ---------------------------------------------------------
-# Rank 2 with at least _FAST_MIN_P output positions per image has its own path because its GEMMs
-# are small: a Numba kernel writes each image's column matrix (C*K (+1), P) straight from x (no
-# padded copy, no strided NumPy copy) and one cblas_sgemm per image multiplies it, col and y in their
-# natural per-image layouts (y (O, P) is the output itself, no transpose). A per-image GEMM stays in
-# cache and runs near the core's peak where one wide GEMM over a chunk does not, and the whole call
-# (copies and GEMMs of every image) is ONE Numba parallel region: contiguous parts of the batch (or
-# of the weight gradient's groups), parallel.parts(macs, images, _PART_MACS) of them, each part
-# working through its images in chunks of _COL_BYTES without the GIL. The other ranks cannot take
-# it (their column copies and unfold plans are NumPy code, and their cost model picks wide GEMMs).
-# The bias is a column of W against a row of ones in col (one more product, b * 1 = b exactly).
-# Every image is computed by the same GEMM call whatever the chunking or the split, so conv and
-# conv_bwd_input do not depend on either; conv_bwd_weight sums per-image products in fixed groups of
-# images (sizes alone fix the groups), each group in image order, then the group sums in group
-# order: the same bits for any thread count. The sgemm gets the arguments NumPy's stacked matmul
-# would pass (RowMajor, NoTrans for C-contiguous operands, Trans with ld P for col_n^T), so these
-# are the bits of np.matmul too. Where that is not so (NumPy sends a product with a dimension of 1
-# to a GEMV or its own loop) or no cblas_sgemm is at hand (parallel.sgemm_address() None), the
-# same per-image products run on the calling thread through np.matmul (_per_image_matmul).
-# Nothing inside a region can raise: every buffer is allocated before it (one scratch row per part)
-# and the callers check the shapes.
+# -- the 2-D path (the CNN case) -------------------------------------------------------------------
+# Rank 2 with at least _FAST_MIN_P output positions per image has its own path: Numba kernels write
+# the column matrices straight from x (no padded copy, no strided NumPy copy) and call cblas_sgemm
+# from inside Numba parallel regions (a few per call, no GIL), in layouts of blocks of images x
+# tiles of rows that follow from the sizes alone (conv and input gradient, then weight gradient,
+# below). The other ranks cannot take it (their column copies and unfold plans are NumPy code). The
+# conv's bias is a column of W against a row of ones in col (one more product, b * 1 = b exactly).
 _FAST_MIN_P = 16  # fewer output positions per image: one wide GEMM over the chunk does better
-_GROUP_IMAGES = 16  # conv_bwd_weight: at most this many images per group sum
-_DYT_MIN_CK = 32  # conv_bwd_weight: transpose dy from this many col rows (C*K) up
 _ZERO32 = np.float32(0.0)
 _ONE32 = np.float32(1.0)
 
@@ -338,23 +325,25 @@ def _shift_masks(kh, kw, ph, pw, h, w, oh_n):
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _im2col2d(x, n0, n1, c_n, h, w, col, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bias_row):
-    """col (n1-n0, c_n*kh*kw + bias_row, oh_n*ow_n), flat: col[n, (c, ky, kx), (oh, ow)] =
-    x[n0+n, c, oh*sh + ky - ph, ow*sw + kx - pw] (0 outside the image), then a row of ones."""
+def _im2col_rows(x, n0, n1, c0, c1, c_n, h, w, col, sn, sr, kh, kw, sh, sw, ph, pw, oh_n, ow_n):
+    """The rows of channels c0:c1 of images n0:n1's column matrices into col (flat):
+    col[(n-n0)*sn + ((c-c0)*kh*kw + ky*kw + kx)*sr + (oh*ow_n + ow)] = x[n, c, oh*sh + ky - ph,
+    ow*sw + kx - pw] (0 outside the image). sn = rows * P, sr = P: each image's (C*K, P) matrix
+    after the last; sn = P, sr = images * P: one (C*K, images * P) matrix, columns (image, position)."""
     p_n = oh_n * ow_n
-    ck = c_n * kh * kw
+    kk = kh * kw
     if sh == 1 and sw == 1 and ow_n == w:
         # each row is the plane shifted by (ky - ph) rows and (kx - pw) columns: one run over the
         # whole row, with a select against the tap's mask (entries off the image read a neighbour
         # in x and are replaced by 0; a row whose run would leave x takes the careful loop)
         m = _shift_masks(kh, kw, ph, pw, h, w, oh_n)
         for n in range(n0, n1):
-            cb = (n - n0) * (ck + bias_row) * p_n
-            for c in range(c_n):
+            cb = (n - n0) * sn
+            for c in range(c0, c1):
                 xb = (n * c_n + c) * h * w
-                for k in range(kh * kw):
+                for k in range(kk):
                     ky = k // kw
-                    rb = _U(cb + (c * kh * kw + k) * p_n)
+                    rb = _U(cb + ((c - c0) * kk + k) * sr)
                     lo = xb + (ky - ph) * w + (k - ky * kw) - pw
                     mk = m[k]
                     if lo >= 0 and lo + p_n <= x.size:
@@ -365,18 +354,14 @@ def _im2col2d(x, n0, n1, c_n, h, w, col, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bia
                     else:
                         for q in range(p_n):
                             col[rb + _U(q)] = x[_U(lo + q)] if mk[q] else _ZERO32
-            if bias_row:
-                b0 = _U(cb + ck * p_n)
-                for q in range(_U(p_n)):
-                    col[b0 + q] = _ONE32
         return
     for n in range(n0, n1):
-        cb = (n - n0) * (ck + bias_row) * p_n
-        for c in range(c_n):
+        cb = (n - n0) * sn
+        for c in range(c0, c1):
             xb = (n * c_n + c) * h * w
             for ky in range(kh):
                 for kx in range(kw):
-                    rb = cb + ((c * kh + ky) * kw + kx) * p_n
+                    rb = cb + ((c - c0) * kk + ky * kw + kx) * sr
                     a, b = _span(ow_n, sw, kx, pw, w)
                     for oh in range(oh_n):
                         ih = oh * sh + ky - ph
@@ -397,10 +382,6 @@ def _im2col2d(x, n0, n1, c_n, h, w, col, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bia
                         else:
                             for ow in range(a, b):
                                 col[_U(ro + ow)] = x[_U(xr + ow * sw)]
-        if bias_row:
-            b0 = _U(cb + ck * p_n)
-            for q in range(_U(p_n)):
-                col[b0 + q] = _ONE32
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
@@ -420,37 +401,38 @@ def _dx_masks(kh, kw, ph, pw, h, w, oh_n):
 
 
 def _col2im_margin(h, w, kh, kw, ph, pw, oh_n, ow_n) -> int:
-    """Entries _col2im2d may read before the first and after the last row of dcol (the stride-1,
-    ow_n == w case reads each row over the whole plane, shifted; the masked entries are never
-    used). 0 otherwise."""
+    """Entries _col2im2d may read before the first and after the last entry of dcol (the stride-1,
+    ow_n == w case reads each image's row over the whole plane, shifted; the masked entries are
+    never used). 0 otherwise."""
     if ow_n != w:
         return 0
     return max(0, (kh - 1 - ph) * w + kw - 1 - pw, h * w + ph * w + pw - oh_n * ow_n)
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _col2im2d(dcol, dx, n0, n1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, margin):
-    """dx[n0:n1] (flat (batch, C, h, w)) = the adjoint of _im2col2d applied to dcol (n1-n0, C*K, P),
-    which starts at dcol[margin]: each dx element gets, from +0, the dcol entries of the taps that
-    land on it, added in row-major order of (ky, kx) and then (oh, ow); taps in the padding are
-    dropped. With stride 1 and ow_n == w (sh == sw == 1 required) each tap's row is gathered over
-    the whole plane, dx[i] += row[i - shift] where the tap lands on i and +0 elsewhere (a select
-    against the mask; the reads elsewhere fall in neighbouring rows or the margins and are not
-    used): a +0 term leaves a sum that started from +0 unchanged, bit for bit (such a sum is never
-    -0). Each dx element is read and written at the same place by every tap (no shifted stores)."""
-    p_n = oh_n * ow_n
-    ck = c_n * kh * kw
+def _col2im2d(dcol, dx, n0, n1, c0, c1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, sn, sr, margin):
+    """dx[n0:n1, c0:c1] (dx flat (batch, c_n, h, w)) = the adjoint of im2col applied to dcol, whose
+    entry (image n, channel c, tap k = ky*kw + kx, position q) is dcol[margin + (n-n0)*sn +
+    ((c-c0)*kh*kw + k)*sr + q] (the layouts of _im2col_rows): each dx element gets, from +0, the
+    entries of the taps that land on it, added in row-major order of (ky, kx) and then (oh, ow);
+    taps in the padding are dropped. With stride 1 and ow_n == w (sh == sw == 1 required) each
+    tap's row is gathered over the whole plane, dx[i] += row[i - shift] where the tap lands on i and
+    +0 elsewhere (a select against the mask; the reads elsewhere fall in neighbouring rows or
+    images, or the margins, and are not used): a +0 term leaves a sum that started from +0
+    unchanged, bit for bit (such a sum is never -0). Each dx element is read and written at the same
+    place by every tap (no shifted stores)."""
+    kk = kh * kw
     if sh == 1 and sw == 1 and ow_n == w:
         m = _dx_masks(kh, kw, ph, pw, h, w, oh_n)
         hw = _U(h * w)
         for n in range(n0, n1):
-            cb = margin + (n - n0) * ck * p_n
-            for c in range(c_n):
+            cb = margin + (n - n0) * sn
+            for c in range(c0, c1):
                 d = _U((n * c_n + c) * h * w)
-                for k in range(kh * kw):
+                for k in range(kk):
                     ky = k // kw
                     shift = (ky - ph) * w + (k - ky * kw) - pw
-                    r = _U(cb + (c * kh * kw + k) * p_n - shift)
+                    r = _U(cb + ((c - c0) * kk + k) * sr - shift)
                     mk = m[k]
                     if k == 0:
                         for i in range(hw):
@@ -462,15 +444,15 @@ def _col2im2d(dcol, dx, n0, n1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, m
                             dx[d + i] += v if mk[i] else _ZERO32
         return
     for n in range(n0, n1):
-        cb = margin + (n - n0) * ck * p_n
-        for c in range(c_n):
+        cb = margin + (n - n0) * sn
+        for c in range(c0, c1):
             xb = (n * c_n + c) * h * w
             d = _U(xb)
             for i in range(_U(h * w)):
                 dx[d + i] = _ZERO32
             for ky in range(kh):
                 for kx in range(kw):
-                    rb = cb + ((c * kh + ky) * kw + kx) * p_n
+                    rb = cb + ((c - c0) * kk + ky * kw + kx) * sr
                     a, b = _span(ow_n, sw, kx, pw, w)
                     for oh in range(oh_n):
                         ih = oh * sh + ky - ph
@@ -498,131 +480,314 @@ def _transpose_images(g, n0, n1, o_n, p_n, out):
                 out[ob + p * _U(o_n) + o] = g[gb + o * _U(p_n) + p]
 
 
-@njit(cache=True, error_model="numpy", nogil=True)
-def _sum_in_order(parts, out):
-    """out = parts[0] + parts[1] + ... (left to right, float32)."""
-    out[:] = parts[0]
-    for i in range(1, parts.shape[0]):
-        out += parts[i]
-
-
 _PART_MACS = 1 << 18  # multiply-adds per part at least: a region's start and wake-ups cost a few us
 
 
 def _sgemm_fits(st, m: int, n: int, k: int) -> bool:
-    """Whether a per-image (m x k) @ (k x n) product is one sgemm in NumPy too (every dimension > 1)
-    and its dimensions (the leading dimensions are among them) fit the BLAS integers."""
+    """Whether an (m x k) @ (k x n) product is one sgemm in NumPy too (every dimension > 1) and its
+    dimensions (the leading dimensions are among them) fit the BLAS integers."""
     return st is not None and min(m, n, k) > 1 and (st[1].itemsize == 8 or max(m, n, k) < 1 << 31)
 
 
 _NT, _TR = NO_TRANS, TRANS
 
 
+# -- the 2-D conv and input gradient: blocks of images x tiles of rows -------------------------------
+# y = W col and dcol = W^T dy multiply by the whole weight; one GEMM per image of a small output
+# plane (P = 16 at ResNet's 4x4) has OpenBLAS pack all of W for P columns. So the batch is cut into
+# blocks of g images, g P >= _BLOCK_COLS, whose columns (image, position) are ONE GEMM's N, and the
+# GEMM's rows into tiles so that 16 threads have items when the batch makes few blocks: the conv's
+# tiles are output channels (at least _FW_TILE_ROWS, boundaries at multiples of _FW_TILE_ALIGN),
+# the input gradient's whole input channels (at least _DW_TILE_ROWS rows; each item then does its
+# channels' col2im, its dcol still in cache). Blocks and tiles are kept near square (OpenBLAS packs the whole other operand
+# for every tile: tiles of few rows re-read the block's columns too often). Items (block, tile)
+# run block-major, dealt to parallel.parts(...) parts in contiguous ranges, in one Numba region; a
+# part writes its block's column matrix (conv: im2col, rows (c, ky, kx) and a bias row of ones;
+# input gradient: dy as (O, (image, position))) into its scratch once for the block's run of
+# tiles, then the item's sgemm: the conv's into its scratch, then to each image's y (a block of one
+# image writes y directly, ldc P); the input gradient's into its dcol scratch (after a margin),
+# then _col2im2d (a block of one image reads dy itself). The layout follows from the sizes alone
+# and each output element is one GEMM's dot product, so the bits do not depend on the thread count.
+# The sgemm gets the arguments NumPy's matmul would pass for the same operands (RowMajor, NoTrans,
+# contiguous), so these are np.matmul's bits too; where NumPy would not call one sgemm (a dimension
+# of 1: a GEMV or its own loop) or no cblas_sgemm is at hand, the same items run on the calling
+# thread through np.matmul. Nothing inside a region can raise: every scratch buffer is allocated
+# before it and the callers check the shapes.
+_BLOCK_COLS = 128    # columns (image, position) per block at least
+_FW_TILE_ROWS = 128  # conv: output channels per tile at least
+_FW_TILE_ALIGN = 16  # conv tiles start at multiples of this many rows (OpenBLAS's row-edge kernels round differently)
+_FD_ITEMS = 16       # blocks x tiles wanted at least (work for 16 threads)
+
+
+def _blocks(batch: int, p_n: int) -> tuple:
+    """(images per block, blocks) from the sizes alone."""
+    g = min(batch, max(1, -(-_BLOCK_COLS // p_n)))
+    return g, -(-batch // g)
+
+
+def _fw_layout(batch: int, p_n: int, out_c: int) -> tuple:
+    """conv: (images per block, blocks, output channels per tile, tiles)."""
+    g, n_blocks = _blocks(batch, p_n)
+    want = max(1, min(out_c // _FW_TILE_ROWS, -(-_FD_ITEMS // n_blocks)))
+    per = -(-out_c // want)  # output channels per tile, then rounded up to the alignment
+    tile = -(-per // _FW_TILE_ALIGN) * _FW_TILE_ALIGN
+    return g, n_blocks, tile, -(-out_c // tile)
+
+
+def _dx_layout(batch: int, in_c: int, k_n: int, p_n: int) -> tuple:
+    """conv_bwd_input: (images per block, blocks, channel tiles)."""
+    g, n_blocks = _blocks(batch, p_n)
+    n_tiles = max(1, min(in_c // max(1, -(-_DW_TILE_ROWS // k_n)), -(-_FD_ITEMS // n_blocks)))
+    return g, n_blocks, n_tiles
+
+
 @njit(inline="always", nogil=True)
-def _conv2d_part(fn, iz, x, wb, y, col, batch, t, i, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n,
-                 bias_row):
-    """Part i of t: images of y (flat (batch, out_c, P)) in chunks of nb, col[i] the part's scratch."""
+def _fw_tile_out(sb, y, n0, n1, o0, o1, o_n, p_n):
+    """An item's product (o1-o0, (n1-n0) P) into y[n0:n1, o0:o1] (y flat (batch, O, P))."""
+    cols = (n1 - n0) * p_n
+    for n in range(n0, n1):
+        for o in range(o0, o1):
+            s0, d0 = _U((o - o0) * cols + (n - n0) * p_n), _U((n * o_n + o) * p_n)
+            for q in range(_U(p_n)):
+                y[d0 + q] = sb[s0 + q]
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _block_cols(x, n0, n1, col, in_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bias_row):
+    """Block n0:n1's column matrix (C*K + bias_row, (n1-n0) P) into col (flat), a last row of ones."""
+    cols = (n1 - n0) * oh_n * ow_n
+    _im2col_rows(x, n0, n1, 0, in_c, in_c, h, w, col, oh_n * ow_n, cols, kh, kw, sh, sw, ph, pw, oh_n, ow_n)
+    if bias_row:
+        b0 = _U(in_c * kh * kw * cols)
+        for q in range(_U(cols)):
+            col[b0 + q] = _ONE32
+
+
+@njit(inline="always", nogil=True)
+def _fw_part(fn, iz, x, wb, y, cs, os, t, i, items, n_tiles, tile, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
+             pw, oh_n, ow_n, bias_row):
+    """Part i of t: conv items [items i / t, items (i + 1) / t), cs[i] / os[i] its scratch."""
     p_n = oh_n * ow_n
     rows = in_c * kh * kw + bias_row
+    cb, ob = cs[i], os[i]
+    have = -1
+    for j in range(items * i // t, items * (i + 1) // t):
+        blk = j // n_tiles
+        o0 = (j % n_tiles) * tile
+        o1 = min(out_c, o0 + tile)
+        n0 = blk * g
+        n1 = min(batch, n0 + g)
+        cols = (n1 - n0) * p_n
+        if blk != have:
+            _block_cols(x, n0, n1, cb, in_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bias_row)
+            have = blk
+        a = wb.ctypes.data + 4 * o0 * rows
+        if n1 - n0 == 1:
+            sgemm(fn, iz, _NT, _NT, o1 - o0, cols, rows, a, rows, cb.ctypes.data, cols,
+                  y.ctypes.data + 4 * (n0 * out_c + o0) * p_n, p_n)
+        else:
+            sgemm(fn, iz, _NT, _NT, o1 - o0, cols, rows, a, rows, cb.ctypes.data, cols, ob.ctypes.data, cols)
+            _fw_tile_out(ob, y, n0, n1, o0, o1, out_c, p_n)
+
+
+@njit(cache=True, nogil=True)
+def _conv2d_items_ser(fn, iz, x, wb, y, cs, os, items, n_tiles, tile, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
+                      pw, oh_n, ow_n, bias_row):
+    _fw_part(fn, iz, x, wb, y, cs, os, 1, 0, items, n_tiles, tile, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
+             oh_n, ow_n, bias_row)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _conv2d_items_par(fn, iz, x, wb, y, cs, os, t, items, n_tiles, tile, g, batch, in_c, out_c, h, w, kh, kw, sh, sw,
+                      ph, pw, oh_n, ow_n, bias_row):
+    for i in prange(t):
+        _fw_part(fn, iz, x, wb, y, cs, os, t, i, items, n_tiles, tile, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
+                 pw, oh_n, ow_n, bias_row)
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _block_dy(dy, n0, n1, dyb, o_n, p_n):
+    """Block n0:n1 of dy (batch, O, P) as (O, (n1-n0) P) into dyb (flat), columns (image, position)."""
+    cols = (n1 - n0) * p_n
+    for n in range(n0, n1):
+        for o in range(o_n):
+            s0, d0 = _U((n * o_n + o) * p_n), _U(o * cols + (n - n0) * p_n)
+            for q in range(_U(p_n)):
+                dyb[d0 + q] = dy[s0 + q]
+
+
+@njit(inline="always", nogil=True)
+def _dx_part(fn, iz, w2t, dy, dx, ds, cs, t, i, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
+             oh_n, ow_n, margin):
+    """Part i of t: input-gradient items [items i / t, items (i + 1) / t), ds[i] / cs[i] its scratch."""
+    p_n = oh_n * ow_n
+    k_n = kh * kw
+    db, cb = ds[i], cs[i]
+    have = -1
+    for j in range(items * i // t, items * (i + 1) // t):
+        blk, n0, n1, c0, c1 = _dw_item_span(j, 0, n_tiles, g, batch, in_c)
+        cols = (n1 - n0) * p_n
+        if n1 - n0 == 1:
+            bb = dy.ctypes.data + 4 * n0 * out_c * p_n
+        else:
+            if blk != have:
+                _block_dy(dy, n0, n1, db, out_c, p_n)
+                have = blk
+            bb = db.ctypes.data
+        sgemm(fn, iz, _NT, _NT, (c1 - c0) * k_n, cols, out_c, w2t.ctypes.data + 4 * c0 * k_n * out_c, out_c, bb, cols,
+              cb.ctypes.data + 4 * margin, cols)
+        _col2im2d(cb, dx, n0, n1, c0, c1, in_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, p_n, cols, margin)
+
+
+@njit(cache=True, nogil=True)
+def _bwd_input2d_items_ser(fn, iz, w2t, dy, dx, ds, cs, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw,
+                           ph, pw, oh_n, ow_n, margin):
+    _dx_part(fn, iz, w2t, dy, dx, ds, cs, 1, 0, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
+             oh_n, ow_n, margin)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _bwd_input2d_items_par(fn, iz, w2t, dy, dx, ds, cs, t, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw,
+                           ph, pw, oh_n, ow_n, margin):
+    for i in prange(t):
+        _dx_part(fn, iz, w2t, dy, dx, ds, cs, t, i, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
+                 pw, oh_n, ow_n, margin)
+
+
+# -- the 2-D weight gradient: blocks of images x tiles of channels -------------------------------
+# dW^T (C*K, O) = sum over images n of col_n (C*K, P) @ dy_n^T (P, O). The batch is cut into blocks
+# of g images, g P >= _DW_BLOCK_COLS (the GEMM's inner dimension: long enough for OpenBLAS to run
+# near peak, and one partial sum per block instead of one per image), the rows into tiles of whole
+# channels (so that 16+ threads have items when one block holds the batch). Item (block, tile):
+# the tile's rows of the block's column matrix, (rows (c, ky, kx), columns (image, position)),
+# then ONE cblas_sgemm with the block's rows of dy^T (dy transposed once per call into (batch P, O),
+# whose rows are the block's columns in the same order) into the tile's rows of the block's
+# partial. The partials are added per element in block order (one left-to-right chain), in rounds
+# of at most _DW_PARTIAL_BYTES of partials (a round continues the chain of the one before). g, the
+# tiles and the rounds follow from the sizes alone, and every item is the same GEMM however the
+# items are dealt to parts: the bits do not depend on the thread count.
+_DW_BLOCK_COLS = 1024         # columns (image, position) per block at least
+_DW_ITEMS = 32                # blocks x tiles wanted at least (work for 16 threads, with some balance)
+_DW_TILE_ROWS = 128           # rows per tile at least: OpenBLAS's efficiency falls below
+_DW_PARTIAL_BYTES = 64 << 20  # one round's partial sums at most
+_DW_ROWS = 16                 # the reduction's rows per step (each transposed write fills a cache line)
+
+
+def _dw_layout(batch: int, in_c: int, k_n: int, p_n: int, out_c: int) -> tuple:
+    """(images per block, blocks, channel tiles, blocks per round), from the sizes alone."""
+    g = min(batch, max(1, -(-_DW_BLOCK_COLS // p_n)))
+    n_blocks = -(-batch // g)
+    n_tiles = max(1, min(in_c // max(1, -(-_DW_TILE_ROWS // k_n)), -(-_DW_ITEMS // n_blocks)))
+    per_round = max(1, min(n_blocks, _DW_PARTIAL_BYTES // max(1, 4 * in_c * k_n * out_c)))
+    return g, n_blocks, n_tiles, per_round
+
+
+@njit(inline="always", nogil=True)
+def _dw_item_span(j, b0, n_tiles, g, batch, in_c):
+    """Item j of the round that starts at block b0: (block, first image, end image, c0, c1)."""
+    b = b0 + j // n_tiles
+    r = j % n_tiles
+    n0 = b * g
+    return b, n0, min(batch, n0 + g), in_c * r // n_tiles, in_c * (r + 1) // n_tiles
+
+
+@njit(inline="always", nogil=True)
+def _dw_part(fn, iz, x, dyt, sums, col, t, i, items, b0, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
+             pw, oh_n, ow_n):
+    """Part i of t: items [items i / t, items (i + 1) / t) of the round, col[i] the part's scratch."""
+    p_n = oh_n * ow_n
+    k_n = kh * kw
+    ck = in_c * k_n
     cb = col[i]
-    n1 = batch * (i + 1) // t
-    for m0 in range(batch * i // t, n1, nb):
-        m1 = min(n1, m0 + nb)
-        _im2col2d(x, m0, m1, in_c, h, w, cb, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bias_row)
-        for n in range(m0, m1):
-            sgemm(fn, iz, _NT, _NT, out_c, p_n, rows, wb.ctypes.data, rows, cb.ctypes.data + 4 * (n - m0) * rows * p_n,
-                   p_n, y.ctypes.data + 4 * n * out_c * p_n, p_n)
+    for j in range(items * i // t, items * (i + 1) // t):
+        b, n0, n1, c0, c1 = _dw_item_span(j, b0, n_tiles, g, batch, in_c)
+        cols = (n1 - n0) * p_n
+        _im2col_rows(x, n0, n1, c0, c1, in_c, h, w, cb, p_n, cols, kh, kw, sh, sw, ph, pw, oh_n, ow_n)
+        sgemm(fn, iz, _NT, _NT, (c1 - c0) * k_n, out_c, cols, cb.ctypes.data, cols,
+              dyt.ctypes.data + 4 * n0 * p_n * out_c, out_c, sums.ctypes.data + 4 * ((b - b0) * ck + c0 * k_n) * out_c,
+              out_c)
 
 
 @njit(cache=True, nogil=True)
-def _conv2d_ser(fn, iz, x, wb, y, col, batch, t, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bias_row):
-    for i in range(t):
-        _conv2d_part(fn, iz, x, wb, y, col, batch, t, i, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n,
-                     bias_row)
+def _dw_items_ser(fn, iz, x, dyt, sums, col, items, b0, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
+                  oh_n, ow_n):
+    _dw_part(fn, iz, x, dyt, sums, col, 1, 0, items, b0, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
+             oh_n, ow_n)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _conv2d_par(fn, iz, x, wb, y, col, batch, t, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bias_row):
+def _dw_items_par(fn, iz, x, dyt, sums, col, t, items, b0, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
+                  pw, oh_n, ow_n):
     for i in prange(t):
-        _conv2d_part(fn, iz, x, wb, y, col, batch, t, i, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n,
-                     bias_row)
+        _dw_part(fn, iz, x, dyt, sums, col, t, i, items, b0, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
+                 pw, oh_n, ow_n)
 
 
 @njit(inline="always", nogil=True)
-def _bwd_input2d_part(fn, iz, dy, w2t, dx, buf, batch, t, i, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n,
-                      ow_n, margin):
-    """Part i of t: dcol = W^T dy per image into buf[i] (after its margin), then _col2im2d per chunk."""
-    p_n = oh_n * ow_n
-    ck = in_c * kh * kw
-    bb = buf[i]
-    n1 = batch * (i + 1) // t
-    for m0 in range(batch * i // t, n1, nb):
-        m1 = min(n1, m0 + nb)
-        for n in range(m0, m1):
-            sgemm(fn, iz, _NT, _NT, ck, p_n, out_c, w2t.ctypes.data, out_c, dy.ctypes.data + 4 * n * out_c * p_n, p_n,
-                   bb.ctypes.data + 4 * (margin + (n - m0) * ck * p_n), p_n)
-        _col2im2d(bb, dx, m0, m1, in_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, margin)
+def _dw_reduce_part(sums, nb, acc, dw, tmp, i, t, ck, o_n, first, last):
+    """Row steps of part i of t: each element of rows r of dW^T is (acc or sums[0]) + sums[1] + ...
+    (+ sums[nb - 1]), left to right; into acc, or (last round) transposed into dw (O, C*K)."""
+    steps = -(-ck // _DW_ROWS)
+    tb = tmp[i]
+    for s in range(steps * i // t, steps * (i + 1) // t):
+        r0 = s * _DW_ROWS
+        r1 = min(ck, r0 + _DW_ROWS)
+        n = _U((r1 - r0) * o_n)
+        e0 = _U(r0 * o_n)
+        if first:
+            for e in range(n):
+                tb[e] = sums[0, e0 + e]
+        else:
+            for e in range(n):
+                tb[e] = acc[e0 + e]
+        for b in range(1 if first else 0, nb):
+            sb = sums[b]
+            for e in range(n):
+                tb[e] += sb[e0 + e]
+        if last:
+            for o in range(o_n):
+                for r in range(r0, r1):
+                    dw[o * ck + r] = tb[(r - r0) * o_n + o]
+        else:
+            for e in range(n):
+                acc[e0 + e] = tb[e]
 
 
-@njit(cache=True, nogil=True)
-def _bwd_input2d_ser(fn, iz, dy, w2t, dx, buf, batch, t, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n,
-                     margin):
-    for i in range(t):
-        _bwd_input2d_part(fn, iz, dy, w2t, dx, buf, batch, t, i, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n,
-                          ow_n, margin)
+@njit(cache=True, nogil=True, error_model="numpy")
+def _dw_reduce_ser(sums, nb, acc, dw, tmp, ck, o_n, first, last):
+    _dw_reduce_part(sums, nb, acc, dw, tmp, 0, 1, ck, o_n, first, last)
+
+
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def _dw_reduce_par(sums, nb, acc, dw, tmp, t, ck, o_n, first, last):
+    for i in prange(t):
+        _dw_reduce_part(sums, nb, acc, dw, tmp, i, t, ck, o_n, first, last)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _bwd_input2d_par(fn, iz, dy, w2t, dx, buf, batch, t, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n,
-                     margin):
+def _transpose_images_par(g, t, batch, o_n, p_n, out):
     for i in prange(t):
-        _bwd_input2d_part(fn, iz, dy, w2t, dx, buf, batch, t, i, nb, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw, oh_n,
-                          ow_n, margin)
-
-
-@njit(inline="always", nogil=True)
-def _bwd_weight2d_part(fn, iz, x, dy, sums, col, gt, prods, batch, group, t, i, in_c, out_c, h, w, kh, kw, sh, sw,
-                       ph, pw, oh_n, ow_n, dyt):
-    """Part i of t over the groups of images: each group's per-image products into prods[i], summed
-    in image order into sums[group] (flat (n_groups, C*K*O))."""
-    p_n = oh_n * ow_n
-    ck = in_c * kh * kw
-    n_groups = sums.shape[0]
-    cb, gb, pb = col[i], gt[i], prods[i]
-    for gi in range(n_groups * i // t, n_groups * (i + 1) // t):
-        m0 = gi * group
-        m1 = min(batch, m0 + group)
-        _im2col2d(x, m0, m1, in_c, h, w, cb, kh, kw, sh, sw, ph, pw, oh_n, ow_n, 0)
-        if dyt:  # col_n (C*K, P) @ dy_n^T (P, O), dy_n transposed first
-            _transpose_images(dy, m0, m1, out_c, p_n, gb)
-            for n in range(m1 - m0):
-                sgemm(fn, iz, _NT, _NT, ck, out_c, p_n, cb.ctypes.data + 4 * n * ck * p_n, p_n,
-                       gb.ctypes.data + 4 * n * p_n * out_c, out_c, pb.ctypes.data + 4 * n * ck * out_c, out_c)
-        else:     # dy_n (O, P) @ col_n^T (P, C*K): col_n read transposed
-            for n in range(m1 - m0):
-                sgemm(fn, iz, _NT, _TR, out_c, ck, p_n, dy.ctypes.data + 4 * (m0 + n) * out_c * p_n, p_n,
-                       cb.ctypes.data + 4 * n * ck * p_n, p_n, pb.ctypes.data + 4 * n * ck * out_c, ck)
-        _sum_in_order(pb[:(m1 - m0) * ck * out_c].reshape(m1 - m0, ck * out_c), sums[gi])
-
-
-@njit(cache=True, nogil=True)
-def _bwd_weight2d_ser(fn, iz, x, dy, sums, col, gt, prods, batch, group, t, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
-                      oh_n, ow_n, dyt):
-    for i in range(t):
-        _bwd_weight2d_part(fn, iz, x, dy, sums, col, gt, prods, batch, group, t, i, in_c, out_c, h, w, kh, kw, sh, sw,
-                           ph, pw, oh_n, ow_n, dyt)
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _bwd_weight2d_par(fn, iz, x, dy, sums, col, gt, prods, batch, group, t, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
-                      oh_n, ow_n, dyt):
-    for i in prange(t):
-        _bwd_weight2d_part(fn, iz, x, dy, sums, col, gt, prods, batch, group, t, i, in_c, out_c, h, w, kh, kw, sh, sw,
-                           ph, pw, oh_n, ow_n, dyt)
+        n0, n1 = batch * i // t, batch * (i + 1) // t
+        _transpose_images(g, n0, n1, o_n, p_n, out[n0 * p_n * o_n:n1 * p_n * o_n])
 
 
 def _fast_2d(spatial, out) -> bool:
     return len(spatial) == 2 and math.prod(out) >= _FAST_MIN_P
+
+
+def _blocked_dx(batch: int, in_c: int, out_c: int, spatial, kernel, out) -> bool:
+    """Whether conv_bwd_input takes the 2-D blocks: at _FAST_MIN_P output positions and up, and below
+    that where every item is one cblas_sgemm from Numba (blocks make even P = 1 a wide GEMM: a
+    transposed conv from a 1x1 input, DCGAN's first layer, is one; a dimension of 1 would run
+    np.matmul per item)."""
+    if len(spatial) != 2:
+        return False
+    p_n, k_n = math.prod(out), math.prod(kernel)
+    if p_n >= _FAST_MIN_P:
+        return True
+    g, n_blocks, n_tiles = _dx_layout(batch, in_c, k_n, p_n)
+    return _sgemm_fits(parallel.sgemm_address(), in_c // n_tiles * k_n, min(g, batch - (n_blocks - 1) * g) * p_n,
+                       out_c)
 
 
 def _geom2d(spatial, kernel, stride, padding, out):
@@ -631,120 +796,138 @@ def _geom2d(spatial, kernel, stride, padding, out):
 
 
 def _conv2d_fast(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, out) -> np.ndarray:
-    """conv (rank 2) by per-image GEMMs: y (batch, O, P) as a flat array."""
+    """conv (rank 2) by blocks of images x tiles of output channels (see above): y (batch, O, P) flat."""
     h, wd, kh, kw, sh, sw, ph, pw, oh, ow = _geom2d(spatial, kernel, stride, padding, out)
     p_n, ck = oh * ow, in_c * kh * kw
-    rows = ck + (b is not None)
+    bias_row = int(b is not None)
+    rows = ck + bias_row
     wb = w.reshape(out_c, ck)
     if b is not None:
         wb = np.concatenate([wb, b.reshape(out_c, 1)], axis=1)
-    y = np.empty((batch, out_c, p_n), F32)
-    x = np.ascontiguousarray(x)
-    macs = batch * out_c * rows * p_n
+    wb = np.ascontiguousarray(wb)
+    x = np.ascontiguousarray(x).reshape(-1)
+    y = np.empty(batch * out_c * p_n, F32)
+    g, n_blocks, tile, n_tiles = _fw_layout(batch, p_n, out_c)
+    items = n_blocks * n_tiles
     st = parallel.sgemm_address()
-    if _sgemm_fits(st, out_c, p_n, rows) and x.dtype == F32 and wb.dtype == F32:
-        t = parallel.parts(macs, batch, _PART_MACS)
-        nb = min(max(1, _COL_BYTES // (4 * rows * p_n)), -(-batch // t))  # _chunks' images per chunk
-        col = np.empty((t, nb * rows * p_n), F32)
-        (_conv2d_par if t > 1 else _conv2d_ser)(st[0], st[1], x.reshape(-1), np.ascontiguousarray(wb), y.reshape(-1),
-                                                 col, batch, t, nb, in_c, out_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow,
-                                                 int(b is not None))
-        return y.reshape(-1)
-
-    def part(n0, n1):
-        for m0, m1 in _chunks(n1 - n0, rows * p_n):
-            m0, m1 = m0 + n0, m1 + n0
-            col = np.empty((m1 - m0, rows, p_n), F32)
-            _im2col2d(x, m0, m1, in_c, h, wd, col.reshape(-1), kh, kw, sh, sw, ph, pw, oh, ow, int(b is not None))
-            np.matmul(wb, col, out=y[m0:m1])
-
-    part(0, batch)
-    return y.reshape(-1)
+    fits = _sgemm_fits(st, min(tile, out_c), g * p_n, rows) \
+        and _sgemm_fits(st, out_c - (n_tiles - 1) * tile, (batch - (n_blocks - 1) * g) * p_n, rows) \
+        and x.dtype == F32 and wb.dtype == F32
+    t = parallel.parts(batch * out_c * rows * p_n, items, _PART_MACS) if fits else 1
+    cs = np.empty((t, rows * g * p_n), F32)
+    os = np.empty((t, min(tile, out_c) * g * p_n if g > 1 else 1), F32)
+    if fits and t > 1:
+        _conv2d_items_par(st[0], st[1], x, wb, y, cs, os, t, items, n_tiles, tile, g, batch, in_c, out_c, h, wd, kh, kw,
+                          sh, sw, ph, pw, oh, ow, bias_row)
+        return y
+    if fits:
+        _conv2d_items_ser(st[0], st[1], x, wb, y, cs, os, items, n_tiles, tile, g, batch, in_c, out_c, h, wd, kh, kw,
+                          sh, sw, ph, pw, oh, ow, bias_row)
+        return y
+    y3 = y.reshape(batch, out_c, p_n)
+    for blk in range(n_blocks):
+        n0, n1 = blk * g, min(batch, blk * g + g)
+        cols = (n1 - n0) * p_n
+        _block_cols(x, n0, n1, cs[0], in_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow, bias_row)
+        for o0 in range(0, out_c, tile):
+            o1 = min(out_c, o0 + tile)
+            prod = np.matmul(wb[o0:o1], cs[0, :rows * cols].reshape(rows, cols))
+            y3[n0:n1, o0:o1] = prod.reshape(o1 - o0, n1 - n0, p_n).transpose(1, 0, 2)
+    return y
 
 
 def _bwd_input2d_col2im(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding, out) -> np.ndarray:
-    """conv_bwd_input (rank 2) by per-image GEMMs dcol = W^T dy, then _col2im2d. Every term is a
-    real term of the adjoint (taps in the padding are dropped whole), so inf/NaN weights need no
-    other path; faster than the stride-1 conv of dy (which copies twice the columns when
-    out_c > in_c) at the CNN's sizes."""
+    """conv_bwd_input (rank 2) by blocks of images x tiles of input channels (see above): dcol = W^T dy
+    per item, then _col2im2d. Every term is a real term of the adjoint (taps in the padding are
+    dropped whole), so inf/NaN weights need no other path."""
     h, wd, kh, kw, sh, sw, ph, pw, oh, ow = _geom2d(spatial, kernel, stride, padding, out)
-    p_n, ck = oh * ow, in_c * kh * kw
+    p_n, k_n = oh * ow, kh * kw
+    ck = in_c * k_n
     w2t = np.ascontiguousarray(w.reshape(out_c, ck).T)
-    g3 = dy.reshape(batch, out_c, p_n)
+    dy = np.ascontiguousarray(dy).reshape(-1)
     dx = np.empty(batch * in_c * h * wd, F32)
-
+    g, n_blocks, n_tiles = _dx_layout(batch, in_c, k_n, p_n)
+    items = n_blocks * n_tiles
+    tile_rows = -(-in_c // n_tiles) * k_n
     margin = _col2im_margin(h, wd, kh, kw, ph, pw, oh, ow)
-    macs = batch * out_c * ck * p_n
     st = parallel.sgemm_address()
-    if _sgemm_fits(st, ck, p_n, out_c) and dy.dtype == F32 and w2t.dtype == F32:
-        t = parallel.parts(macs, batch, _PART_MACS)
-        nb = min(max(1, _COL_BYTES // (4 * ck * p_n)), -(-batch // t))  # _chunks' images per chunk
-        buf = np.empty((t, nb * ck * p_n + 2 * margin), F32)
-        (_bwd_input2d_par if t > 1 else _bwd_input2d_ser)(st[0], st[1], np.ascontiguousarray(dy).reshape(-1), w2t, dx,
-                                                           buf, batch, t, nb, in_c, out_c, h, wd, kh, kw, sh, sw, ph,
-                                                           pw, oh, ow, margin)
+    fits = _sgemm_fits(st, in_c // n_tiles * k_n, g * p_n, out_c) \
+        and _sgemm_fits(st, tile_rows, (batch - (n_blocks - 1) * g) * p_n, out_c) and dy.dtype == F32 \
+        and w2t.dtype == F32
+    t = parallel.parts(batch * out_c * ck * p_n, items, _PART_MACS) if fits else 1
+    ds = np.empty((t, out_c * g * p_n if g > 1 else 1), F32)
+    cs = np.empty((t, tile_rows * g * p_n + 2 * margin), F32)
+    if fits and t > 1:
+        _bwd_input2d_items_par(st[0], st[1], w2t, dy, dx, ds, cs, t, items, n_tiles, g, batch, in_c, out_c, h, wd, kh,
+                               kw, sh, sw, ph, pw, oh, ow, margin)
         return dx
-
-    def part(n0, n1):
-        for m0, m1 in _chunks(n1 - n0, ck * p_n):
-            m0, m1 = m0 + n0, m1 + n0
-            buf = np.empty((m1 - m0) * ck * p_n + 2 * margin, F32)
-            dcol = buf[margin:margin + (m1 - m0) * ck * p_n].reshape(m1 - m0, ck, p_n)
-            np.matmul(w2t, g3[m0:m1], out=dcol)
-            _col2im2d(buf, dx, m0, m1, in_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow, margin)
-
-    part(0, batch)
+    if fits:
+        _bwd_input2d_items_ser(st[0], st[1], w2t, dy, dx, ds, cs, items, n_tiles, g, batch, in_c, out_c, h, wd, kh, kw,
+                               sh, sw, ph, pw, oh, ow, margin)
+        return dx
+    g3 = dy.reshape(batch, out_c, p_n)
+    for j in range(items):
+        _, n0, n1, c0, c1 = _dw_item_span(j, 0, n_tiles, g, batch, in_c)
+        cols, rows = (n1 - n0) * p_n, (c1 - c0) * k_n
+        src = np.ascontiguousarray(g3[n0:n1].transpose(1, 0, 2)).reshape(out_c, cols)
+        np.matmul(w2t[c0 * k_n:c1 * k_n], src, out=cs[0, margin:margin + rows * cols].reshape(rows, cols))
+        _col2im2d(cs[0], dx, n0, n1, c0, c1, in_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow, p_n, cols, margin)
     return dx
 
 
 def _bwd_weight2d_fast(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding, out) -> np.ndarray:
-    """conv_bwd_weight (rank 2): per-image products in stacked GEMMs, summed in fixed groups of
-    images (image order), then the groups in order. With C*K >= _DYT_MIN_CK the products are
-    col_n (C*K, P) @ dy_n^T (P, O), dy transposed first (OpenBLAS runs this orientation with both
-    operands contiguous faster than dy_n @ col_n^T with col_n^T a transposed view);
-    with fewer rows the transpose of dy costs more than it saves and the products are
-    dy_n (O, P) @ col_n^T (P, C*K)."""
+    """conv_bwd_weight (rank 2) by blocks of images x tiles of channels (see above): dW (O, C*K) flat.
+    Without a cblas_sgemm from Numba, or with a GEMM dimension of 1 (NumPy runs a GEMV or its own
+    loop there), the same items run on the calling thread through np.matmul."""
     h, wd, kh, kw, sh, sw, ph, pw, oh, ow = _geom2d(spatial, kernel, stride, padding, out)
-    p_n, ck = oh * ow, in_c * kh * kw
-    x = np.ascontiguousarray(x)
-    dy = np.ascontiguousarray(dy)
-    g3 = dy.reshape(batch, out_c, p_n)
-    dyt = ck >= _DYT_MIN_CK
-    per_image = 4 * (ck * p_n + out_c * p_n + out_c * ck)
-    group = max(1, min(_GROUP_IMAGES, _COL_BYTES // per_image))
-    n_groups = -(-batch // group)
-    sums = np.empty((n_groups, ck, out_c) if dyt else (n_groups, out_c, ck), F32)
-
-    def part(g0, g1):
-        for gi in range(g0, g1):
-            m0, m1 = gi * group, min(batch, (gi + 1) * group)
-            col = np.empty((m1 - m0, ck, p_n), F32)
-            _im2col2d(x, m0, m1, in_c, h, wd, col.reshape(-1), kh, kw, sh, sw, ph, pw, oh, ow, 0)
-            if dyt:
-                gt = np.empty((m1 - m0, p_n, out_c), F32)
-                _transpose_images(dy, m0, m1, out_c, p_n, gt.reshape(-1))
-                prods = np.matmul(col, gt)
-            else:
-                prods = np.matmul(g3[m0:m1], col.transpose(0, 2, 1))
-            _sum_in_order(prods, sums[gi])
-
-    macs = batch * out_c * ck * p_n
+    p_n, k_n = oh * ow, kh * kw
+    ck = in_c * k_n
+    x = np.ascontiguousarray(x).reshape(-1)
+    dy = np.ascontiguousarray(dy).reshape(-1)
+    g, n_blocks, n_tiles, per_round = _dw_layout(batch, in_c, k_n, p_n, out_c)
+    tile_rows = -(-in_c // n_tiles) * k_n
+    sums = np.empty((per_round, ck * out_c), F32)
+    acc = np.empty(ck * out_c if n_blocks > per_round else 1, F32)
+    dw = np.empty(out_c * ck, F32)
+    dyt = np.empty(batch * p_n * out_c, F32)
     st = parallel.sgemm_address()
-    if _sgemm_fits(st, *((ck, out_c, p_n) if dyt else (out_c, ck, p_n))) and x.dtype == F32 and dy.dtype == F32:
-        t = parallel.parts(macs, n_groups, _PART_MACS)
-        g_n = min(group, batch)
-        col = np.empty((t, g_n * ck * p_n), F32)
-        gt = np.empty((t, g_n * p_n * out_c if dyt else 1), F32)
-        prods = np.empty((t, g_n * ck * out_c), F32)
-        (_bwd_weight2d_par if t > 1 else _bwd_weight2d_ser)(st[0], st[1], x.reshape(-1), dy.reshape(-1),
-                                                             sums.reshape(n_groups, ck * out_c), col, gt, prods, batch,
-                                                             group, t, in_c, out_c, h, wd, kh, kw, sh, sw, ph, pw, oh,
-                                                             ow, dyt)
+    fits = _sgemm_fits(st, in_c // n_tiles * k_n, out_c, p_n) and _sgemm_fits(st, tile_rows, out_c, g * p_n) \
+        and x.dtype == F32 and dy.dtype == F32
+    t_dy = parallel.parts(dy.size, batch, _PART_MACS) if fits else 1
+    if t_dy > 1:
+        _transpose_images_par(dy, t_dy, batch, out_c, p_n, dyt)
     else:
-        part(0, n_groups)
-    dw = np.empty(sums.shape[1:], F32)
-    _sum_in_order(sums, dw)
-    return (np.ascontiguousarray(dw.T) if dyt else dw).reshape(-1)
+        _transpose_images(dy, 0, batch, out_c, p_n, dyt)
+    t_max = parallel.parts(batch * out_c * ck * p_n, per_round * n_tiles, _PART_MACS) if fits else 1
+    col = np.empty((t_max, tile_rows * g * p_n), F32)
+    tmp = np.empty((t_max, _DW_ROWS * out_c), F32)
+    for b0 in range(0, n_blocks, per_round):
+        nb = min(per_round, n_blocks - b0)
+        items = nb * n_tiles
+        if fits:
+            n_imgs = min(batch, (b0 + nb) * g) - b0 * g
+            t = min(t_max, parallel.parts(n_imgs * out_c * ck * p_n, items, _PART_MACS))
+            if t > 1:
+                _dw_items_par(st[0], st[1], x, dyt, sums, col, t, items, b0, n_tiles, g, batch, in_c, out_c, h, wd,
+                              kh, kw, sh, sw, ph, pw, oh, ow)
+            else:
+                _dw_items_ser(st[0], st[1], x, dyt, sums, col, items, b0, n_tiles, g, batch, in_c, out_c, h, wd, kh,
+                              kw, sh, sw, ph, pw, oh, ow)
+        else:
+            for j in range(items):
+                b, n0, n1, c0, c1 = _dw_item_span(j, b0, n_tiles, g, batch, in_c)
+                cols, rows = (n1 - n0) * p_n, (c1 - c0) * k_n
+                _im2col_rows(x, n0, n1, c0, c1, in_c, h, wd, col[0], p_n, cols, kh, kw, sh, sw, ph, pw, oh, ow)
+                target = sums[b - b0, c0 * k_n * out_c:c1 * k_n * out_c].reshape(rows, out_c)
+                np.matmul(col[0, :rows * cols].reshape(rows, cols), dyt[n0 * p_n * out_c:n1 * p_n * out_c].reshape(
+                    cols, out_c), out=target)
+        first, last = b0 == 0, b0 + nb == n_blocks
+        t = min(t_max, parallel.parts(nb * ck * out_c, -(-ck // _DW_ROWS), _PART_MACS))
+        if t > 1:
+            _dw_reduce_par(sums, nb, acc, dw, tmp, t, ck, out_c, first, last)
+        else:
+            _dw_reduce_ser(sums, nb, acc, dw, tmp, ck, out_c, first, last)
+    return dw
 
 
 # -- geometry whose cost the stride or padding would set ------------------------------------------
@@ -886,7 +1069,7 @@ def conv_bwd_input(dy, w, plan: ConvPlan):
     g3 = dy.reshape(batch, out_c, p_n)
     dx = np.empty((batch, in_c, s_n), F32)
     with np.errstate(all="ignore"):
-        if _fast_2d(spatial, out):
+        if _blocked_dx(batch, in_c, out_c, spatial, kernel, out):
             return _bwd_input2d_col2im(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding, out)
         # phases: stride-1 convs of dy (best at stride 1, where it is one conv, and in 1-D);
         # col2im: one wide GEMM + K strided adds (as fast or faster at stride > 1 in 2-D and up,
