@@ -1,13 +1,16 @@
 """The fast-kernel family on the CPU: fast_gemm (NumPy BLAS), mse_loss_fwd / mse_loss_bwd (Numba).
 
 * fast_gemm, fp32: one float32 GEMM (gemm.py) on the operands' (transposed) *views* (the transpose
-  goes to BLAS as a flag: no copies), written into the output, then the bias added in place
-  (one pass, no temporary). fp64: the operands widened to float64 (two copies: BLAS has no
+  goes to BLAS as a flag: no copies), the bias added by gemm.py's work items as they finish their
+  blocks: fl(fl(A B) + bias), on every thread. fp64: the operands widened to float64 (two copies: BLAS has no
   mixed-precision GEMM), one float64 GEMM, the bias added in float64 in place, one rounding.
 * mse_loss_fwd: one pass in fixed-size chunks spread over Numba's threads; each chunk sums
   (x - t)^2 in float64 (SIMD lanes, see _chunk_sum); the chunk sums are then added in chunk order.
   The bits never depend on the thread count. No difference or square array is ever allocated.
 * mse_loss_bwd: one pass, fl(fl(fl(x - t) * g) * c) in float32, chunks over Numba's threads.
+* linear_bwd: bmm and bmm_tn as those primitives compute them (gemm.py: the weight gradient over
+  many rows is a sum of inner parts, split over the threads), and the column sums of g as
+  reduce_sum_axis0 computes them, with its columns spread over the threads (_column_sums).
 """
 
 from __future__ import annotations
@@ -46,18 +49,52 @@ def fast_gemm(a, b, bias, m, k, n, trans_a, trans_b, fp64):
             if bias is not None:
                 out64 += bias.astype(F64)
             return out64.astype(F32).reshape(-1)
-        out = gemm(a, b, 1, m, n, k, bool(trans_a), bool(trans_b))
-        if bias is not None:
-            out.reshape(m, n)[...] += bias
-        return out
+        return gemm(a, b, 1, m, n, k, bool(trans_a), bool(trans_b),
+                    bias=None if bias is None else np.ascontiguousarray(bias, dtype=F32))
+
+
+# Column sums of a (rows, cols) matrix in NumPy's order for np.add.reduce(axis=0) with cols >= 2:
+# one chain per column, row after row (NumPy vectorizes across the columns, not down them), so the
+# bits are reduce_sum_axis0's. The columns are split into chunks of at least _COL_CHUNK (a cache
+# line of float32 and more), one chunk per thread: the order within a column never changes.
+_COL_CHUNK = 16
+_COL_MIN_ELEMS = 1 << 16  # below, NumPy's one pass on the caller's thread
+
+
+@njit(cache=True, error_model="numpy", boundscheck=False)
+def _col_sums_range(g, rows, cols, j0, j1, out):
+    o = out[j0:j1]
+    o[:] = g[j0:j1]
+    for i in range(1, rows):
+        r = g[i * cols + j0:i * cols + j1]
+        for j in range(j1 - j0):
+            o[j] += r[j]
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def _col_sums_par(g, rows, cols, nparts, out):
+    for p in prange(nparts):
+        _col_sums_range(g, rows, cols, (cols * p) // nparts, (cols * (p + 1)) // nparts, out)
+
+
+def _column_sums(g, rows, cols):
+    """reduce_sum_axis0(g, rows, cols), bit for bit, over Numba's threads where it pays."""
+    from .reduce import reduce_sum_axis0
+
+    t = parallel.parts(rows * cols, cols // _COL_CHUNK, _COL_MIN_ELEMS) if cols >= 2 and rows >= 1 else 1
+    if t <= 1:
+        return reduce_sum_axis0(g, rows, cols)
+    out = np.empty(cols, F32)
+    with np.errstate(all="ignore"):
+        _col_sums_par(g, rows, cols, t, out)
+    return out
 
 
 def linear_bwd(g, x, w, rows, n_in, n_out):
     # The three products of a linear layer's backward, each exactly as its own primitive computes it.
     from .layout import bmm, bmm_tn
-    from .reduce import reduce_sum_axis0
 
-    return bmm(g, w, 1, rows, n_out, n_in), bmm_tn(g, x, 1, n_out, rows, n_in), reduce_sum_axis0(g, rows, n_out)
+    return bmm(g, w, 1, rows, n_out, n_in), bmm_tn(g, x, 1, n_out, rows, n_in), _column_sums(g, rows, n_out)
 
 
 # The chunk sum may reassociate (fastmath "reassoc" only: no FMA contraction, no NaN/inf

@@ -1,15 +1,28 @@
 """float32 GEMMs of the CPU backend: OpenBLAS's cblas_sgemm at one thread, called from Numba, the
-output split into blocks that run on Numba's threads.
+work split into items that run on Numba's threads.
 
 Why the split is ours and not OpenBLAS's or a Python thread pool's: parallel.py (one pool, Numba's
-threads; OpenBLAS at one thread). Each block calls cblas_sgemm through its address without the GIL.
+threads; OpenBLAS at one thread). Each item calls cblas_sgemm through its address without the GIL.
 
-The bits do not depend on the split (so not on the thread count either): every block is an ordinary
-GEMM over the full inner dimension, and OpenBLAS computes each output element as the same chain over
-k whichever block (or edge kernel) holds it. Blocks have at least BLOCK_MACS multiply-adds, above
-the size where OpenBLAS switches to its small-matrix kernels (1e6 on AVX-512 machines), and a single
-row or column (which OpenBLAS hands to a GEMV, whose vector tails do depend on where a block starts)
-is never split. tests check products split into 1-5 blocks against the one-call product bitwise.
+The work items of ``batch`` products (m x k) @ (k x n) (``plan``):
+
+* inner parts (``inner_parts``): where the outputs are small and the inner dimension long (a weight
+  gradient over many rows, the LM head's g W), each product is the sum of ``ks`` partial products
+  over consecutive ranges of k, each into its own scratch, then added in part order
+  (((p0 + p1) + p2) + ...) per element. ``ks`` is a function of the shape alone, so the bits do not
+  depend on the thread count; they may differ from NumPy's one-call product (another association of
+  the sum over k: bmm's contract holds for any order).
+* blocks (``blocks``): each (partial) product split into row blocks (m >= n) or column blocks, as
+  many as the threads need beside the batch entries and inner parts. Blocks never change a bit:
+  every block is an ordinary GEMM over the same inner range, and OpenBLAS computes each output
+  element as the same chain over k whichever block (or edge kernel) holds it. Blocks have at least
+  BLOCK_MACS multiply-adds, above the size where OpenBLAS switches to its small-matrix kernels (1e6
+  on AVX-512 machines), and a single row or column (which OpenBLAS hands to a GEMV, whose vector
+  tails do depend on where a block starts) is never split, over k neither. tests check products
+  split into 1-5 blocks against the one-block product bitwise, and thread counts 1 and 2.
+
+fast_gemm's bias is added by the items themselves (after their block's sgemm, or in the sum of the
+inner parts): fl(fl(A B) + bias), one pass over the output on every thread.
 
 Where parallel.sgemm_address() is None (another BLAS, or Numba's workqueue layer), every GEMM is
 one np.matmul.
@@ -23,44 +36,126 @@ from numba import njit, prange
 from . import parallel
 from .cblas import NO_TRANS, TRANS, sgemm
 
-__all__ = ["gemm", "blocks", "BLOCK_MACS"]
+__all__ = ["gemm", "blocks", "inner_parts", "plan", "BLOCK_MACS"]
 
 F32 = np.float32
-BLOCK_MACS = 1 << 20    # multiply-adds per block at least: below, one call on the caller's thread
+BLOCK_MACS = 1 << 20    # multiply-adds per item at least: below, one call on the caller's thread
 _MIN_SPLIT = 32         # rows (or columns) per block at least: OpenBLAS's kernels lose efficiency below
+K_PART = 1024           # inner length of a partial product at least
+K_PARTS_MAX = 16        # partial products per product at most
+K_SPLIT_OUT = 1 << 18   # output elements (all entries) at most for inner parts: their scratch stays small
+_NO_BIAS = np.zeros(1, F32)
 
 
 @njit(inline="always", nogil=True)
-def _item(fn, iz, a, b, c, m, n, k, ta, tb, nblocks, i):
-    """Work item i: block i % nblocks of batch entry i // nblocks, rows of C if m >= n, else
-    columns. a (batch, m, k) or its transposes (batch, k, m), b likewise, c (batch, m, n), all
-    flat and contiguous."""
-    e, blk = i // nblocks, i % nblocks
+def _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap, scratch):
+    """Work item i: block i % nblocks of inner part (i // nblocks) % ks of batch entry
+    i // (nblocks ks); rows of C if m >= n, else columns. a (batch, m, k) or its transposes (batch,
+    k, m), b likewise, all flat and contiguous; c (batch, m, n) when ks == 1, else the partial
+    products (batch, ks, m, n). The bias (ks == 1 only) is added to the block's outputs. swap
+    (A B^T with few rows, ks == 1): see _swapped."""
+    blk = i % nblocks
+    s = (i // nblocks) % ks
+    e = i // (nblocks * ks)
+    k0, k1 = (k * s) // ks, (k * (s + 1)) // ks
     lda = m if ta else k
     ldb = k if tb else n
-    pa = a.ctypes.data + 4 * e * m * k
-    pb = b.ctypes.data + 4 * e * k * n
-    pc = c.ctypes.data + 4 * e * m * n
+    pa = a.ctypes.data + 4 * (e * m * k + k0 * (m if ta else 1))
+    pb = b.ctypes.data + 4 * (e * k * n + k0 * (1 if tb else n))
+    pc = c.ctypes.data + 4 * (e * ks + s) * m * n
     t_a = TRANS if ta else NO_TRANS
     t_b = TRANS if tb else NO_TRANS
     if m >= n:  # rows lo:hi of op(A): rows of A, or columns of the stored A^T
         lo, hi = (m * blk) // nblocks, (m * (blk + 1)) // nblocks
-        sgemm(fn, iz, t_a, t_b, hi - lo, n, k, pa + 4 * lo * (1 if ta else lda), lda, pb, ldb, pc + 4 * lo * n, n)
+        sgemm(fn, iz, t_a, t_b, hi - lo, n, k1 - k0, pa + 4 * lo * (1 if ta else lda), lda, pb, ldb, pc + 4 * lo * n, n)
+        if has_bias:
+            o = c[(e * ks + s) * m * n:]
+            for r in range(lo, hi):
+                for j in range(n):
+                    o[r * n + j] += bias[j]
+    elif swap:  # columns lo:hi of A B^T as rows lo:hi of B A^T into the scratch, then transposed in
+        lo, hi = (n * blk) // nblocks, (n * (blk + 1)) // nblocks
+        ps = scratch.ctypes.data + 4 * e * n * m
+        sgemm(fn, iz, NO_TRANS, TRANS, hi - lo, m, k, pb + 4 * lo * k, k, pa, k, ps + 4 * lo * m, m)
+        o, sc = c[e * m * n:], scratch[e * n * m:]
+        for r in range(m):
+            for j in range(lo, hi):
+                o[r * n + j] = sc[j * m + r] + bias[j] if has_bias else sc[j * m + r]
     else:       # columns lo:hi of op(B): columns of B, or rows of the stored B^T
         lo, hi = (n * blk) // nblocks, (n * (blk + 1)) // nblocks
-        sgemm(fn, iz, t_a, t_b, m, hi - lo, k, pa, lda, pb + 4 * lo * (ldb if tb else 1), ldb, pc + 4 * lo, n)
+        sgemm(fn, iz, t_a, t_b, m, hi - lo, k1 - k0, pa, lda, pb + 4 * lo * (ldb if tb else 1), ldb, pc + 4 * lo, n)
+        if has_bias:
+            o = c[(e * ks + s) * m * n:]
+            for r in range(m):
+                for j in range(lo, hi):
+                    o[r * n + j] += bias[j]
 
 
 @njit(cache=True, nogil=True)
-def _gemm_serial(fn, iz, a, b, c, batch, m, n, k, ta, tb):
-    for i in range(batch):
-        _item(fn, iz, a, b, c, m, n, k, ta, tb, 1, i)
+def _gemm_serial(fn, iz, a, b, c, batch, m, n, k, ta, tb, ks, bias, has_bias, swap, scratch):
+    for i in range(batch * ks):
+        _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, 1, i, bias, has_bias, swap, scratch)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _gemm_par(fn, iz, a, b, c, batch, m, n, k, ta, tb, nblocks):
-    for i in prange(batch * nblocks):
-        _item(fn, iz, a, b, c, m, n, k, ta, tb, nblocks, i)
+def _gemm_par(fn, iz, a, b, c, batch, m, n, k, ta, tb, ks, nblocks, bias, has_bias, swap, scratch):
+    for i in prange(batch * ks * nblocks):
+        _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap, scratch)
+
+
+_SUM_CHUNK = 1 << 14  # output elements per task of the partial-product sum
+
+
+@njit(inline="always", nogil=True)
+def _sum_chunk(part, c, ks, mn, n, q, bias, has_bias):
+    """c[q-th chunk] = ((p0 + p1) + ...) (+ bias), the parts (batch, ks, m, n) in part order."""
+    nq = (mn + _SUM_CHUNK - 1) // _SUM_CHUNK
+    e, lo = q // nq, (q % nq) * _SUM_CHUNK
+    hi = min(mn, lo + _SUM_CHUNK)
+    out = c[e * mn + lo:e * mn + hi]
+    base = part[e * ks * mn + lo:e * ks * mn + hi]
+    out[:] = base
+    for s in range(1, ks):
+        p = part[(e * ks + s) * mn + lo:(e * ks + s) * mn + hi]
+        for j in range(hi - lo):
+            out[j] += p[j]
+    if has_bias:
+        for j in range(hi - lo):
+            out[j] += bias[(lo + j) % n]
+
+
+@njit(cache=True, nogil=True)
+def _sum_serial(part, c, batch, ks, mn, n, bias, has_bias):
+    for q in range(batch * ((mn + _SUM_CHUNK - 1) // _SUM_CHUNK)):
+        _sum_chunk(part, c, ks, mn, n, q, bias, has_bias)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _sum_par(part, c, batch, ks, mn, n, bias, has_bias):
+    for q in prange(batch * ((mn + _SUM_CHUNK - 1) // _SUM_CHUNK)):
+        _sum_chunk(part, c, ks, mn, n, q, bias, has_bias)
+
+
+_SWAP_ROWS = 64  # A B^T with at most this many rows (and 4x as many columns) is computed as (B A^T)^T
+
+
+def _swapped(ta: bool, tb: bool, m: int, n: int, ks: int) -> bool:
+    """Whether A B^T (A (m, k), B stored (n, k)) runs as B A^T into a scratch, transposed back: with
+    few rows OpenBLAS packs the large stored B transposed, at about half its speed (an LSTM step's
+    h W_hh^T: 20 rows, 1.6x slower than B A^T). Each element is the same chain over k either way
+    (the microkernels multiply-add a[i, kk] b[j, kk] in k order whichever operand is packed as
+    which; tests compare with NumPy's product). A function of the shape alone."""
+    return tb and not ta and ks == 1 and 1 < m <= _SWAP_ROWS and n >= 4 * m
+
+
+def inner_parts(batch: int, m: int, n: int, k: int) -> int:
+    """How many partial products over k each of ``batch`` (m x k) @ (k x n) products is the sum of:
+    a function of the shape alone (the bits depend on it, so never on the thread count). More than
+    one only for small outputs (batch m n <= K_SPLIT_OUT) over a long k, parts of at least K_PART
+    and BLOCK_MACS multiply-adds; never for a single row or column (a GEMV)."""
+    if min(m, n) == 1 or batch * m * n > K_SPLIT_OUT:
+        return 1
+    return max(1, min(K_PARTS_MAX, k // K_PART, (m * n * k) // BLOCK_MACS))
 
 
 def blocks(m: int, n: int, k: int) -> int:
@@ -71,10 +166,21 @@ def blocks(m: int, n: int, k: int) -> int:
     return parallel.parts(m * n * k, max(m, n) // _MIN_SPLIT, BLOCK_MACS)
 
 
-def gemm(a, b, batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool, nblocks: int | None = None):
-    """c[i] = op(a[i]) @ op(b[i]) for i < batch, as a new flat float32 array: a holds batch (m, k)
-    matrices (trans_a: (k, m), read transposed), b batch (k, n) (trans_b: (n, k)), all flat and
-    C-contiguous. nblocks overrides the split (tests)."""
+def plan(batch: int, m: int, n: int, k: int) -> tuple[int, int]:
+    """(inner parts, blocks per part) of ``batch`` products: the inner parts from the shape
+    (``inner_parts``), then blocks until batch entries x parts x blocks reach the thread count."""
+    ks = inner_parts(batch, m, n, k)
+    items = batch * ks
+    want = -(-parallel.threads() // items)  # blocks per (entry, part) to give every thread one item
+    return ks, (min(want, blocks(m, n, k // ks)) if want > 1 else 1)
+
+
+def gemm(a, b, batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool, nblocks: int | None = None,
+         bias=None, kparts: int | None = None):
+    """c[i] = op(a[i]) @ op(b[i]) (+ bias on every row) for i < batch, as a new flat float32 array:
+    a holds batch (m, k) matrices (trans_a: (k, m), read transposed), b batch (k, n) (trans_b:
+    (n, k)), all flat and C-contiguous; bias (n,) or None. nblocks and kparts override the split
+    (tests)."""
     c = np.empty(batch * m * n, F32)
     if c.size == 0:
         return c
@@ -84,13 +190,29 @@ def gemm(a, b, batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool,
         b3 = b.reshape(batch, n, k).transpose(0, 2, 1) if trans_b else b.reshape(batch, k, n)
         parallel.blas_one_thread()
         np.matmul(a3, b3, out=c.reshape(batch, m, n))
+        if bias is not None:
+            c.reshape(batch, m, n)[...] += bias
         return c
     fn, iz = st
     parallel.blas_one_thread()
-    if nblocks is None:  # one entry: split it; several: the entries are the work items
-        nblocks = blocks(m, n, k) if batch == 1 else 1
-    if nblocks > 1 or batch > 1 and batch * m * n * k >= 2 * BLOCK_MACS:
-        _gemm_par(fn, iz, a, b, c, batch, m, n, k, trans_a, trans_b, nblocks)
+    ks, nb = plan(batch, m, n, k)
+    if kparts is not None:
+        ks = kparts
+    if nblocks is not None:
+        nb = nblocks
+    has_bias = bias is not None
+    bv = bias if has_bias else _NO_BIAS
+    dest = c if ks == 1 else np.empty(batch * ks * m * n, F32)
+    swap = _swapped(trans_a, trans_b, m, n, ks)
+    scratch = np.empty(batch * m * n, F32) if swap else _NO_BIAS
+    if nb > 1 or batch * ks > 1 and batch * m * n * k >= 2 * BLOCK_MACS:
+        _gemm_par(fn, iz, a, b, dest, batch, m, n, k, trans_a, trans_b, ks, nb, bv, has_bias and ks == 1, swap,
+                  scratch)
     else:
-        _gemm_serial(fn, iz, a, b, c, batch, m, n, k, trans_a, trans_b)
+        _gemm_serial(fn, iz, a, b, dest, batch, m, n, k, trans_a, trans_b, ks, bv, has_bias and ks == 1, swap,
+                     scratch)
+    if ks > 1:
+        chunks = batch * (-(-(m * n) // _SUM_CHUNK))
+        (_sum_par if chunks > 1 and parallel.threads() > 1 else _sum_serial)(dest, c, batch, ks, m * n, n, bv,
+                                                                              has_bias)
     return c
