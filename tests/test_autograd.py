@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import torchlean as tl
-from torchlean import ops
+from torchlean import autograd, ops
 from torchlean.errors import AutogradError, BufferReleasedError, DTypeError, ShapeError, TorchLeanError
 
 F32 = np.float32
@@ -29,15 +29,14 @@ def live_bytes() -> int:
 
 def graph_nodes(root):
     """Every node reachable from ``root`` (before backward retires them)."""
-    seen, out, stack = set(), [], [root]
-    while stack:
-        t = stack.pop()
-        if id(t) in seen:
+    seen, out, stack = set(), [], [root._node]
+    while stack:  # the graph's edges are nodes (and leaf tensors, which end a path)
+        n = stack.pop()
+        if n is None or id(n) in seen or not isinstance(n, autograd.Node):
             continue
-        seen.add(id(t))
-        if t._node is not None:
-            out.append(t._node)
-            stack.extend(t._node.parents)
+        seen.add(id(n))
+        out.append(n)
+        stack.extend(n.parents)
     return out
 
 

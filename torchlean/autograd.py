@@ -10,7 +10,6 @@ closure is dropped. Gradients of shared inputs accumulate (``x + x`` has gradien
 
 from __future__ import annotations
 
-import itertools
 import threading
 import weakref
 from typing import Any, Callable, Sequence
@@ -113,7 +112,14 @@ class enable_grad(no_grad):
 
 
 class Node:
-    """One recorded op: its name, the input tensors, the VJP and the workspace it keeps.
+    """One recorded op: its name, its edges, the VJP and the workspace it keeps.
+
+    ``parents`` holds one edge per input, in the VJP's order: the input's own node when it has one,
+    the tensor itself when it is a leaf that requires grad, None when no gradient flows to it. The
+    graph never holds an intermediate tensor (PyTorch's edges point at grad_fns too): what a
+    backward reads is what its VJP closure keeps, so an activation nobody saved is freed as soon as
+    the program drops it. ``owner`` is the output tensor, kept only once it asks for its gradient
+    (``retain_grad``, ``register_hook``).
 
     A VJP reads only its parents' buffers (as they were when the op ran), the output and the
     workspace. The node pins the buffers of its leaf parents until it retires, so that no
@@ -121,27 +127,31 @@ class Node:
     optimizer writes in place only into leaves, and every other buffer is an op's output, which
     nothing ever writes."""
 
-    __slots__ = ("name", "parents", "vjp", "workspace", "pinned", "retired", "seq", "replaced")
+    __slots__ = ("name", "parents", "vjp", "workspace", "pinned", "retired", "owner", "__weakref__")
 
     def __init__(self, name: str, parents: tuple["Tensor", ...], vjp: VJP, workspace: tuple[Buffer, ...]) -> None:
         self.name = name
-        self.parents = parents
         self.vjp = vjp
         self.workspace = workspace
         pinned = None
+        edges = []
         for p in parents:
-            if p._node is None:
-                b = p._buf
-                if b is not None:  # (int and bool tensors have no float buffer)
-                    b._pins += 1
-                    if pinned is None:
-                        pinned = [b]
-                    else:
-                        pinned.append(b)
+            pn = p._node
+            if pn is not None:
+                edges.append(pn)
+                continue
+            edges.append(p if p.requires_grad else None)
+            b = p._buf
+            if b is not None:  # (int and bool tensors have no float buffer)
+                b._pins += 1
+                if pinned is None:
+                    pinned = [b]
+                else:
+                    pinned.append(b)
+        self.parents = tuple(edges)
         self.pinned = pinned
         self.retired = False
-        self.seq = next(_node_seq)  # recording order: tells a use before an in-place update from one after
-        self.replaced = None  # (an in-place update's node: the stand-in for the value it replaced)
+        self.owner = None
 
     def retire(self) -> None:
         """Release the workspace, unpin the parents' buffers and drop the closure; the node can no
@@ -155,36 +165,30 @@ class Node:
             self.pinned = None
         self.vjp = None  # type: ignore[assignment]
         self.parents = ()
+        self.owner = None
         self.retired = True
 
     def __repr__(self) -> str:
         return f"<Node {self.name}{' retired' if self.retired else ''}>"
 
 
-_node_seq = itertools.count()
-_rebased = False  # set by the first recorded in-place update: backward then checks for older uses
+def keep_owner(t: "Tensor") -> None:
+    """``t`` asked for its own gradient (retain_grad, a hook): its node keeps it, so that backward
+    can hand the gradient to it."""
+    if t._node is not None:
+        t._node.owner = t
 
 
 def record_inplace(name: str, t: "Tensor", parents: Sequence["Tensor"], vjp: VJP, old: "Tensor") -> None:
     """``t`` was just updated in place while recording: it gets a node over ``parents`` (``old``
     among them: a stand-in holding t's previous value and node). Ops recorded before the update
-    hold ``t`` itself as a parent; backward sends their gradients to ``old`` (PyTorch's graph
-    keeps the two versions apart the same way), later ones to t's new node."""
-    global _rebased
+    hold t's previous node as their edge, so their gradients reach the old value; later ones reach
+    the new node (PyTorch's graph keeps the two versions apart the same way)."""
     node = Node(name, tuple(parents), vjp, ())
-    node.replaced = old
     t._node = node
     t.requires_grad = True
-    _rebased = True
-
-
-def _version_at(p: "Tensor", seq: int) -> "Tensor":
-    """The tensor holding ``p``'s value as it was when the node numbered ``seq`` was recorded."""
-    node = p._node
-    while node is not None and node.replaced is not None and node.seq > seq:
-        p = node.replaced
-        node = p._node
-    return p
+    if t._retains_grad or id(t) in _tensor_hooks:
+        node.owner = t
 
 
 def record(name: str, out: "Tensor", parents: Sequence["Tensor"], vjp: VJP,
@@ -206,17 +210,22 @@ def record(name: str, out: "Tensor", parents: Sequence["Tensor"], vjp: VJP,
     return out
 
 
-# Marks, on the DFS stack of _topological, that the tensor just below it has had its parents
-# visited and comes next in the order (a flat stack: no (tensor, flag) pair per visit).
+# Marks, on the DFS stack of _topological, that the item just below it has had its parents
+# visited and comes next in the order (a flat stack: no (item, flag) pair per visit).
 _POSTORDER = object()
 
 
-def _topological(root: "Tensor") -> list["Tensor"]:
-    order: list[Tensor] = []
+def _item(t: "Tensor") -> "Node | Tensor":
+    """What the walk visits for ``t``: its node, or the tensor itself when it is a leaf."""
+    return t if t._node is None else t._node
+
+
+def _topological(root: "Node | Tensor") -> list["Node | Tensor"]:
+    """Nodes and leaf tensors reachable from ``root``, each after every item it feeds."""
+    order: list[Any] = []
     seen: set[int] = set()
     stack: list[Any] = [root]
     push, pop, mark, emit = stack.append, stack.pop, seen.add, order.append
-    rebased = _rebased
     while stack:  # iterative DFS: deep graphs (long RNN unrolls) must not hit the recursion limit
         t = pop()
         if t is _POSTORDER:
@@ -227,25 +236,49 @@ def _topological(root: "Tensor") -> list["Tensor"]:
         mark(id(t))
         push(t)
         push(_POSTORDER)
-        node = t._node
-        if node is not None:
-            if node.retired:
+        if type(t) is Node:
+            if t.retired:
                 raise AutogradError(
-                    f"backward: the graph through {node.name!r} was already freed by an earlier backward(); "
+                    f"backward: the graph through {t.name!r} was already freed by an earlier backward(); "
                     "pass retain_graph=True to the first call to backward twice")
-            for p in node.parents:
-                if rebased:  # (the same redirection as backward's, so that the order has the edge)
-                    pn = p._node
-                    if pn is not None and pn.replaced is not None and pn.seq > node.seq:
-                        p = _version_at(p, node.seq)
-                if p.requires_grad and id(p) not in seen:
+            for p in t.parents:
+                if p is not None and id(p) not in seen:
                     push(p)
     return order
 
 
+def _gather(grads: dict, node: Node, gt: Buffer) -> None:
+    """Run ``node``'s VJP on ``gt`` and add each parent's share into ``grads``."""
+    add = P.add
+    for p, pg in zip(node.parents, node.vjp(gt)):
+        if pg is None or p is None:
+            continue
+        key = id(p)
+        prev = grads.get(key)
+        if prev is None:
+            grads[key] = pg
+        elif type(prev) is Buffer and type(pg) is Buffer:
+            grads[key] = add(prev, pg)
+        else:
+            grads[key] = _Parts.of(prev, pg)
+
+
+def _own_grad(t: "Tensor | None", gt: Buffer, leaf: bool) -> Buffer:
+    """Run t's hooks on its gradient and keep it in ``t.grad`` where t is a leaf or retains it."""
+    if t is None:
+        return gt
+    if _tensor_hooks and id(t) in _tensor_hooks:
+        gt = _run_tensor_hooks(t, gt)
+    if leaf or t._retains_grad:
+        t._accumulate_grad(gt)
+    return gt
+
+
 def backward(root: "Tensor", grad: Buffer | None = None, retain_graph: bool = False) -> None:
     """Accumulate d(root)/d(leaf) into every leaf's ``.grad``; ``grad`` is d(loss)/d(root), already
-    checked against root by ``Tensor.backward`` (None: ones, for a one-element root)."""
+    checked against root by ``Tensor.backward`` (None: ones, for a one-element root).
+
+    Each node retires as soon as its VJP has run: what it saved is freed there, not at the end."""
     if not root.requires_grad:
         raise AutogradError("backward: the tensor does not require grad and has no recorded graph")
     if grad is None:
@@ -255,55 +288,37 @@ def backward(root: "Tensor", grad: Buffer | None = None, retain_graph: bool = Fa
         g = _ones_like(root)
     else:
         g = grad
-    order = _topological(root)
-    grads: dict[int, Any] = {id(root): g}
-    take, add = grads.pop, P.add
-    rebased = _rebased
+    start = _item(root)
+    if type(start) is Node and start.owner is None and (root._retains_grad or id(root) in _tensor_hooks):
+        start.owner = root
+    order = _topological(start)
+    grads: dict[int, Any] = {id(start): g}
+    take = grads.pop
     mode = _mode
     prev_enabled, mode.enabled = mode.enabled, False  # no_grad() for the walk, without the object
     try:
-        for t in reversed(order):
-            gt = take(id(t), None)
+        for i in range(len(order) - 1, -1, -1):
+            item = order[i]
+            order[i] = None  # (the walk holds nothing it has passed)
+            gt = take(id(item), None)
             if gt is not None and type(gt) is not Buffer:
                 gt = gt.materialize()
-            if gt is not None and _tensor_hooks and id(t) in _tensor_hooks:
-                gt = _run_tensor_hooks(t, gt)
-            node = t._node
-            if node is None or t._retains_grad:
+            if type(item) is not Node:
                 if gt is not None:
-                    t._accumulate_grad(gt)
-                if node is None:
-                    continue
+                    _own_grad(item, gt, True)
+                continue
             if gt is None:
                 if not retain_graph:
-                    node.retire()
+                    item.retire()
                 continue
-            parent_grads = node.vjp(gt)
-            for p, pg in zip(node.parents, parent_grads):
-                if pg is None:
-                    continue
-                if rebased:
-                    pn = p._node
-                    if pn is not None and pn.replaced is not None and pn.seq > node.seq:
-                        p = _version_at(p, node.seq)
-                if not p.requires_grad:
-                    continue
-                key = id(p)
-                prev = grads.get(key)
-                if prev is None:
-                    grads[key] = pg
-                elif type(prev) is Buffer and type(pg) is Buffer:
-                    grads[key] = add(prev, pg)
-                else:
-                    grads[key] = _Parts.of(prev, pg)
+            if item.owner is not None:
+                gt = _own_grad(item.owner, gt, False)
+            _gather(grads, item, gt)
+            del gt
             if not retain_graph:
-                node.retire()
+                item.retire()
     finally:
         mode.enabled = prev_enabled
-    if rebased and not retain_graph:  # the older uses are all routed now: let the old values go
-        for t in order:
-            if t._node is not None and t._node.retired:
-                t._node.replaced = None
 
 
 # Gradient hooks of tensors (``Tensor.register_hook``) by id(tensor): hooks are rare, so the walk
@@ -342,6 +357,7 @@ def register_tensor_hook(t: "Tensor", hook: Callable, wrap: Callable) -> TensorH
         weakref.finalize(t, _tensor_hooks.pop, key, None)
     hook_id = next(_hook_ids)
     _tensor_hooks[key][hook_id] = (hook, wrap)
+    keep_owner(t)
     return TensorHookHandle(key, hook_id)
 
 
@@ -426,46 +442,39 @@ def grad_buffers(roots: Sequence["Tensor"], root_grads: Sequence[Buffer], inputs
     ``backward``; the nodes retire unless ``retain_graph``."""
     order: list[Any] = []
     placed: set[int] = set()
-    for root in roots:  # the post-orders joined, each tensor once: still parents before children
-        for t in _topological(root):
+    for root in roots:  # the post-orders joined, each item once: still parents before children
+        if type(_item(root)) is Node and (root._retains_grad or id(root) in _tensor_hooks):
+            keep_owner(root)
+        for t in _topological(_item(root)):
             if id(t) not in placed:
                 placed.add(id(t))
                 order.append(t)
     grads: dict[int, Any] = {}
     for root, g in zip(roots, root_grads):
-        prev = grads.get(id(root))
-        grads[id(root)] = g if prev is None else P.add(prev, g)
-    wanted = {id(t) for t in inputs}
+        key = id(_item(root))
+        prev = grads.get(key)
+        grads[key] = g if prev is None else P.add(prev, g)
+    wanted = {id(_item(t)) for t in inputs}
     found: dict[int, Buffer] = {}
     mode = _mode
     prev_enabled, mode.enabled = mode.enabled, False
     try:
-        for t in reversed(order):
-            gt = grads.pop(id(t), None)
+        for item in reversed(order):
+            gt = grads.pop(id(item), None)
             if gt is not None and type(gt) is not Buffer:
                 gt = gt.materialize()
-            if gt is not None and _tensor_hooks and id(t) in _tensor_hooks:
-                gt = _run_tensor_hooks(t, gt)
-            if gt is not None and id(t) in wanted:
-                found[id(t)] = gt
-            node = t._node
+            node = item if type(item) is Node else None
+            owner = item if node is None else node.owner
+            if gt is not None and owner is not None and _tensor_hooks and id(owner) in _tensor_hooks:
+                gt = _run_tensor_hooks(owner, gt)
+            if gt is not None and id(item) in wanted:
+                found[id(item)] = gt
             if node is None:
                 continue
             if gt is not None:
-                for p, pg in zip(node.parents, node.vjp(gt)):
-                    if pg is not None and _rebased:  # (as in backward: a use before an in-place update)
-                        p = _version_at(p, node.seq)
-                    if pg is None or not p.requires_grad:
-                        continue
-                    prev = grads.get(id(p))
-                    if prev is None:
-                        grads[id(p)] = pg
-                    elif type(prev) is Buffer and type(pg) is Buffer:
-                        grads[id(p)] = P.add(prev, pg)
-                    else:
-                        grads[id(p)] = _Parts.of(prev, pg)
+                _gather(grads, node, gt)
             if not retain_graph:
                 node.retire()
     finally:
         mode.enabled = prev_enabled
-    return [found.get(id(t)) for t in inputs]
+    return [found.get(id(_item(t))) for t in inputs]

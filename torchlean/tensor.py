@@ -329,6 +329,7 @@ class Tensor:
 
     def retain_grad(self) -> "Tensor":
         self._retains_grad = True
+        autograd.keep_owner(self)  # (the graph holds nodes, not tensors: the node keeps this one)
         return self
 
     def register_hook(self, hook: Any) -> Any:

@@ -15,70 +15,77 @@ from ._base import Tensor, broadcast_shapes, fbuf, new, operand, same_device
 from .shape import expand
 
 
-def _unary(name: str, x: Tensor, fwd, vjp_of):
-    """out = fwd(xb); vjp_of(xb, yb, g) -> dx."""
+def _unary(name: str, x: Tensor, fwd, vjp_of, saves: str = "xy"):
+    """out = fwd(xb); vjp_of(xb, yb, g) -> dx. ``saves`` names the buffers the VJP reads ("x", "y",
+    both or ""): the node keeps only those (the others come as None), as PyTorch saves only what
+    its derivative formula uses, so that an activation nobody else needs is freed during forward."""
     if not isinstance(x, Tensor):
         raise DTypeError(f"{name}: expected a Tensor, got {type(x).__name__}")
     xb = fbuf(name, x)
     yb = fwd(xb)
-    return autograd.record(name, new(yb, x.shape), (x,), lambda g: (vjp_of(xb, yb, g),))
+    kx = xb if "x" in saves else None
+    ky = yb if "y" in saves else None
+    return autograd.record(name, new(yb, x.shape), (x,), lambda g: (vjp_of(kx, ky, g),))
 
 
 def abs(x: Tensor) -> Tensor:
     if isinstance(x, Tensor) and x._buf is None:
         return integer.abs(x)
-    return _unary("abs", x, P.abs, lambda xb, yb, g: P.abs_bwd(xb, g))
+    return _unary("abs", x, P.abs, lambda xb, yb, g: P.abs_bwd(xb, g), "x")
 
 
 def sqrt(x: Tensor) -> Tensor:
-    return _unary("sqrt", x, P.sqrt, lambda xb, yb, g: P.sqrt_bwd(xb, g))
+    return _unary("sqrt", x, P.sqrt, lambda xb, yb, g: P.sqrt_bwd(xb, g), "x")
 
 
 def exp(x: Tensor) -> Tensor:
-    return _unary("exp", x, P.exp, lambda xb, yb, g: P.mul(g, yb))
+    return _unary("exp", x, P.exp, lambda xb, yb, g: P.mul(g, yb), "y")
 
 
 def log(x: Tensor) -> Tensor:
-    return _unary("log", x, P.log, lambda xb, yb, g: P.div(g, xb))
+    return _unary("log", x, P.log, lambda xb, yb, g: P.div(g, xb), "x")
 
 
 def reciprocal(x: Tensor) -> Tensor:
     # d(1/x) = -dy / x^2 = -dy * y * y
-    return _unary("inv", x, P.inv, lambda xb, yb, g: P.scale(P.mul(P.mul(g, yb), yb), -1.0))
+    return _unary("inv", x, P.inv, lambda xb, yb, g: P.scale(P.mul(P.mul(g, yb), yb), -1.0), "y")
 
 
 def relu(x: Tensor) -> Tensor:
-    return _unary("relu", x, P.relu, lambda xb, yb, g: P.relu_bwd(xb, g))
+    # The VJP reads the output, as PyTorch's: y > 0 exactly where x > 0 (relu keeps x there and
+    # gives 0 or NaN elsewhere), so the gradient is the same bits, and the next layer, which saves
+    # y as its input anyway, shares it instead of x staying alive as well.
+    return _unary("relu", x, P.relu, lambda xb, yb, g: P.relu_bwd(yb, g), "y")
 
 
 def sigmoid(x: Tensor) -> Tensor:
-    return _unary("sigmoid", x, P.sigmoid, lambda xb, yb, g: P.sigmoid_bwd(yb, g))
+    return _unary("sigmoid", x, P.sigmoid, lambda xb, yb, g: P.sigmoid_bwd(yb, g), "y")
 
 
 def tanh(x: Tensor) -> Tensor:
-    return _unary("tanh", x, P.tanh, lambda xb, yb, g: P.tanh_bwd(yb, g))
+    return _unary("tanh", x, P.tanh, lambda xb, yb, g: P.tanh_bwd(yb, g), "y")
 
 
 def softplus(x: Tensor) -> Tensor:
-    return _unary("softplus", x, P.softplus, lambda xb, yb, g: P.softplus_bwd(xb, g))
+    return _unary("softplus", x, P.softplus, lambda xb, yb, g: P.softplus_bwd(xb, g), "x")
 
 
 def safe_log(x: Tensor) -> Tensor:
     """log(softplus(x) + 1e-6): a log that is finite and smooth everywhere (the seed's safe_log)."""
-    return _unary("safe_log", x, P.safe_log, lambda xb, yb, g: P.safe_log_bwd(xb, g))
+    return _unary("safe_log", x, P.safe_log, lambda xb, yb, g: P.safe_log_bwd(xb, g), "x")
 
 
 def neg(x: Tensor) -> Tensor:
     if isinstance(x, Tensor) and x._buf is None:
         return integer.neg(x)
-    return _unary("neg", x, lambda xb: P.scale(xb, -1.0), lambda xb, yb, g: P.scale(g, -1.0))
+    return _unary("neg", x, lambda xb: P.scale(xb, -1.0), lambda xb, yb, g: P.scale(g, -1.0), "")
 
 
 def clamp(x: Tensor, min: float | None = None, max: float | None = None) -> Tensor:
     """min(max(x, min), max); the gradient passes strictly inside (min, max). NaN propagates."""
     lo = float("-inf") if min is None else real_arg("clamp", "min", min)
     hi = float("inf") if max is None else real_arg("clamp", "max", max)
-    return _unary("clamp", x, lambda xb: P.clamp(xb, lo, hi), lambda xb, yb, g: P.clamp_bwd(xb, g, lo, hi))
+    return _unary("clamp", x, lambda xb: P.clamp(xb, lo, hi), lambda xb, yb, g: P.clamp_bwd(xb, g, lo, hi), "x")
 
 
 def _pair(name: str, a: Any, b: Any) -> tuple[Tensor, Tensor]:
@@ -95,7 +102,9 @@ def _pair(name: str, a: Any, b: Any) -> tuple[Tensor, Tensor]:
     return a, b
 
 
-def _binary(name: str, a: Any, b: Any, fwd, vjp):
+def _binary(name: str, a: Any, b: Any, fwd, vjp, saves: str = "aby"):
+    """out = fwd(ab, bb); vjp(ab, bb, yb, g) -> (da, db). ``saves``: the buffers the VJP reads (as
+    _unary's; the others come as None)."""
     if (isinstance(a, Tensor) and isinstance(b, Tensor) and a._buf is not None and b._buf is not None
             and a._shape == b._shape and a._device == b._device):
         ab, bb = a._buf, b._buf  # the common case: two float tensors of one shape (as in _pair)
@@ -106,7 +115,10 @@ def _binary(name: str, a: Any, b: Any, fwd, vjp):
         a, b = _pair(name, a, b)
         ab, bb = fbuf(name, a), fbuf(name, b)
     yb = fwd(ab, bb)
-    return autograd.record(name, new(yb, a.shape), (a, b), lambda g: vjp(ab, bb, yb, g))
+    ka = ab if "a" in saves else None
+    kb = bb if "b" in saves else None
+    ky = yb if "y" in saves else None
+    return autograd.record(name, new(yb, a.shape), (a, b), lambda g: vjp(ka, kb, ky, g))
 
 
 def _is_number(x: Any) -> bool:
@@ -117,10 +129,10 @@ def add(a: Any, b: Any) -> Tensor:
     if isinstance(a, Tensor) and _is_number(b):
         if a._buf is None and (out := integer.arith("add", a, b)) is not None:
             return out
-        return _unary("add_scalar", a, lambda xb: P.add_scalar(xb, b), lambda xb, yb, g: g)
+        return _unary("add_scalar", a, lambda xb: P.add_scalar(xb, b), lambda xb, yb, g: g, "")
     if isinstance(b, Tensor) and _is_number(a):
         return add(b, a)
-    return _binary("add", a, b, P.add, lambda ab, bb, yb, g: (g, g))
+    return _binary("add", a, b, P.add, lambda ab, bb, yb, g: (g, g), "")
 
 
 def sub(a: Any, b: Any) -> Tensor:
@@ -132,7 +144,7 @@ def sub(a: Any, b: Any) -> Tensor:
         if b._buf is None and (out := integer.arith("sub", a, b)) is not None:
             return out
         return add(neg(b), a)
-    return _binary("sub", a, b, P.sub, lambda ab, bb, yb, g: (g, P.scale(g, -1.0)))
+    return _binary("sub", a, b, P.sub, lambda ab, bb, yb, g: (g, P.scale(g, -1.0)), "")
 
 
 def mul(a: Any, b: Any) -> Tensor:
@@ -140,18 +152,18 @@ def mul(a: Any, b: Any) -> Tensor:
         if a._buf is None and (out := integer.arith("mul", a, b)) is not None:
             return out
         c = float(b)
-        return _unary("scale", a, lambda xb: P.scale(xb, c), lambda xb, yb, g: P.scale(g, c))
+        return _unary("scale", a, lambda xb: P.scale(xb, c), lambda xb, yb, g: P.scale(g, c), "")
     if isinstance(b, Tensor) and _is_number(a):
         return mul(b, a)
-    return _binary("mul", a, b, P.mul, lambda ab, bb, yb, g: (P.mul(g, bb), P.mul(g, ab)))
+    return _binary("mul", a, b, P.mul, lambda ab, bb, yb, g: (P.mul(g, bb), P.mul(g, ab)), "ab")
 
 
 def div(a: Any, b: Any) -> Tensor:
     if isinstance(a, Tensor) and _is_number(b):
-        return mul(a, 1.0 / float(b)) if float(b) != 0.0 else _binary("div", a, float(b), P.div, _div_vjp)
+        return mul(a, 1.0 / float(b)) if float(b) != 0.0 else _binary("div", a, float(b), P.div, _div_vjp, "by")
     if isinstance(b, Tensor) and _is_number(a):
         return mul(reciprocal(b), a)
-    return _binary("div", a, b, P.div, _div_vjp)
+    return _binary("div", a, b, P.div, _div_vjp, "by")
 
 
 def _div_vjp(ab: Buffer, bb: Buffer, yb: Buffer, g: Buffer):
@@ -171,12 +183,12 @@ def remainder(a: Any, b: Any) -> Tensor:
 
 def maximum(a: Any, b: Any) -> Tensor:
     """Elementwise fmax (a NaN loses to a number, unlike torch.maximum); a tie splits the gradient."""
-    return _binary("max", a, b, P.max, lambda ab, bb, yb, g: P.max_bwd(ab, bb, g))
+    return _binary("max", a, b, P.max, lambda ab, bb, yb, g: P.max_bwd(ab, bb, g), "ab")
 
 
 def minimum(a: Any, b: Any) -> Tensor:
     """Elementwise fmin (a NaN loses to a number, unlike torch.minimum); a tie splits the gradient."""
-    return _binary("min", a, b, P.min, lambda ab, bb, yb, g: P.min_bwd(ab, bb, g))
+    return _binary("min", a, b, P.min, lambda ab, bb, yb, g: P.min_bwd(ab, bb, g), "ab")
 
 
 def pow(x: Tensor, exponent: Any) -> Tensor:
