@@ -21,6 +21,19 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_data_cache(tmp_path_factory):
+    """No test reads or fills the user's data cache (torchlean/data_cache.py): one temporary folder
+    per session, inherited by the subprocesses tests start."""
+    old = os.environ.get("TORCHLEAN_DATA_CACHE")
+    os.environ["TORCHLEAN_DATA_CACHE"] = str(tmp_path_factory.mktemp("torchlean-data-cache"))
+    yield
+    if old is None:
+        os.environ.pop("TORCHLEAN_DATA_CACHE", None)
+    else:
+        os.environ["TORCHLEAN_DATA_CACHE"] = old
+
+
 def skip_unless_cuda() -> None:
     """Skip the calling test, with torchlean's reason, where CUDA cannot be used."""
     reason = cuda_unavailable_reason()

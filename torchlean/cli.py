@@ -116,7 +116,7 @@ def _train(args: argparse.Namespace) -> int:
                     seed=args.seed, deterministic=args.deterministic, fast_kernels=args.fast_kernels,
                     fast_gpu_matmul_precision=args.fast_gpu_matmul_precision, config=args.config, log=args.log,
                     plot=args.plot, checkpoint=args.checkpoint, resume=args.resume, mem_every=args.mem_every, tiny=args.tiny,
-                    checkpoint_every=args.checkpoint_every, stop_at=args.stop_at)
+                    checkpoint_every=args.checkpoint_every, stop_at=args.stop_at, data_cache=not args.no_data_cache)
     return 0 if summary["final_loss"] is not None and math.isfinite(summary["final_loss"]) else 1
 
 
@@ -162,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
                          help="stop after this step of the schedule (with --checkpoint: continue later with --resume)")
     p_train.add_argument("--mem-every", type=int, default=0, help="print the allocator line every N steps")
     p_train.add_argument("--tiny", action="store_true", help="tiny sizes (a smoke test)")
+    p_train.add_argument("--no-data-cache", action="store_true",
+                         help="generate the data set afresh and do not store it (default: reuse it from "
+                              "$TORCHLEAN_DATA_CACHE or ~/.cache/torchlean/datasets; TORCHLEAN_DATA_CACHE=off also "
+                              "turns the cache off)")
     p_train.set_defaults(fn=_train)
     args = parser.parse_args(argv)
     try:

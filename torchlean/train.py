@@ -23,6 +23,10 @@ from .errors import ArgumentError, DeviceError
 from .runtime.device import canonical_device, cuda_unavailable_reason
 
 
+# data sets generated faster than this are not stored in the data cache: reading them back saves nothing
+_CACHE_MIN_SECONDS = 0.1
+
+
 def pick_device(device: str, say: Callable[[str], None] = print) -> str:
     """'auto' picks CUDA when it is usable (and says so), else the CPU (and says why)."""
     if device == "auto":
@@ -119,15 +123,19 @@ def train(name: str, device: str = "cpu", steps: int | None = None, batch_size: 
           fast_gpu_matmul_precision: str = "fp32", log: str | None = None, plot: str | None = None,
           checkpoint: str | None = None, resume: str | None = None, mem_every: int = 0, tiny: bool = False,
           checkpoint_every: int = 0, stop_at: int | None = None, say: Callable[[str], None] = print,
-          progress: bool = True, config: str = "auto") -> dict:
+          progress: bool = True, config: str = "auto", data_cache: bool = True) -> dict:
     """Train example ``name``; returns (and prints) the summary. ``stop_at`` ends the run after that
     many steps of the configured schedule (saving ``checkpoint``), so that ``resume`` continues it.
     ``config``: "auto" (the example's longer GPU schedule on CUDA, its CPU defaults elsewhere),
-    "default" or "cuda" (that one on any device: to run the very same computation on both)."""
+    "default" or "cuda" (that one on any device: to run the very same computation on both).
+    ``data_cache``: load the generated data set from, and store it in, the data cache
+    (torchlean/data_cache.py; also off with TORCHLEAN_DATA_CACHE=off)."""
     ex = examples.get(name)
     if config not in ("auto", "default", "cuda"):
         raise ArgumentError(f"train: --config must be auto, default or cuda, got {config!r}")
     dev = pick_device(device, say)
+    if dev.startswith("cuda"):
+        _precompile_cuda(dev, say)
     cfg = dict(ex.default_config())
     if config == "cuda" or (config == "auto" and dev.startswith("cuda")):
         cfg.update(ex.cuda_config())
@@ -152,9 +160,21 @@ def train(name: str, device: str = "cpu", steps: int | None = None, batch_size: 
     try:
         with options(opts):
             return _run(ex, name, dev, cfg, log, plot, checkpoint, resume, mem_every, checkpoint_every, say, progress,
-                        deterministic, stop_at)
+                        deterministic, stop_at, data_cache)
     finally:
         tl.set_deterministic_reductions(was_det)
+
+
+def _precompile_cuda(dev: str, say: Callable[[str], None]) -> None:
+    """Compile the CUDA kernels on background threads while the data and the model are made (a
+    fresh machine has no compiled kernels on disk yet). Only a head start: a failure here leaves
+    each kernel file to be compiled on first use, as without it."""
+    try:
+        from .kernels.cuda.launch import precompile
+
+        precompile(int(dev.partition(":")[2] or 0))
+    except Exception as exc:  # noqa: BLE001
+        say(f"note: could not start compiling the CUDA kernels early ({type(exc).__name__}: {exc})")
 
 
 def _make_parent(path: str | None) -> None:
@@ -168,15 +188,18 @@ def _make_parent(path: str | None) -> None:
 
 
 def _run(ex, name, dev, cfg, log, plot, checkpoint, resume, mem_every, checkpoint_every, say, progress, deterministic,
-         stop_at):
+         stop_at, data_cache):
     from .checkpoint import load_checkpoint, save_checkpoint
+    from .data_cache import cached_data
     from .fast_kernels import get_options
 
     t_start = time.perf_counter()
     say(f"torchlean train {name} on {dev}: " + ", ".join(f"{k}={v}" for k, v in cfg.items()))
     t0 = time.perf_counter()
-    data = ex.make_data(cfg)
+    data, data_source = cached_data(ex, cfg, lambda: ex.make_data(cfg), enabled=data_cache,
+                                    min_seconds=_CACHE_MIN_SECONDS, say=say)
     t_data = time.perf_counter() - t0
+    say(f"data: {data_source} ({t_data:.2f} s)")
     tl.manual_seed(cfg["seed"])
     model = ex.make_model(cfg).to(dev)
     opt, sched = ex.make_optimizer(model, cfg)
@@ -223,7 +246,8 @@ def _run(ex, name, dev, cfg, log, plot, checkpoint, resume, mem_every, checkpoin
         "steps_run": len(losses) - (start if resume else 0), "first_loss": losses[0] if losses else None,
         "final_loss": losses[-1] if losses else None, "metric": ex.METRIC,
         "metric_before": None if before is None else before.get(ex.METRIC), "metric_after": after.get(ex.METRIC),
-        "evaluation": after, "data_seconds": round(t_data, 3), "train_seconds": round(train_s, 3),
+        "evaluation": after, "data_seconds": round(t_data, 3), "data_source": data_source,
+        "train_seconds": round(train_s, 3),
         "wall_seconds": round(time.perf_counter() - t_start, 3),
         "steps_per_second": round((len(losses) - start) / max(train_s, 1e-9), 2),
         "peak_bytes": stats.peak_bytes, "losses": losses,

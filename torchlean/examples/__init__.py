@@ -3,8 +3,9 @@
 Every example module exposes the same protocol (``NAME``, ``DESCRIPTION``, ``METRIC``,
 ``LOWER_IS_BETTER``, ``default_config``, ``cuda_config``, ``tiny_config``, ``make_data``,
 ``make_model``, ``make_optimizer``, ``get_batch``, ``loss_fn``, ``evaluate`` and optionally
-``plot_predictions``); ``torchlean.train.train`` runs any of them, and ``torchlean train NAME``
-from the command line.
+``plot_predictions`` and ``DATA_KEYS``, the config keys ``make_data`` reads, which lets
+``torchlean train`` keep the generated data in its cache, torchlean/data_cache.py);
+``torchlean.train.train`` runs any of them, and ``torchlean train NAME`` from the command line.
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ NAME = "cnn"
 DESCRIPTION = "small CNN classifying procedurally drawn shapes (circle/square/triangle/cross)"
 METRIC = "test_accuracy"
 LOWER_IS_BETTER = False
+# the config keys make_data reads: torchlean train caches the data keyed by them (torchlean/data_cache.py)
+DATA_KEYS = ("seed", "image_size", "n_train", "n_test", "noise")
 CLASSES = ("circle", "square", "triangle", "cross")
 
 
@@ -46,18 +48,26 @@ def draw_shapes(rng: np.random.Generator, n: int, size: int, noise: float) -> tu
     cx = rng.uniform(0, 1, (n, 1, 1)) * (size - 2 * r) + r - 0.5       # centre: the shape stays inside
     cy = rng.uniform(0, 1, (n, 1, 1)) * (size - 2 * r) + r - 0.5
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float64)
-    dx, dy = xx[None] - cx, yy[None] - cy
-    circle = dx ** 2 + dy ** 2 <= r ** 2
-    square = (np.abs(dx) <= 0.8 * r) & (np.abs(dy) <= 0.8 * r)
-    triangle = (dy <= r) & (np.abs(dx) <= (dy + r) / 2)                # apex up, base at cy + r
-    t = np.maximum(0.5, 0.25 * r)
-    cross = ((np.abs(dx) <= t) & (np.abs(dy) <= r)) | ((np.abs(dy) <= t) & (np.abs(dx) <= r))
-    masks = np.stack([circle, square, triangle, cross])                # (4, n, size, size)
-    mask = masks[labels, np.arange(n)]
+    mask = np.empty((n, size, size), dtype=bool)
+    for k in range(len(CLASSES)):  # each image's own shape only
+        sel = labels == k
+        mask[sel] = _shape_mask(k, xx[None] - cx[sel], yy[None] - cy[sel], r[sel])
     level = rng.uniform(0.6, 1.0, (n, 1, 1))
     background = rng.uniform(-0.2, 0.2, (n, 1, 1))
     img = background + level * mask + noise * rng.standard_normal((n, size, size))
     return img[:, None].astype(np.float32), labels.astype(np.int64)
+
+
+def _shape_mask(k: int, dx: np.ndarray, dy: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """The pixels inside shape CLASSES[k] of half-size r, at offsets (dx, dy) from its centre."""
+    if k == 0:  # circle
+        return dx ** 2 + dy ** 2 <= r ** 2
+    if k == 1:  # square
+        return (np.abs(dx) <= 0.8 * r) & (np.abs(dy) <= 0.8 * r)
+    if k == 2:  # triangle, apex up, base at cy + r
+        return (dy <= r) & (np.abs(dx) <= (dy + r) / 2)
+    t = np.maximum(0.5, 0.25 * r)  # cross
+    return ((np.abs(dx) <= t) & (np.abs(dy) <= r)) | ((np.abs(dy) <= t) & (np.abs(dx) <= r))
 
 
 def make_data(cfg: dict) -> dict:

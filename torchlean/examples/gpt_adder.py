@@ -27,6 +27,8 @@ NAME = "gpt_adder"
 DESCRIPTION = "small GPT learning multi-digit addition (reversed answer digits), exact-match accuracy"
 METRIC = "test_exact_match"
 LOWER_IS_BETTER = False
+# the config keys make_data reads: torchlean train caches the data keyed by them (torchlean/data_cache.py)
+DATA_KEYS = ("seed", "n_digits", "n_test")
 
 VOCAB = "0123456789+="
 PLUS, EQUALS = 10, 11

@@ -25,6 +25,8 @@ NAME = "mamba"
 DESCRIPTION = "Mamba blocks (selective scan) on the selective-copying task, output-token accuracy"
 METRIC = "test_accuracy"
 LOWER_IS_BETTER = False
+# the config keys make_data reads: torchlean train caches the data keyed by them (torchlean/data_cache.py)
+DATA_KEYS = ("seed", "n_test", "seq_len", "n_data", "n_symbols")
 NOISE, MARKER = 0, 1
 
 

@@ -24,6 +24,8 @@ NAME = "mlp"
 DESCRIPTION = "MLP regression of y = sin(3 x1) cos(2 x2) + 0.1 x3 on [-1, 1]^3 (test MSE)"
 METRIC = "test_mse"
 LOWER_IS_BETTER = True
+# the config keys make_data reads: torchlean train caches the data keyed by them (torchlean/data_cache.py)
+DATA_KEYS = ("seed", "n_train", "n_test", "noise_std")
 
 
 def default_config() -> dict:

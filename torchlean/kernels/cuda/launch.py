@@ -12,6 +12,9 @@ the threat model: ``kernel_cache.py``).
 
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import cupy
@@ -42,8 +45,42 @@ def _cache_dir() -> Path:
     return kernel_cache.cache_dir()
 
 
+# Background compiles started by ``precompile``, by (file, arch): ``_compile`` takes its file's
+# result from here instead of compiling it a second time.
+_pending: dict[tuple[str, str], Future] = {}
+_pending_lock = threading.Lock()
+
+
+def precompile(device: int) -> None:
+    """Start compiling every kernel file for ``device``'s architecture on background threads, so
+    that the compiles overlap the program's set-up (data, model) and each other, and its first
+    step waits only for what is still compiling. With a warm disk cache each is a file read.
+    Returns at once."""
+    arch = cupy.cuda.Device(device).compute_capability
+    with _pending_lock:
+        todo = [p.name for p in sorted(HERE.glob("*.cu")) if (p.name, arch) not in _pending]
+        if not todo:
+            return
+        pool = ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1), thread_name_prefix="torchlean-nvrtc")
+        for file in todo:
+            _pending[(file, arch)] = pool.submit(_compile_now, file, arch)
+    pool.shutdown(wait=False)
+
+
 def _compile(file: str, arch: str) -> bytes:
-    """The cubin of ``file`` for ``arch``: a verified cache entry, or NVRTC (then cached)."""
+    """The cubin of ``file`` for ``arch``: from a background compile (``precompile``), a verified
+    cache entry, or NVRTC (then cached)."""
+    with _pending_lock:
+        started = _pending.pop((file, arch), None)
+    if started is not None:
+        try:
+            return started.result()
+        except Exception:  # noqa: BLE001 - compiled again here, where its error reaches the caller
+            pass
+    return _compile_now(file, arch)
+
+
+def _compile_now(file: str, arch: str) -> bytes:
     src = source(file)
 
     def nvrtc_compile() -> bytes:

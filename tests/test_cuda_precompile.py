@@ -1,0 +1,64 @@
+"""``launch.precompile``: the CUDA kernel files compiled on background threads (``torchlean train``
+starts it while the data and the model are made), without a GPU: CuPy is the stand-in of
+test_kernel_cache.py, with a Device and a compiler that is slow, counts its calls and can fail.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from test_kernel_cache import FAKE_CUPY, ROOT
+
+SCRIPT = """
+    import os, threading, time
+    os.environ["TORCHLEAN_KERNEL_CACHE"] = {cache!r}
+    import cupy.cuda
+    from cupy.cuda import compiler
+
+    class Device:
+        def __init__(self, i):
+            self.compute_capability = "90"
+    cupy.cuda.Device = Device
+    calls, fail = [], {{"norm.cu"}}
+    release = threading.Event()
+
+    def slow(source, options=(), arch=None, filename="kern.cu", **kw):
+        calls.append(filename)
+        if filename == "conv.cu":
+            release.wait(30)  # still compiling when the main thread asks for it
+        if filename in fail:
+            fail.discard(filename)
+            raise RuntimeError("nvrtc failed once")
+        return b"\\x7fELF compiled " + filename.encode(), None
+    compiler.compile_using_nvrtc = slow
+
+    from torchlean.kernels.cuda import launch
+    files = sorted(p.name for p in launch.HERE.glob("*.cu"))
+    launch.precompile(0)
+    threading.Timer(0.2, release.set).start()
+    got = {{f: launch._compile(f, "90") for f in ["conv.cu"] + files}}
+    assert all(got[f] == b"\\x7fELF compiled " + f.encode() for f in files), got
+    launch.precompile(0)  # again: every file is in the disk cache now
+    again = {{f: launch._compile(f, "90") for f in files}}
+    assert again == got
+    print(len(files), len(calls), calls.count("norm.cu"), calls.count("conv.cu"))
+"""
+
+
+def test_precompile_compiles_each_file_once_and_hands_results_over(tmp_path):
+    fake = tmp_path / "standin"
+    for rel, text in FAKE_CUPY.items():
+        (fake / rel).parent.mkdir(parents=True, exist_ok=True)
+        (fake / rel).write_text(textwrap.dedent(text))
+    script = textwrap.dedent(SCRIPT.format(cache=str(tmp_path / "cache")))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), ROOT]))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    n_files, n_calls, norm_calls, conv_calls = map(int, r.stdout.split())
+    assert n_files >= 10
+    # one compile per file; norm.cu failed in the background and was compiled again on first use;
+    # conv.cu, asked for while its background compile ran, was waited for, not compiled twice
+    assert (n_calls, norm_calls, conv_calls) == (n_files + 1, 2, 1)
