@@ -62,3 +62,44 @@ def test_precompile_compiles_each_file_once_and_hands_results_over(tmp_path):
     # one compile per file; norm.cu failed in the background and was compiled again on first use;
     # conv.cu, asked for while its background compile ran, was waited for, not compiled twice
     assert (n_calls, norm_calls, conv_calls) == (n_files + 1, 2, 1)
+
+
+OTHER_DIR_SCRIPT = """
+    import os, threading
+    os.environ["TORCHLEAN_KERNEL_CACHE"] = {first!r}
+    import cupy.cuda
+    from cupy.cuda import compiler
+
+    class Device:
+        def __init__(self, i):
+            self.compute_capability = "90"
+    cupy.cuda.Device = Device
+    calls = []
+
+    def compile_(source, options=(), arch=None, filename="kern.cu", **kw):
+        calls.append(filename)
+        return b"\\x7fELF compiled " + filename.encode(), None
+    compiler.compile_using_nvrtc = compile_
+
+    from torchlean.kernels.cuda import launch
+    launch.precompile(0)
+    for job in list(launch._pending.values()):
+        job.result()  # all written to the first directory
+    os.environ["TORCHLEAN_KERNEL_CACHE"] = {second!r}  # e.g. a test's own cache directory
+    launch._compile("elementwise.cu", "90")
+    print(sorted(n for n in os.listdir({second!r}) if n.endswith(".cubin")))
+"""
+
+
+def test_a_compile_for_another_cache_directory_is_not_handed_over(tmp_path):
+    """A background compile made for one cache directory is not what a later call asking with
+    another directory gets: its entry must appear in the directory asked for."""
+    fake = tmp_path / "standin"
+    for rel, text in FAKE_CUPY.items():
+        (fake / rel).parent.mkdir(parents=True, exist_ok=True)
+        (fake / rel).write_text(textwrap.dedent(text))
+    script = textwrap.dedent(OTHER_DIR_SCRIPT.format(first=str(tmp_path / "a"), second=str(tmp_path / "b")))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), ROOT]))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "elementwise" in r.stdout, r.stdout

@@ -45,9 +45,10 @@ def _cache_dir() -> Path:
     return kernel_cache.cache_dir()
 
 
-# Background compiles started by ``precompile``, by (file, arch): ``_compile`` takes its file's
-# result from here instead of compiling it a second time.
-_pending: dict[tuple[str, str], Future] = {}
+# Background compiles started by ``precompile``, by (file, arch, cache directory): ``_compile`` takes
+# its file's result from here instead of compiling it a second time (never one made for another
+# cache directory: that one's entry is not in the directory asked for).
+_pending: dict[tuple[str, str, str], Future] = {}
 _pending_lock = threading.Lock()
 
 
@@ -58,12 +59,13 @@ def precompile(device: int) -> None:
     Returns at once."""
     arch = cupy.cuda.Device(device).compute_capability
     with _pending_lock:
-        todo = [p.name for p in sorted(HERE.glob("*.cu")) if (p.name, arch) not in _pending]
+        where = str(_cache_dir())
+        todo = [p.name for p in sorted(HERE.glob("*.cu")) if (p.name, arch, where) not in _pending]
         if not todo:
             return
         pool = ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1), thread_name_prefix="torchlean-nvrtc")
         for file in todo:
-            _pending[(file, arch)] = pool.submit(_compile_now, file, arch)
+            _pending[(file, arch, where)] = pool.submit(_compile_now, file, arch)
     pool.shutdown(wait=False)
 
 
@@ -71,7 +73,7 @@ def _compile(file: str, arch: str) -> bytes:
     """The cubin of ``file`` for ``arch``: from a background compile (``precompile``), a verified
     cache entry, or NVRTC (then cached)."""
     with _pending_lock:
-        started = _pending.pop((file, arch), None)
+        started = _pending.pop((file, arch, str(_cache_dir())), None)
     if started is not None:
         try:
             return started.result()
