@@ -23,7 +23,7 @@ from ..errors import ArgumentError, DeviceError, DTypeError, IndexOutOfRangeErro
 from ..runtime import arrays
 from ..runtime import primitives as P
 from ._base import Tensor, dim_index, host_indices, new, numel, operand, same_device, tensor_arg
-from .index import gather_vec, getitem, scatter_add as scatter_add_1d
+from .index import gather_vec, getitem, narrow_rows, scatter_add as scatter_add_1d
 from . import integer
 from .results import array_result, host_values
 from .shape import cat, expand, permute, reshape, slice0, squeeze, transpose, unsqueeze
@@ -77,6 +77,9 @@ def narrow(x: Tensor, dim: int, start: Any, length: int) -> Tensor:
                                    f"of size {size}")
     if d == 0 and x._buf is not None:
         return slice0(x, start, length)
+    rows = narrow_rows(x, d, start, length)
+    if rows is not None:
+        return rows
     return _move(x, lambda p: np.take(p, np.arange(start, start + length), axis=d))
 
 
