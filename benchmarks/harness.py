@@ -25,6 +25,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from torchlean.kernels.cpu.elementwise import MIN_WORK as EW_MIN_WORK
+
 # -- cases and results -----------------------------------------------------------------------
 
 
@@ -455,8 +457,9 @@ def header_lines(meta: dict[str, Any]) -> list[str]:
     lines = [
         f"device: {meta['device']} ({meta['device_name']}); date {meta['date']}; commit {meta['commit']}",
         f"threads: numpy/BLAS {meta['blas_threads']} (from {meta['blas_threads_source']}), "
-        f"torch.set_num_threads({meta['torch_threads']}); NumPy ufuncs (torchlean's elementwise kernels) "
-        f"run on one thread" + ("; torch THP_MEM_ALLOC_ENABLE=1" if meta.get("torch_thp") else ""),
+        f"torch.set_num_threads({meta['torch_threads']}); torchlean's arithmetic element-wise kernels split over "
+        f"Numba's threads from 2 x {EW_MIN_WORK} elements (below, and exp/log/tanh-like functions, NumPy ufuncs "
+        f"on one thread)" + ("; torch THP_MEM_ALLOC_ENABLE=1" if meta.get("torch_thp") else ""),
         f"versions: python {meta['python']}, numpy {meta['numpy']}, torch {meta['torch']}, torchlean {meta['torchlean']}",
     ]
     if "other_cores_mean" in meta:
