@@ -141,8 +141,8 @@ _SWAP_ROWS = 64  # A B^T with at most this many rows (and 4x as many columns) is
 
 def _swapped(ta: bool, tb: bool, m: int, n: int, ks: int) -> bool:
     """Whether A B^T (A (m, k), B stored (n, k)) runs as B A^T into a scratch, transposed back: with
-    few rows OpenBLAS packs the large stored B transposed, at about half its speed (an LSTM step's
-    h W_hh^T: 20 rows, 1.6x slower than B A^T). Each element is the same chain over k either way
+    few rows OpenBLAS packs the large stored B transposed, well below its speed on B A^T (an LSTM
+    step's h W_hh^T). Each element is the same chain over k either way
     (the microkernels multiply-add a[i, kk] b[j, kk] in k order whichever operand is packed as
     which; tests compare with NumPy's product). A function of the shape alone."""
     return tb and not ta and ks == 1 and 1 < m <= _SWAP_ROWS and n >= 4 * m

@@ -22,9 +22,8 @@ F32 = np.float32
 # Outputs per block of the broadcast/reduce kernels.
 _RED_BLOCK = 256
 # The moves (permutations, concat1d, broadcast_to's repeat loop; see "moves" below) split over
-# Numba's threads from 2 * MIN_WORK elements, with contiguous runs of at least MIN_RUN elements.
-# Measured on a 2-core EPYC (OpenMP layer), GPT's head permute (4, T, 4, 64) on two parts against
-# NumPy's copy: even at 32K elements, a gain from 64K (8 us against 10).
+# Numba's threads from 2 * MIN_WORK elements, with contiguous runs of at least MIN_RUN elements:
+# below that size a region's start costs more than the copy it shares out.
 MIN_WORK = 1 << 15
 MIN_RUN = 8
 
