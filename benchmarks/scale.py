@@ -26,6 +26,11 @@ Method:
   memory growth during the timed steps (VmHWM reset after warm-up, minus file-backed pages) over its
   memory before the model was built (our allocator's peak in parentheses).
 * torch gets ``set_num_threads`` = NumPy's BLAS thread count; TF32 off on both unless ``--tf32``.
+* Fraction of the hardware limit: once per run, a separate process times ``torch.matmul`` of two
+  4096x4096 float32 matrices on the device (synchronized; CPU at the torch thread count; TF32 as
+  ``--tf32``; best of 3, 5 on CUDA, after a warm-up): the achieved GEMM rate, the "GEMM peak". Each row's
+  "% of GEMM peak" = the step's FLOPs (``scale_models.step_flops``, analytic from the config: GEMMs,
+  convs, attention, FFTs; element-wise work not counted) / median step time / GEMM peak, for both sides.
 * ``--breakdown``: after the timed steps, our worker runs ``min(N, 3)`` more steps with every
   function of ``torchlean.runtime.primitives*`` wrapped (outermost calls only, a device synchronize
   before and after each on CUDA, so the times are real) and reports the slowest primitives; "(outside
@@ -107,10 +112,48 @@ class PrimitiveTimer:
         self.patched.clear()
 
 
+# -- the hardware limit: achieved float32 GEMM rate ------------------------------------------------
+
+GEMM_N = 4096
+
+
+def gemm_worker(args: argparse.Namespace) -> int:
+    """torch.matmul of two GEMM_N^2 float32 matrices on the device (TF32 as --tf32; on CPU at the torch
+    workers' thread count), synchronized; best of a few. Writes {"gemm_flops_per_s", "gemm_s", ...}."""
+    import torch
+
+    cuda = args.device.startswith("cuda")
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = bool(args.tf32)
+        sync = torch.cuda.synchronize
+    else:
+        torch.set_num_threads(H.blas_threads()[0])
+
+        def sync() -> None:
+            return None
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(GEMM_N, GEMM_N, generator=g).to(args.device) for _ in range(2))
+    times = []
+    for _ in range(6 if cuda else 4):                      # the first is a warm-up
+        sync()
+        t0 = time.perf_counter()
+        torch.matmul(a, b)
+        sync()
+        times.append(time.perf_counter() - t0)
+    best = min(times[1:])
+    out = {"gemm_n": GEMM_N, "gemm_s": best, "gemm_flops_per_s": 2.0 * GEMM_N ** 3 / best, "reps": len(times) - 1,
+           "threads": torch.get_num_threads(), "tf32": bool(args.tf32) and cuda}
+    with open(args.result, "w") as f:
+        json.dump(out, f)
+    return 0
+
+
 # -- worker: one framework, one case, its own process ---------------------------------------------
 
 def worker(args: argparse.Namespace) -> int:
     side, name, device = args.worker, args.name, args.device
+    if side == "gemm":
+        return gemm_worker(args)
     cfg = json.loads(args.cfg_json)
     cuda = device.startswith("cuda")
     warmup, steps = args.warmup, args.steps
@@ -193,6 +236,7 @@ def worker(args: argparse.Namespace) -> int:
 # -- driver ---------------------------------------------------------------------------------------
 
 def _run_worker(side: str, name: str, cfg: dict, args: argparse.Namespace) -> dict:
+    """Runs ``side`` ("ours", "torch", or "gemm": the GEMM rate) in its own process; its JSON result."""
     fd, result = tempfile.mkstemp(prefix=f"tl_scale_{side}_", suffix=".json")
     os.close(fd)
     cmd = [sys.executable, "-m", "benchmarks.scale", "--worker", side, "--name", name, "--device", args.device,
@@ -220,8 +264,9 @@ def _disturbance(pair: dict) -> float:
     return max(vals) if vals else 0.0
 
 
-def bench_one(name: str, args: argparse.Namespace, say) -> dict:
+def bench_one(name: str, args: argparse.Namespace, say, gemm_rate: float) -> dict:
     cfg = SM.CASES[name][args.size]
+    flops = SM.step_flops(name, cfg)
     best, attempt = None, 0
     for attempt in range(1 + max(0, args.retries)):
         pair = {side: _run_worker(side, name, cfg, args) for side in ("ours", "torch")}
@@ -245,6 +290,9 @@ def bench_one(name: str, args: argparse.Namespace, say) -> dict:
         "first_loss_rel": abs(o["first_loss"] - t["first_loss"]) / max(abs(t["first_loss"]), 1e-30),
         "final_loss_ours": o["final_loss"], "final_loss_torch": t["final_loss"],
         "other_cores": _disturbance(best), "attempts": attempt + 1, "breakdown": o.get("breakdown"),
+        "step_flops": flops, "ours_flops_per_s": flops / o["median_s"], "torch_flops_per_s": flops / t["median_s"],
+        "gemm_flops_per_s": gemm_rate, "ours_gemm_frac": flops / o["median_s"] / gemm_rate,
+        "torch_gemm_frac": flops / t["median_s"] / gemm_rate,
         "ours": o, "torch": t,
     }
 
@@ -254,9 +302,10 @@ def _mib(x: float) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    hdr = ("case", "size", "ours ms/step", "torch ms/step", "ours/torch", "ours peak MiB", "torch peak MiB",
-           "loss 1st ours (rel diff)", "loss after N: ours / torch")
-    out = ["| " + " | ".join(hdr) + " |", "|---|---|" + "---:|" * 5 + "---|---|"]
+    hdr = ("case", "size", "ours ms/step", "torch ms/step", "ours/torch", "GFLOP/step", "ours % of GEMM peak",
+           "torch % of GEMM peak", "ours peak MiB", "torch peak MiB", "loss 1st ours (rel diff)",
+           "loss after N: ours / torch")
+    out = ["| " + " | ".join(hdr) + " |", "|---|---|" + "---:|" * 8 + "---|---|"]
     for r in rows:
         cuda = r["device"].startswith("cuda")
         star = " *" if r["other_cores"] > BUSY else ""
@@ -264,7 +313,8 @@ def table(rows: list[dict]) -> str:
         out.append("| " + " | ".join([
             f"{r['case']} ({r['desc']})", f"{r['size']}: {r['sizes']}",
             f"{r['ours_ms']:.1f} (min {r['ours_min_ms']:.1f})", f"{r['torch_ms']:.1f} (min {r['torch_min_ms']:.1f})",
-            f"{r['ratio']:.2f}x{star}", ours_mem, _mib(r["torch_peak_mib"]),
+            f"{r['ratio']:.2f}x{star}", f"{r['step_flops'] / 1e9:.3g}", f"{100 * r['ours_gemm_frac']:.1f}",
+            f"{100 * r['torch_gemm_frac']:.1f}", ours_mem, _mib(r["torch_peak_mib"]),
             f"{r['first_loss_ours']:.6g} ({r['first_loss_rel']:.1e})",
             f"{r['final_loss_ours']:.5g} / {r['final_loss_torch']:.5g}"]) + " |")
     return "\n".join(out)
@@ -301,7 +351,12 @@ def markdown(rows: list[dict], meta: dict, args: argparse.Namespace) -> str:
               if cuda else "- peak memory: the worker's peak anonymous memory growth over its memory before the "
               "model was built (our allocator's peak in parentheses)"),
              "- same source, same NumPy weights and batches on both sides; FNO spectral layer and Mamba scan differ "
-             "by side (see benchmarks/scale_models.py)", "", table(rows)]
+             "by side (see benchmarks/scale_models.py)",
+             f"- GEMM peak (the limit): {meta['gemm_flops_per_s'] / 1e9:.1f} GFLOP/s achieved by torch.matmul of two "
+             f"{GEMM_N}x{GEMM_N} float32 matrices, best of {meta['gemm_reps']}"
+             + (f", TF32 {'on' if args.tf32 else 'off'}" if cuda else f", {meta['gemm_threads']} threads")
+             + "; % of GEMM peak = step FLOPs (analytic: GEMMs, convs, attention, FFTs; "
+             "scale_models.step_flops) / median step time / GEMM peak", "", table(rows)]
     if any(r["other_cores"] > BUSY for r in rows):
         lines += ["", f"`*`: other processes used more than {BUSY} cores while this row was timed."]
     if args.breakdown:
@@ -323,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per worker")
     ap.add_argument("--markdown", help="write the markdown section to this file")
     ap.add_argument("--json", help="write all results as JSON to this file")
-    ap.add_argument("--worker", choices=("ours", "torch"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=("ours", "torch", "gemm"), help=argparse.SUPPRESS)
     ap.add_argument("--name", help=argparse.SUPPRESS)
     ap.add_argument("--cfg-json", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
@@ -343,10 +398,19 @@ def main(argv: list[str] | None = None) -> int:
     meta = meta_info(args.device, args.steps, args.warmup)
     say(f"scale on {args.device} ({meta['device_name']}), size {args.size}, {args.warmup} warm-up + {args.steps} "
         f"timed steps")
+    try:
+        gemm = _run_worker("gemm", "gemm", {}, args)
+        say(f"  GEMM peak: {gemm['gemm_flops_per_s'] / 1e9:.1f} GFLOP/s ({GEMM_N}^3 float32 matmul, "
+            f"{1e3 * gemm['gemm_s']:.1f} ms)")
+    except (RuntimeError, subprocess.TimeoutExpired) as e:       # the rows still run; their % reads nan
+        say(f"  GEMM peak: FAILED: {e}")
+        gemm = {"gemm_n": GEMM_N, "gemm_s": None, "gemm_flops_per_s": float("nan"), "reps": 0, "threads": None,
+                "tf32": None}
+    meta.update({k if k.startswith("gemm") else f"gemm_{k}": v for k, v in gemm.items()})
     rows, failed = [], []
     for name in names:
         try:
-            rows.append(bench_one(name, args, say))
+            rows.append(bench_one(name, args, say, meta["gemm_flops_per_s"]))
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             say(f"  {name}: FAILED: {e}")
             failed.append(name)

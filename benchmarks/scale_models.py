@@ -70,6 +70,106 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 
+# -- floating-point operations of one training step (analytic) ------------------------------------
+#
+# Only GEMMs, convolutions, attention and FFTs are counted (element-wise work, norms, the selective
+# scan's recurrence, optimizer updates and embeddings' gathers are left out). A layer whose weights
+# train costs 3x its forward (forward, dX, dW); 2x where its input needs no gradient (no dX).
+
+def _gemm(m: int, n: int, k: int) -> int:
+    """Forward FLOPs of an (m, k) @ (k, n) product."""
+    return 2 * m * n * k
+
+
+def _conv(batch: int, out_hw: int, cin: int, cout: int, k: int, groups: int = 1) -> int:
+    """Forward FLOPs of a square conv as a GEMM (transposed conv: pass its INPUT size as out_hw)."""
+    return 2 * batch * out_hw * out_hw * (cin // groups) * k * k * cout
+
+
+def _train(fwd: int, dx: bool = True) -> int:
+    return fwd * (3 if dx else 2)
+
+
+def flops_gpt(c: dict) -> int:
+    # per block: qkv, proj, fc, mlp_proj GEMMs (24 d^2 per token) + causal QK^T and PV (half of 2 x 2 T^2 d);
+    # tied lm_head; attention's backward (dQ, dK, dP, dV) is 2x its forward like a trained layer's
+    B, T, d = c["batch"], c["T"], c["d"]
+    block = _gemm(B * T, 12 * d, d) + 2 * _gemm(B * T, T, d) // 2
+    return _train(c["n_layer"] * block + _gemm(B * T, c["vocab"], d))
+
+
+def flops_resnet18(c: dict) -> int:
+    # stem conv (input needs no gradient) + 4 stages of 2 BasicBlocks (two 3x3 convs, 1x1 shortcut on
+    # downsampling), all as GEMMs, + fc
+    B, w, hw = c["batch"], c["width"], c["image"]
+    total, cin = _train(_conv(B, hw, 3, w, 3), dx=False), w
+    for i, cout in enumerate((w, 2 * w, 4 * w, 8 * w)):
+        hw = hw if i == 0 else hw // 2
+        total += _train(_conv(B, hw, cin, cout, 3) + 3 * _conv(B, hw, cout, cout, 3))
+        if cin != cout:
+            total += _train(_conv(B, hw, cin, cout, 1))
+        cin = cout
+    return total + _train(_gemm(B, c["classes"], 8 * w))
+
+
+def flops_dcgan(c: dict) -> int:
+    # D runs forward + backward three times (real, fake.detach(): no dX into the images; fake: dX into
+    # G); G forward once and backward once (no dX into the noise). Transposed convs counted at their input size.
+    B, nz, g, f, nc = c["batch"], c["nz"], c["ngf"], c["ndf"], c["nc"]
+    d_first = _conv(B, 32, nc, f, 4)
+    d_rest = (_conv(B, 16, f, 2 * f, 4) + _conv(B, 8, 2 * f, 4 * f, 4) + _conv(B, 4, 4 * f, 8 * f, 4)
+              + _conv(B, 1, 8 * f, 1, 4))
+    g_first = _conv(B, 1, nz, 8 * g, 4)
+    g_rest = (_conv(B, 4, 8 * g, 4 * g, 4) + _conv(B, 8, 4 * g, 2 * g, 4) + _conv(B, 16, 2 * g, g, 4)
+              + _conv(B, 32, g, nc, 4))
+    return (2 * _train(d_first, dx=False) + _train(d_first) + 3 * _train(d_rest)
+            + _train(g_first, dx=False) + _train(g_rest))
+
+
+def flops_mlp(c: dict) -> int:
+    # n_layer square Linears; the first needs no dX
+    B, w = c["batch"], c["width"]
+    return _train(_gemm(B, w, w), dx=False) + (c["n_layer"] - 1) * _train(_gemm(B, w, w))
+
+
+def flops_fno1d(c: dict) -> int:
+    # lift (no dX), per layer: pointwise Linear + spectral conv (complex einsum over the kept modes,
+    # 8 real FLOPs per complex multiply-add, 3x; an rfft and an irfft of length grid per (batch, channel)
+    # at 5 N log2 N each, 2x: backward runs one FFT per forward FFT), then proj1, proj2
+    B, N, w, m = c["batch"], c["grid"], c["width"], c["modes"]
+    ffts = 2 * B * w * 5 * N * math.log2(N)
+    layer = _train(_gemm(B * N, w, w)) + _train(8 * B * m * w * w) + 2 * int(ffts)
+    return (_train(_gemm(B * N, w, 2), dx=False) + c["n_layer"] * layer
+            + _train(_gemm(B * N, 128, w)) + _train(_gemm(B * N, 1, 128)))
+
+
+def flops_mamba(c: dict) -> int:
+    # per block: in_proj, depthwise conv (K=4), x_proj, dt_proj, out_proj GEMMs (the selective scan is
+    # element-wise and left out); tied lm_head
+    B, T, d, N = c["batch"], c["T"], c["d"], c["d_state"]
+    di, R, K = 2 * d, math.ceil(d / 16), 4
+    M = B * T
+    block = (_gemm(M, 2 * di, d) + 2 * M * K * di + _gemm(M, R + 2 * N, di) + _gemm(M, di, R)
+             + _gemm(M, d, di))
+    return _train(c["n_layer"] * block + _gemm(M, c["vocab"], d))
+
+
+def flops_lstm(c: dict) -> int:
+    # per layer and time step: the 4 gates' x W_ih^T + h W_hh^T; decoder Linear over all T * batch rows
+    h, T, B = c["hidden"], c["T"], c["batch"]
+    return _train(c["n_layer"] * T * _gemm(B, 4 * h, 2 * h) + _gemm(T * B, c["vocab"], h))
+
+
+STEP_FLOPS: dict[str, Callable[[dict], int]] = {
+    "gpt2": flops_gpt, "gpt_mini": flops_gpt, "resnet18": flops_resnet18, "dcgan": flops_dcgan, "mlp": flops_mlp,
+    "fno1d": flops_fno1d, "mamba": flops_mamba, "lstm": flops_lstm}
+
+
+def step_flops(name: str, cfg: dict) -> int:
+    """Floating-point operations of one training step of case ``name`` at ``cfg`` (analytic, see above)."""
+    return int(STEP_FLOPS[name](cfg))
+
+
 def summary(name: str, cfg: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in cfg.items())
 
