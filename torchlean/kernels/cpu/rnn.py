@@ -65,7 +65,7 @@ def _tanh(x):
 
 
 # Row loops over equal-length contiguous slices (indexing slices from 0 rather than arrays at an
-# offset lets Numba drop its negative-index wraparound, so the loops vectorize cleanly: 4x faster).
+# offset lets Numba drop its negative-index wraparound, so the loops vectorize cleanly).
 @njit(cache=True, error_model="numpy", inline="always", boundscheck=False)
 def _sig_sum(a, b, dst):
     for j in range(dst.size):
