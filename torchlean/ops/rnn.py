@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 from .. import autograd
 from ..runtime import primitives as P
+from ..runtime.arrays import stack_buffers
 from ..runtime.buffer import Buffer
 from ._base import Tensor, fbuf, new
 from .linalg import linear
@@ -36,14 +37,9 @@ GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
 
 def _join(bufs: list[Buffer], size: int) -> Buffer:
-    """The buffers (each ``size`` long) end to end, by a balanced tree of concat1d (O(n log n))."""
-    items = [(b, size) for b in bufs]
-    while len(items) > 1:
-        nxt = [(P.concat1d(a, b, na, nb), na + nb) for (a, na), (b, nb) in zip(items[::2], items[1::2])]
-        if len(items) % 2:
-            nxt.append(items[-1])
-        items = nxt
-    return items[0][0]
+    """The buffers (each ``size`` long) end to end in one new buffer: every piece copied once (a
+    move: exact). A chain or tree of concat1d would copy each piece up to T or log2(T) times."""
+    return stack_buffers("rnn", bufs, (size,), 0, bufs[0].device)
 
 
 def _recurrence(mode: str, gi: Tensor, h0: Tensor, c0: Tensor | None, w_hh: Tensor, b_hh: Tensor | None,
@@ -78,9 +74,7 @@ def _recurrence(mode: str, gi: Tensor, h0: Tensor, c0: Tensor | None, w_hh: Tens
         hprev[t], hs[t], acts[t] = h, hn, act
         h = hn
     n = B * H
-    out = _join(hs, n)
-    if lstm:
-        out = P.concat1d(out, c, T * n, n)
+    out = _join(hs + [c] if lstm else hs, n)  # c_n joined in the same copy
     work = [b for b in hs + acts + cprev + ([c] if lstm else []) if b is not None and b is not out
             and b is not h0b and b is not c0b]
     parents = tuple(p for p in (gi, h0, c0, w_hh, b_hh) if p is not None)
