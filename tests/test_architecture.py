@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("apps", ("torchlean.check", "torchlean.train", "torchlean.examples", "torchlean.testing")),
     ("face", ("torchlean",)),  # torchlean/__init__.py: the public names, gathered from below
     ("checkpoint", ("torchlean.checkpoint",)),
-    ("library", ("torchlean.nn", "torchlean.optim", "torchlean.utils")),
+    ("library", ("torchlean.nn", "torchlean.optim", "torchlean.utils", "torchlean.distributed")),
     # the PyTorch-style front end: operators and methods bound onto Tensor, the fast-kernel
     # router, DLPack and PyTorch state-dict interop
     ("front", ("torchlean._methods", "torchlean.fast_kernels", "torchlean._dlpack", "torchlean.interop",

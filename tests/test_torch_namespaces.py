@@ -405,7 +405,7 @@ def test_data_parallel_is_a_one_device_pass_through():
 
 
 def test_distributed_data_parallel_is_a_clear_error():
-    with pytest.raises(TorchLeanError, match="DistributedDataParallel: torchlean does not implement"):
+    with pytest.raises(TorchLeanError, match="DistributedDataParallel: the default process group has not been initialized"):
         tl.nn.parallel.DistributedDataParallel(tl.nn.Linear(2, 2))
 
 

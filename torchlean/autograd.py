@@ -271,6 +271,9 @@ def _own_grad(t: "Tensor | None", gt: Buffer, leaf: bool) -> Buffer:
         gt = _run_tensor_hooks(t, gt)
     if leaf or t._retains_grad:
         t._accumulate_grad(gt)
+        if leaf and _post_accumulate_hooks and id(t) in _post_accumulate_hooks:
+            for hook in list(_post_accumulate_hooks[id(t)].values()):
+                hook(t)
     return gt
 
 
@@ -327,18 +330,24 @@ _tensor_hooks: dict[int, dict[int, tuple[Callable, Callable]]] = {}
 _hook_ids = iter(range(1 << 62))
 
 
+# Hooks that run after a leaf's gradient was accumulated into its ``.grad``
+# (``Tensor.register_post_accumulate_grad_hook``: DistributedDataParallel's bucket trigger), by id(tensor).
+_post_accumulate_hooks: dict[int, dict[int, Callable]] = {}
+
+
 class TensorHookHandle:
     """``remove()`` unregisters the hook (also on leaving a ``with`` block)."""
 
-    def __init__(self, key: int, hook_id: int) -> None:
+    def __init__(self, key: int, hook_id: int, table: dict | None = None) -> None:
         self._key, self.id = key, hook_id
+        self._table = _tensor_hooks if table is None else table
 
     def remove(self) -> None:
-        hooks = _tensor_hooks.get(self._key)
+        hooks = self._table.get(self._key)
         if hooks is not None:
             hooks.pop(self.id, None)
             if not hooks:
-                del _tensor_hooks[self._key]
+                del self._table[self._key]
 
     def __enter__(self) -> "TensorHookHandle":
         return self
@@ -359,6 +368,18 @@ def register_tensor_hook(t: "Tensor", hook: Callable, wrap: Callable) -> TensorH
     _tensor_hooks[key][hook_id] = (hook, wrap)
     keep_owner(t)
     return TensorHookHandle(key, hook_id)
+
+
+def register_post_accumulate_hook(t: "Tensor", hook: Callable) -> TensorHookHandle:
+    """Run ``hook(t)`` each time backward has accumulated a gradient into the leaf ``t``'s ``.grad``
+    (once per backward: a leaf's contributions are summed before they reach it)."""
+    key = id(t)
+    if key not in _post_accumulate_hooks:
+        _post_accumulate_hooks[key] = {}
+        weakref.finalize(t, _post_accumulate_hooks.pop, key, None)
+    hook_id = next(_hook_ids)
+    _post_accumulate_hooks[key][hook_id] = hook
+    return TensorHookHandle(key, hook_id, _post_accumulate_hooks)
 
 
 def _run_tensor_hooks(t: "Tensor", g: Buffer) -> Buffer:

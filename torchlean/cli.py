@@ -1,4 +1,4 @@
-"""The ``torchlean`` command: ``info``, ``check``, ``demo``, ``list`` and ``train``."""
+"""The ``torchlean`` command: ``info``, ``check``, ``demo``, ``list``, ``train`` and ``launch``."""
 
 from __future__ import annotations
 
@@ -120,6 +120,12 @@ def _train(args: argparse.Namespace) -> int:
     return 0 if summary["final_loss"] is not None and math.isfinite(summary["final_loss"]) else 1
 
 
+def _launch(args: argparse.Namespace) -> int:
+    from .distributed.launch import launch
+
+    return launch(args.script, args.args, args.nproc_per_node, args.nnodes, args.node_rank, args.master, args.launcher)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="torchlean", description=__import__("torchlean").__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -167,6 +173,16 @@ def main(argv: list[str] | None = None) -> int:
                               "$TORCHLEAN_DATA_CACHE or ~/.cache/torchlean/datasets; TORCHLEAN_DATA_CACHE=off also "
                               "turns the cache off)")
     p_train.set_defaults(fn=_train)
+    p_launch = sub.add_parser("launch", help="start a data-parallel job's processes (torchrun's role)")
+    p_launch.add_argument("--nproc-per-node", type=int, required=True, help="processes on this machine (one per GPU)")
+    p_launch.add_argument("--nnodes", type=int, default=1, help="machines in the job (run the command on each)")
+    p_launch.add_argument("--node-rank", type=int, default=0, help="this machine's index in [0, nnodes)")
+    p_launch.add_argument("--master", default=None, help="ADDR:PORT of node 0 (required with --nnodes > 1)")
+    p_launch.add_argument("--launcher", choices=("auto", "mpiexec", "env"), default="auto",
+                          help="auto: mpiexec on one machine when installed, else plain processes")
+    p_launch.add_argument("script")
+    p_launch.add_argument("args", nargs=argparse.REMAINDER)
+    p_launch.set_defaults(fn=_launch)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)

@@ -338,6 +338,13 @@ class Tensor:
             raise AutogradError("register_hook: cannot register a hook on a tensor that does not require grad")
         return autograd.register_tensor_hook(self, hook, Tensor._wrap)
 
+    def register_post_accumulate_grad_hook(self, hook: Any) -> Any:
+        """``hook(self)`` runs after backward has accumulated a gradient into this leaf's ``.grad``."""
+        if not self.requires_grad or self._node is not None:
+            raise AutogradError("register_post_accumulate_grad_hook: only leaf tensors that require grad accumulate "
+                                "a .grad (post-accumulate-grad hooks can only be registered on them)")
+        return autograd.register_post_accumulate_hook(self, hook)
+
     def backward(self, gradient: "Tensor | None" = None, retain_graph: bool = False) -> None:
         if gradient is None or not self.requires_grad:
             autograd.backward(self, None, retain_graph)  # (raises when nothing was recorded)

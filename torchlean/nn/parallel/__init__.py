@@ -7,8 +7,8 @@ Without CUDA it calls the module as it is (as PyTorch does); with CUDA it moves 
 to ``device_ids[0]`` (by default the current CUDA device) and calls the module there, as PyTorch
 does for one device. Given several devices it warns and uses the first.
 
-``DistributedDataParallel`` (multi-process training) is not implemented yet: constructing one is a
-``TorchLeanError`` that says so.
+``DistributedDataParallel`` (``distributed.py``) trains one replica per process over
+``torchlean.distributed``'s process group, averaging gradients during backward.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ...errors import DeviceError, TorchLeanError
 from ...runtime.device import canonical_device, cuda_device_count, cuda_unavailable_reason
 from ...tensor import Tensor
 from ..modules.module import Module
+from .distributed import DistributedDataParallel
 
 __all__ = ["DataParallel", "DistributedDataParallel", "UnsupportedError"]
 
@@ -77,11 +78,3 @@ class DataParallel(Module):
                 raise DeviceError(f"DataParallel: module must have its parameters and buffers on device {dev} "
                                   f"(device_ids[0]) but found {name!r} on device {t.device}")
         return self.module(*_to(inputs, dev), **_to(kwargs, dev))
-
-
-class DistributedDataParallel(Module):
-    """Not implemented yet: multi-process data-parallel training."""
-
-    def __init__(self, module: Any = None, *args: Any, **kwargs: Any) -> None:
-        raise UnsupportedError("DistributedDataParallel: torchlean does not implement multi-process (distributed) "
-                               "training yet; train on one device (nn.DataParallel runs a module on one device)")

@@ -1,7 +1,7 @@
 """``DistributedSampler``: each of ``num_replicas`` processes reads its own share of the dataset.
 
-torchlean has no process groups (``torchlean.distributed`` is not initialized), so ``num_replicas``
-and ``rank`` must be passed explicitly: the sampler itself needs nothing else.
+``num_replicas`` and ``rank`` default to the world size and rank of the initialized process group
+(``torchlean.distributed.init_process_group``); without one they must be passed.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterator
 
+from ...distributed.group import get_rank, get_world_size, is_initialized
 from ...errors import ArgumentError
 from ...runtime import rng_draws
 from ...runtime.rng import Generator
@@ -24,10 +25,13 @@ class DistributedSampler(Sampler):
 
     def __init__(self, dataset: Any, num_replicas: int | None = None, rank: int | None = None, shuffle: bool = True,
                  seed: int = 0, drop_last: bool = False) -> None:
+        if (num_replicas is None or rank is None) and is_initialized():
+            num_replicas = get_world_size() if num_replicas is None else num_replicas
+            rank = get_rank() if rank is None else rank
         if num_replicas is None or rank is None:
             missing = " and ".join(n for n, v in (("num_replicas", num_replicas), ("rank", rank)) if v is None)
-            raise ArgumentError(f"DistributedSampler: {missing} not given, and torchlean.distributed is not "
-                                f"initialized (torchlean has no process groups): pass num_replicas= and rank=")
+            raise ArgumentError(f"DistributedSampler: {missing} not given, and no process group is initialized "
+                                f"(torchlean.distributed.init_process_group): pass num_replicas= and rank=")
         if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1:
             raise ArgumentError(f"DistributedSampler: num_replicas must be a positive integer, got {num_replicas!r}")
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < num_replicas:

@@ -1,0 +1,164 @@
+"""The NCCL engine, through CuPy's ``cupy.cuda.nccl`` (CuPy is imported only here, and only when a
+``nccl`` process group is made).
+
+Every collective runs on a CUDA stream of its own: it waits (an event) for the work already queued
+on the caller's stream, so it may start while the caller queues more (DistributedDataParallel's
+buckets overlap backward this way), and ``Work.wait`` polls its completion event against the
+deadline. When the deadline passes the communicator is aborted (``ncclCommAbort``), which ends
+the NCCL kernels that wait for the missing peer, and the group is unusable from then on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .common import DistributedError, ReduceOp
+from .work import Work
+
+__all__ = ["NCCLEngine", "cupy_nccl"]
+
+# ncclDataType_t and ncclRedOp_t (nccl.h); CuPy exports most of them as NCCL_* constants
+_DTYPES = {"int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5, "float16": 6, "float32": 7,
+           "float64": 8}
+_OPS = {ReduceOp.SUM: 0, ReduceOp.PRODUCT: 1, ReduceOp.MAX: 2, ReduceOp.MIN: 3, ReduceOp.AVG: 4}
+_NCCL_AVG_SINCE = 21000  # ncclAvg came with NCCL 2.10
+
+
+def cupy_nccl(op: str) -> tuple[Any, Any]:
+    """(cupy, cupy.cuda.nccl), or a DistributedError that says what is missing."""
+    try:
+        import cupy
+        from cupy.cuda import nccl
+    except ImportError as exc:
+        raise DistributedError(f"{op}: backend 'nccl' needs CuPy with NCCL (pip install cupy-cuda12x "
+                               f"nvidia-nccl-cu12, or the cuda13 pair): {exc}") from None
+    if not getattr(nccl, "available", True):
+        raise DistributedError(f"{op}: CuPy was built without NCCL (cupy.cuda.nccl.available is False)")
+    return cupy, nccl
+
+
+class NCCLEngine:
+    name = "nccl"
+
+    def __init__(self, rank: int, size: int, device_index: int, share_uid: Callable[[Any], Any],
+                 timeout_s: float, op: str = "init_process_group") -> None:
+        cupy, nccl = cupy_nccl(op)
+        self.cupy, self.nccl, self.xp = cupy, nccl, cupy
+        self.rank, self.size, self.timeout_s, self.device_index = rank, size, timeout_s, device_index
+        cupy.cuda.Device(device_index).use()  # NCCL binds the communicator to the current device
+        uid = nccl.get_unique_id() if rank == 0 else None
+        uid = tuple(share_uid(uid))
+        try:
+            self.comm = nccl.NcclCommunicator(size, uid, rank)
+        except Exception as exc:  # noqa: BLE001 - NcclError and CUDA errors alike
+            raise DistributedError(f"{op}: NCCL could not build the communicator for rank {rank} of {size} on "
+                                   f"cuda:{device_index}: {exc}") from None
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self._has_avg = nccl.get_version() >= _NCCL_AVG_SINCE
+        self.aborted = False
+
+    # -- plumbing ------------------------------------------------------------------------
+    def _abort(self) -> None:
+        if not self.aborted:
+            self.aborted = True
+            self.comm.abort()
+
+    def _check(self) -> None:
+        try:
+            self.comm.check_async_error()
+        except Exception as exc:  # noqa: BLE001
+            self._abort()
+            raise DistributedError(f"NCCL reported an error (a peer failed or the network broke): {exc}") from None
+
+    def _run(self, what: str, launch: Callable[[int], None], finish: Callable[[], Any], keep: Any) -> Work:
+        if self.aborted:
+            raise DistributedError(f"{what}: the NCCL communicator was aborted after an earlier failure; "
+                                   f"destroy_process_group() and start a new job")
+        cupy = self.cupy
+        caller = cupy.cuda.get_current_stream()
+        ready = cupy.cuda.Event(block=False, disable_timing=True)
+        ready.record(caller)
+        self.stream.wait_event(ready)  # the inputs were written on the caller's stream
+        try:
+            launch(self.stream.ptr)
+        except Exception as exc:  # noqa: BLE001
+            raise DistributedError(f"{what}: NCCL failed to launch the collective: {exc}") from None
+        done = cupy.cuda.Event(block=False, disable_timing=True)
+        done.record(self.stream)
+
+        def finish_on_caller() -> Any:
+            caller.wait_event(done)  # (already complete: orders nothing, documents the hand-over)
+            return finish()
+
+        return Work(what, done.query, finish_on_caller, self.timeout_s, self._abort, self._check, keep=(keep, done))
+
+    def _dtype(self, what: str, arr: Any) -> int:
+        code = _DTYPES.get(arr.dtype.name)
+        if code is None:
+            raise DistributedError(f"{what}: NCCL collectives take float or integer tensors, got dtype {arr.dtype}")
+        return code
+
+    def to_device(self, host: Any) -> Any:
+        with self.cupy.cuda.Device(self.device_index):
+            return self.cupy.asarray(host)
+
+    def to_host(self, arr: Any) -> Any:
+        return arr.get()
+
+    def progress(self) -> None:
+        """NCCL progresses on the GPU by itself."""
+
+    # -- collectives on flat device arrays ---------------------------------------------
+    def all_reduce(self, what: str, arr: Any, op: ReduceOp) -> Work:
+        dt = self._dtype(what, arr)
+        out = self.cupy.empty_like(arr)
+        native_avg = op is ReduceOp.AVG and self._has_avg and arr.dtype.kind == "f"
+        code = _OPS[op] if (op is not ReduceOp.AVG or native_avg) else _OPS[ReduceOp.SUM]
+        comm, n, cupy = self.comm, arr.size, self.cupy
+        size = self.size
+
+        def finish() -> Any:
+            if op is ReduceOp.AVG and not native_avg:
+                cupy.divide(out, out.dtype.type(size), out=out)  # (on the caller's stream, after the collective)
+            return out
+
+        return self._run(what, lambda s: comm.allReduce(arr.data.ptr, out.data.ptr, n, dt, code, s), finish,
+                         (arr, out))
+
+    def broadcast(self, what: str, arr: Any, src: int) -> Work:
+        dt = self._dtype(what, arr)
+        buf = arr.copy() if self.rank == src else self.cupy.empty_like(arr)
+        comm, n = self.comm, arr.size
+        return self._run(what, lambda s: comm.broadcast(buf.data.ptr, buf.data.ptr, n, dt, src, s), lambda: buf, buf)
+
+    def all_gather(self, what: str, arr: Any) -> Work:
+        dt = self._dtype(what, arr)
+        out = self.cupy.empty((self.size,) + arr.shape, arr.dtype)
+        comm, n = self.comm, arr.size
+        return self._run(what, lambda s: comm.allGather(arr.data.ptr, out.data.ptr, n, dt, s), lambda: out, (arr, out))
+
+    def reduce_scatter(self, what: str, arr: Any, op: ReduceOp) -> Work:
+        dt = self._dtype(what, arr)
+        n = arr.size // self.size
+        out = self.cupy.empty(n, arr.dtype)
+        native_avg = op is ReduceOp.AVG and self._has_avg and arr.dtype.kind == "f"
+        code = _OPS[op] if (op is not ReduceOp.AVG or native_avg) else _OPS[ReduceOp.SUM]
+        comm, size, cupy = self.comm, self.size, self.cupy
+
+        def finish() -> Any:
+            if op is ReduceOp.AVG and not native_avg:
+                cupy.divide(out, out.dtype.type(size), out=out)
+            return out
+
+        return self._run(what, lambda s: comm.reduceScatter(arr.data.ptr, out.data.ptr, n, dt, code, s), finish,
+                         (arr, out))
+
+    def barrier(self, what: str) -> Work:
+        one = self.cupy.zeros(1, self.cupy.float32)
+        return self.all_reduce(what, one, ReduceOp.SUM)
+
+    def close(self) -> None:
+        if not self.aborted:
+            self.stream.synchronize()
+            self.comm.destroy()
+        self.aborted = True
