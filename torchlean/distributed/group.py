@@ -151,9 +151,7 @@ def _nccl_group(op: str, timeout_s: float, rank: int, world_size: int, device_id
         addr, port = master(op)
 
         def share(uid: Any) -> Any:
-            payload = None if uid is None else bytes(b & 0xFF for b in uid)
-            raw = share_from_rank0(payload, place.rank, place.world_size, addr, port, timeout_s, op)
-            return tuple(b - 256 if b > 127 else b for b in raw)  # (CuPy's id is a tuple of C chars)
+            return share_from_rank0(uid, place.rank, place.world_size, addr, port, timeout_s, op)
 
     return place, device, NCCLEngine(place.rank, place.world_size, index, share, timeout_s, op)
 

@@ -37,6 +37,11 @@ def cupy_nccl(op: str) -> tuple[Any, Any]:
     return cupy, nccl
 
 
+def _id_bytes(uid: Any) -> bytes:
+    """NCCL's unique id as bytes (CuPy 14 returns bytes, earlier CuPy a tuple of signed C chars)."""
+    return uid if isinstance(uid, bytes) else bytes(b & 0xFF for b in uid)
+
+
 class NCCLEngine:
     name = "nccl"
 
@@ -46,10 +51,12 @@ class NCCLEngine:
         self.cupy, self.nccl, self.xp = cupy, nccl, cupy
         self.rank, self.size, self.timeout_s, self.device_index = rank, size, timeout_s, device_index
         cupy.cuda.Device(device_index).use()  # NCCL binds the communicator to the current device
-        uid = nccl.get_unique_id() if rank == 0 else None
-        uid = tuple(share_uid(uid))
+        uid = share_uid(_id_bytes(nccl.get_unique_id()) if rank == 0 else None)
         try:
-            self.comm = nccl.NcclCommunicator(size, uid, rank)
+            try:
+                self.comm = nccl.NcclCommunicator(size, uid, rank)
+            except TypeError:  # CuPy before 14 takes the id as a tuple of C chars, not bytes
+                self.comm = nccl.NcclCommunicator(size, tuple(b - 256 if b > 127 else b for b in uid), rank)
         except Exception as exc:  # noqa: BLE001 - NcclError and CUDA errors alike
             raise DistributedError(f"{op}: NCCL could not build the communicator for rank {rank} of {size} on "
                                    f"cuda:{device_index}: {exc}") from None
