@@ -97,7 +97,7 @@ class NCCLEngine:
             caller.wait_event(done)  # (already complete: orders nothing, documents the hand-over)
             return finish()
 
-        return Work(what, done.query, finish_on_caller, self.timeout_s, self._abort, self._check, keep=(keep, done))
+        return Work(what, lambda: done.done, finish_on_caller, self.timeout_s, self._abort, self._check, keep=(keep, done))
 
     def _dtype(self, what: str, arr: Any) -> int:
         code = _DTYPES.get(arr.dtype.name)
