@@ -225,6 +225,26 @@ def case_hang(rank: int, world: int) -> None:
         os._exit(17)
 
 
+def case_ddp_hang(rank: int, world: int) -> None:
+    """Rank 1 stops after wrapping; rank 0's backward hands the gradient all-reduce over in stream
+    order (NCCL), so the watchdog must end it, and rank 0's next DDP call must raise."""
+    m = model(rank)
+    ddp = DDP(m)
+    x, y = data()
+    dist.barrier()
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        ((ddp(tl.tensor(x, device=dev())) - tl.tensor(y, device=dev())) ** 2).mean().backward()
+        m[0].weight.grad.numpy()  # a host sync: returns once the watchdog has aborted the collective
+        ddp(tl.tensor(x, device=dev()))
+    except dist.DistTimeoutError as exc:
+        print(f"rank 0 gave up after {time.monotonic() - t0:.1f} s: {exc}", flush=True)
+        sys.stdout.flush()
+        os._exit(17)
+
+
 def case_kill(rank: int, world: int) -> None:
     """Rank 1 dies mid-step; rank 0 must not hang."""
     dist.barrier()
@@ -258,6 +278,91 @@ def case_repeat100(rank: int, world: int) -> None:
         opt.step()
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in m.parameters())).hexdigest()
     print(f"rank {rank}: digest {digest}", flush=True)
+
+
+def _train_steps(ddp: DDP, opt, steps: range, rank: int) -> None:
+    """Deterministic DDP steps: step s of rank r sees data seeded by (r, s), so a resumed run sees
+    exactly the batches of an uninterrupted one."""
+    for s in steps:
+        rng = np.random.default_rng([rank, s])
+        x = tl.tensor(rng.standard_normal((8, 5)).astype(np.float32), device=dev())
+        y = tl.tensor(rng.standard_normal((8, 3)).astype(np.float32), device=dev())
+        opt.zero_grad()
+        ((ddp(x) - y) ** 2).mean().backward()
+        opt.step()
+
+
+def _fresh(seed: int) -> tuple[DDP, object]:
+    ddp = DDP(model(seed), bucket_cap_mb=0.0002)
+    return ddp, tl.optim.AdamW(ddp.parameters(), lr=1e-2)
+
+
+def _state_bytes(ddp: DDP, opt) -> bytes:
+    """The parameters and the optimizer's state tensors, as bytes (bitwise comparison)."""
+    parts = [p.detach().numpy().tobytes() for p in ddp.module.parameters()]
+    for st in opt.state_dict()["state"].values():
+        parts += [v.numpy().tobytes() if isinstance(v, tl.Tensor) else repr(v).encode() for _, v in sorted(st.items())]
+    return b"".join(parts)
+
+
+def case_checkpoint(rank: int, world: int) -> None:
+    """Train K steps, rank 0 saves model + optimizer, barrier, every rank loads into fresh replicas
+    (differently initialised, so a load that did nothing would show) and trains M more: the same
+    bits as K + M uninterrupted steps. Three ways: torchlean.save of the DDP state dict (``module.``
+    keys) loaded into the DDP model; the same file loaded into the bare module before wrapping
+    (consume_prefix_in_state_dict_if_present); save_checkpoint / load_checkpoint of the DDP model."""
+    from torchlean.checkpoint import load_checkpoint, save_checkpoint
+    from torchlean.nn.modules.utils import consume_prefix_in_state_dict_if_present
+
+    tl.set_deterministic_reductions(True)
+    K, M = 3, 4
+    folder = os.environ["DIST_TEST_DIR"]
+    ref, ref_opt = _fresh(11)
+    _train_steps(ref, ref_opt, range(K + M), rank)
+    want = _state_bytes(ref, ref_opt)
+
+    ddp, opt = _fresh(11)
+    _train_steps(ddp, opt, range(K), rank)
+    sd_path, ck_path = os.path.join(folder, "ddp.pt"), os.path.join(folder, "ddp.ckpt")
+    if rank == 0:
+        assert list(ddp.state_dict())[0] == "module.0.weight"
+        tl.save({"model": ddp.state_dict(), "optimizer": opt.state_dict(), "step": K}, sd_path)
+        save_checkpoint(ck_path, ddp, opt, step=K)
+    dist.barrier()
+
+    # 1: torchlean.load, into the DDP model
+    got, got_opt = _fresh(99)
+    ck = tl.load(sd_path, map_location=dev())
+    got.load_state_dict(ck["model"])
+    got_opt.load_state_dict(ck["optimizer"])
+    _train_steps(got, got_opt, range(ck["step"], K + M), rank)
+    assert _state_bytes(got, got_opt) == want, "resume into the DDP model differs from the uninterrupted run"
+
+    # 2: the same file into the bare module, before wrapping (as torch allows)
+    ck = tl.load(sd_path, map_location=dev())
+    sd = ck["model"]
+    consume_prefix_in_state_dict_if_present(sd, "module.")
+    assert list(sd)[0] == "0.weight", list(sd)
+    bare = model(99)
+    bare.load_state_dict(sd)
+    got = DDP(bare, bucket_cap_mb=0.0002)
+    got_opt = tl.optim.AdamW(got.parameters(), lr=1e-2)
+    got_opt.load_state_dict(ck["optimizer"])
+    _train_steps(got, got_opt, range(K, K + M), rank)
+    assert _state_bytes(got, got_opt) == want, "resume into the bare module differs from the uninterrupted run"
+
+    # 3: save_checkpoint / load_checkpoint
+    got, got_opt = _fresh(99)
+    meta = load_checkpoint(ck_path, got, got_opt)
+    assert meta["step"] == K
+    _train_steps(got, got_opt, range(K, K + M), rank)
+    assert _state_bytes(got, got_opt) == want, "load_checkpoint resume differs from the uninterrupted run"
+    # the replicas agree too
+    digest = tl.tensor(np.frombuffer(__import__("hashlib").sha256(want).digest(), np.uint8).astype(np.int64),
+                       device=dev())
+    every = [tl.zeros(32, dtype=tl.int64, device=dev()) for _ in range(world)]
+    dist.all_gather(every, digest)
+    assert all(e.tolist() == every[0].tolist() for e in every), "the ranks' resumed states differ"
 
 
 def main() -> None:

@@ -69,6 +69,14 @@ def test_deterministic_100_ddp_steps_repeat_bitwise():
 
 
 @needs_mpi
+def test_checkpoint_saved_by_rank0_resumes_bitwise_on_every_rank(tmp_path):
+    r = mpi_job(2, "checkpoint", DIST_TEST_DIR=str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("checkpoint ok") == 2, r.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ddp.ckpt", "ddp.pt"]  # rank 0's files, nothing else
+
+
+@needs_mpi
 def test_a_hung_rank_makes_the_other_fail_within_the_timeout():
     t0 = time.monotonic()
     r = mpi_job(2, "hang", timeout=60, DIST_TEST_TIMEOUT="3")
@@ -88,7 +96,7 @@ def test_a_killed_rank_ends_the_job():
 SCRIPT = """
 import os, sys, time
 rank = int(os.environ["RANK"])
-print("rank", rank, "of", os.environ["WORLD_SIZE"], "local", os.environ["LOCAL_RANK"], sys.argv[1:], flush=True)
+print(f"rank {rank} of {os.environ['WORLD_SIZE']} local {os.environ['LOCAL_RANK']} {sys.argv[1:]}", flush=True)  # one write
 if rank == 1 and "--fail" in sys.argv:
     sys.exit(5)
 if "--fail" in sys.argv:
@@ -172,6 +180,30 @@ def test_post_accumulate_grad_hook_sees_the_accumulated_grad():
     assert len(seen) == 2
     with pytest.raises(tl.TorchLeanError, match="register_post_accumulate_grad_hook"):
         (w * 2).register_post_accumulate_grad_hook(lambda t: None)
+
+
+def test_consume_prefix_makes_a_wrapped_state_dict_loadable_by_the_bare_module():
+    from collections import OrderedDict
+
+    from torchlean.nn.modules.utils import consume_prefix_in_state_dict_if_present
+
+    tl.manual_seed(0)
+    wrapped = tl.nn.parallel.DataParallel(tl.nn.Sequential(tl.nn.Linear(3, 2), tl.nn.BatchNorm1d(2)))
+    sd = wrapped.state_dict()
+    assert all(k.startswith("module.") for k in sd)
+    bare = tl.nn.Sequential(tl.nn.Linear(3, 2), tl.nn.BatchNorm1d(2))
+    with pytest.raises(tl.TorchLeanError, match="unexpected keys"):
+        bare.load_state_dict(sd)
+    consume_prefix_in_state_dict_if_present(sd, "module.")
+    assert list(sd) == list(bare.state_dict())
+    bare.load_state_dict(sd)
+    assert np.array_equal(bare[0].weight.numpy(), wrapped.module[0].weight.numpy())
+    # PyTorch's semantics: keys without the prefix stay, moved keys go to the end in order
+    od = OrderedDict([("module.a", 1), ("b", 2), ("module.c", 3)])
+    consume_prefix_in_state_dict_if_present(od, "module.")
+    assert list(od.items()) == [("b", 2), ("a", 1), ("c", 3)]
+    with pytest.raises(tl.TorchLeanError, match="consume_prefix_in_state_dict_if_present: expected a state dict"):
+        consume_prefix_in_state_dict_if_present([1, 2], "module.")
 
 
 def test_rendezvous_hands_rank0_bytes_to_every_rank():

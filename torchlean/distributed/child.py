@@ -1,7 +1,8 @@
-"""``python -m torchlean.distributed.child script.py args...``: what ``torchlean launch`` runs
-under mpiexec. It exports PyTorch's launch variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``LOCAL_WORLD_SIZE``) from mpiexec's own, then runs the script as ``__main__``, so a script
-written for torchrun finds what it expects."""
+"""``python -m torchlean.distributed.child script.py args...`` (or ``-m module args...``): what
+``torchlean launch`` runs under mpiexec. It exports PyTorch's launch variables (``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``) from mpiexec's own, then runs the script
+(or the module, as ``python -m`` does) as ``__main__``, so a script written for torchrun finds
+what it expects."""
 
 from __future__ import annotations
 
@@ -21,10 +22,17 @@ def main(argv: list[str]) -> None:
     if place is not None:
         os.environ.update(RANK=str(place.rank), WORLD_SIZE=str(place.world_size), LOCAL_RANK=str(place.local_rank),
                           LOCAL_WORLD_SIZE=str(place.local_world_size))
-    sys.argv = list(argv)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+    as_module = argv[0] == "-m"
+    if as_module and len(argv) < 2:
+        sys.exit("torchlean.distributed.child: -m needs a module name")
+    sys.argv = list(argv[1:] if as_module else argv)
+    if not as_module:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
     try:
-        runpy.run_path(argv[0], run_name="__main__")
+        if as_module:
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(argv[0], run_name="__main__")
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if code:

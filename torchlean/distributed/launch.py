@@ -47,10 +47,10 @@ def _say(msg: str) -> None:
     print(f"torchlean launch: {msg}", file=sys.stderr, flush=True)
 
 
-def _mpiexec_command(mpiexec: str, nproc: int, script: str, args: Sequence[str]) -> list[str]:
+def _mpiexec_command(mpiexec: str, nproc: int, target: list[str], args: Sequence[str]) -> list[str]:
     version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30).stdout
     extra = ["--bind-to", "none"] if "Open MPI" in version or "OpenRTE" in version else []
-    return [mpiexec, *extra, "-n", str(nproc), sys.executable, "-m", "torchlean.distributed.child", script, *args]
+    return [mpiexec, *extra, "-n", str(nproc), sys.executable, "-m", "torchlean.distributed.child", *target, *args]
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -98,13 +98,16 @@ def _watch(procs: list[subprocess.Popen], first_rank: int, names: bool = True) -
 
 
 def launch(script: str, args: Sequence[str], nproc_per_node: int, nnodes: int = 1, node_rank: int = 0,
-           master: str | None = None, launcher: str = "auto") -> int:
-    """Run the job (see the module docstring); returns the exit code for the command line."""
+           master: str | None = None, launcher: str = "auto", module: bool = False) -> int:
+    """Run the job (see the module docstring); returns the exit code for the command line.
+    ``module``: ``script`` names a module to run as ``python -m script`` (``torchlean train``
+    starts its ranks as ``python -m torchlean train ...``)."""
     if nproc_per_node < 1 or nnodes < 1 or not 0 <= node_rank < nnodes:
         _say(f"--nproc-per-node ({nproc_per_node}) and --nnodes ({nnodes}) must be >= 1 and --node-rank "
              f"({node_rank}) in [0, {nnodes - 1}]")
         return 2
-    if not os.path.isfile(script):
+    target = ["-m", script] if module else [script]
+    if not module and not os.path.isfile(script):
         _say(f"no such script: {script}")
         return 2
     if nnodes > 1 and master is None:
@@ -125,7 +128,7 @@ def launch(script: str, args: Sequence[str], nproc_per_node: int, nnodes: int = 
         return 2
     if mpiexec is not None:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")  # (Open MPI refuses root otherwise)
-        cmd = _mpiexec_command(mpiexec, nproc_per_node, script, args)
+        cmd = _mpiexec_command(mpiexec, nproc_per_node, target, args)
         env["TORCHLEAN_LAUNCH_GROUP"] = "1"
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)
         code = _watch([proc], 0, names=False)
@@ -139,5 +142,5 @@ def launch(script: str, args: Sequence[str], nproc_per_node: int, nnodes: int = 
         rank = node_rank * nproc_per_node + local
         child_env = dict(env, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local),
                          LOCAL_WORLD_SIZE=str(nproc_per_node), GROUP_RANK=str(node_rank))
-        procs.append(subprocess.Popen([sys.executable, script, *args], env=child_env, start_new_session=True))
+        procs.append(subprocess.Popen([sys.executable, *target, *args], env=child_env, start_new_session=True))
     return _watch(procs, node_rank * nproc_per_node)

@@ -37,6 +37,9 @@ class MPIEngine:
         self._open.append(req)
         return Work(what, req.Test, finish, self.timeout_s, self._timed_out, keep=keep)
 
+    def raise_if_failed(self, what: str) -> None:
+        """MPI waits on the host (``Work.wait``), so a failure has already raised where it happened."""
+
     def _timed_out(self) -> None:
         # MPI_Finalize at exit would wait for the dead or hung peer: end the whole job instead, once
         # this process has said why (the traceback is printed before atexit handlers run).

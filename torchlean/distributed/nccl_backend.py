@@ -6,14 +6,24 @@ on the caller's stream, so it may start while the caller queues more (Distribute
 buckets overlap backward this way), and ``Work.wait`` polls its completion event against the
 deadline. When the deadline passes the communicator is aborted (``ncclCommAbort``), which ends
 the NCCL kernels that wait for the missing peer, and the group is unusable from then on.
+
+``Work.enqueue`` hands a result over in stream order instead: the caller's stream waits for the
+collective's event and the host goes on (DistributedDataParallel ends backward this way, so the
+host queues the optimizer step while the GPU still reduces). Then no host call waits on the
+deadline, so a watchdog thread does: it polls the collectives in flight and aborts the
+communicator when one is past its deadline, which ends the kernels a stream sync could wait on;
+the next collective or ``Work`` call on this rank raises ``DistTimeoutError``.
 """
 
 from __future__ import annotations
 
+import collections
+import threading
+import time
 from typing import Any, Callable
 
-from .common import DistributedError, ReduceOp
-from .work import Work
+from .common import DistributedError, DistTimeoutError, ReduceOp
+from .work import Work, poll_until
 
 __all__ = ["NCCLEngine", "cupy_nccl"]
 
@@ -63,21 +73,59 @@ class NCCLEngine:
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self._has_avg = nccl.get_version() >= _NCCL_AVG_SINCE
         self.aborted = False
+        self._failure: str | None = None  # what the watchdog found past its deadline
+        self._inflight: collections.deque = collections.deque()  # (deadline, event, what), launch order
+        self._lock = threading.Lock()
+        self._watchdog: threading.Thread | None = None
 
     # -- plumbing ------------------------------------------------------------------------
     def _abort(self) -> None:
-        if not self.aborted:
-            self.aborted = True
-            self.comm.abort()
+        with self._lock:
+            if not self.aborted:
+                self.aborted = True
+                self.comm.abort()
+
+    def _watch(self, what: str, done: Any) -> None:
+        with self._lock:
+            self._inflight.append((time.monotonic() + self.timeout_s, done, what))
+            if self._watchdog is None:
+                self._watchdog = threading.Thread(target=self._watchdog_loop, name="torchlean-nccl-watchdog",
+                                                  daemon=True)
+                self._watchdog.start()
+
+    def _watchdog_loop(self) -> None:
+        """Retire completed collectives (in launch order: one stream completes in order); abort the
+        communicator when the oldest is past its deadline."""
+        self.cupy.cuda.Device(self.device_index).use()  # (this thread's CUDA calls on this rank's GPU)
+        while not self.aborted:
+            with self._lock:
+                while self._inflight and self._inflight[0][1].done:
+                    self._inflight.popleft()
+                late = self._inflight[0] if self._inflight and time.monotonic() > self._inflight[0][0] else None
+            if late is not None:
+                self._failure = (f"{late[2]}: did not complete within the process group's timeout of "
+                                 f"{self.timeout_s:g} s; a peer rank probably died or hangs (its own output says "
+                                 f"why); the watchdog aborted this rank's NCCL communicator")
+                self._abort()
+                return
+            time.sleep(0.05)
+
+    def raise_if_failed(self, what: str) -> None:
+        if self._failure is not None:
+            raise DistTimeoutError(f"{what}: stopped, a collective failed: {self._failure}")
 
     def _check(self) -> None:
         try:
-            self.comm.check_async_error()
+            with self._lock:  # (never on a communicator the watchdog is aborting)
+                if self.aborted:
+                    return
+                self.comm.check_async_error()
         except Exception as exc:  # noqa: BLE001
             self._abort()
             raise DistributedError(f"NCCL reported an error (a peer failed or the network broke): {exc}") from None
 
     def _run(self, what: str, launch: Callable[[int], None], finish: Callable[[], Any], keep: Any) -> Work:
+        self.raise_if_failed(what)
         if self.aborted:
             raise DistributedError(f"{what}: the NCCL communicator was aborted after an earlier failure; "
                                    f"destroy_process_group() and start a new job")
@@ -92,12 +140,16 @@ class NCCLEngine:
             raise DistributedError(f"{what}: NCCL failed to launch the collective: {exc}") from None
         done = cupy.cuda.Event(block=False, disable_timing=True)
         done.record(self.stream)
+        self._watch(what, done)
 
         def finish_on_caller() -> Any:
-            caller.wait_event(done)  # (already complete: orders nothing, documents the hand-over)
+            # (a collective the watchdog aborted also completes: its result is garbage, so raise)
+            self.raise_if_failed(what)
+            caller.wait_event(done)  # (after wait(): already complete; after enqueue(): the ordering)
             return finish()
 
-        return Work(what, lambda: done.done, finish_on_caller, self.timeout_s, self._abort, self._check, keep=(keep, done))
+        return Work(what, lambda: done.done, finish_on_caller, self.timeout_s, self._abort, self._check,
+                    keep=(keep, done), enqueue=finish_on_caller)
 
     def _dtype(self, what: str, arr: Any) -> int:
         code = _DTYPES.get(arr.dtype.name)
@@ -165,7 +217,11 @@ class NCCLEngine:
         return self.all_reduce(what, one, ReduceOp.SUM)
 
     def close(self) -> None:
-        if not self.aborted:
-            self.stream.synchronize()
-            self.comm.destroy()
-        self.aborted = True
+        if not self.aborted:  # let the queued collectives finish, within the deadline
+            idle = self.cupy.cuda.Event(block=False, disable_timing=True)
+            idle.record(self.stream)
+            poll_until(lambda: idle.done or self.aborted, self.timeout_s, "destroy_process_group", self._abort)
+        with self._lock:
+            if not self.aborted:
+                self.comm.destroy()
+            self.aborted = True

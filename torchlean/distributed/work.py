@@ -46,13 +46,14 @@ class Work:
     """One collective in flight: ``wait()`` returns its result (what ``finish`` makes of it), and
     raises ``DistTimeoutError`` when it does not complete within the deadline."""
 
-    __slots__ = ("what", "_test", "_finish", "_on_timeout", "_check", "_timeout_s", "_done", "_result", "keep")
+    __slots__ = ("what", "_test", "_finish", "_enqueue", "_on_timeout", "_check", "_timeout_s", "_done", "_result",
+                 "keep")
 
     def __init__(self, what: str, test: Callable[[], bool], finish: Callable[[], Any], timeout_s: float,
                  on_timeout: Callable[[], None] | None = None, check: Callable[[], None] | None = None,
-                 keep: Any = None) -> None:
+                 keep: Any = None, enqueue: Callable[[], Any] | None = None) -> None:
         self.what = what
-        self._test, self._finish = test, finish
+        self._test, self._finish, self._enqueue = test, finish, enqueue
         self._on_timeout, self._check = on_timeout, check
         self._timeout_s = timeout_s
         self._done = False
@@ -68,4 +69,15 @@ class Work:
             self._result = self._finish()
             self._done = True
             self.keep = None
+        return self._result
+
+    def enqueue(self) -> Any:
+        """The result in stream order, without waiting on the host: an engine that runs on a device
+        stream (NCCL) orders the caller's stream after the collective and leaves the deadline to
+        its watchdog; the others wait as ``wait()`` does."""
+        if self._enqueue is None or self._done:
+            return self.wait()
+        self._result = self._enqueue()
+        self._done = True
+        self.keep = None  # (the caller's stream is ordered after the collective: its arrays may be reused)
         return self._result

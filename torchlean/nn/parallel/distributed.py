@@ -8,8 +8,9 @@ in reverse parameter order (roughly the order backward produces them): a leaf's
 post-accumulate-grad hook copies its gradient into its bucket, and a bucket whose gradients are
 all in starts its all-reduce at once (MPI: a nonblocking request that the later hooks drive;
 NCCL: on the engine's own stream), so communication overlaps the rest of backward. When the last
-bucket has started, the hook waits for all of them (the group's timeout applies) and sets each
-parameter's ``.grad`` to the average over ranks (in deterministic mode: the rank-order sum
+bucket has started, the hook waits for all of them (the group's timeout applies; on NCCL the wait
+is in stream order, watched by the engine's watchdog) and sets each parameter's ``.grad`` to the
+average over ranks (in deterministic mode: the rank-order sum
 divided by the world size, ``torchlean.distributed.collectives``).
 
 ``no_sync()`` skips the reduction (gradients accumulate locally); the first backward after it
@@ -211,6 +212,7 @@ class _Reducer:
 
     # -- each step ---------------------------------------------------------------------------
     def before_forward(self) -> None:
+        self.engine.raise_if_failed(_OP)  # (a collective the watchdog found past its deadline)
         if self.armed and self.hooked:
             raise DistributedError(
                 f"{_OP}: the previous backward reduced only {self.launched} of {len(self.buckets)} gradient buckets: "
@@ -271,7 +273,7 @@ class _Reducer:
         ordered = deterministic_reductions()
         ctx = get_context(self.group.device, _OP)
         for b in self.buckets:
-            got = b.work.wait()
+            got = b.work.enqueue()  # (NCCL: in stream order, the host goes on to the optimizer step)
             avg = rank_order_sum(got, True) if ordered else got
             for p, off in zip(b.params, b.offsets):
                 n = p.numel()
