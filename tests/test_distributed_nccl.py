@@ -5,6 +5,7 @@ over MPI). Marked ``cuda``: skipped, with the reason, without 2 GPUs and CuPy's 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -97,3 +98,20 @@ def test_nccl_deterministic_100_steps_repeat_bitwise():
         assert len({line.split()[-1] for line in lines}) == 1, lines  # every rank holds the same weights
         digests.append(lines)
     assert digests[0] == digests[1] == digests[2], digests
+
+
+def test_nccl_checkpoint_resume_bitwise(tmp_path):
+    r = job("checkpoint", DIST_TEST_DIR=str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("checkpoint ok") == gpus()
+
+
+def test_nccl_train_example_data_parallel(tmp_path):
+    n, log = gpus(), tmp_path / "log.json"
+    r = subprocess.run([sys.executable, "-m", "torchlean", "train", "mlp", "--tiny", "--steps", "3", "--device", "cuda",
+                        "--nproc-per-node", str(n), "--batch-size", str(16 * n), "--deterministic", "--log", str(log)],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT), TORCHLEAN_DATA_CACHE="off"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = json.loads(log.read_text())
+    assert s["world_size"] == n and s["backend"] == "nccl" and len(set(s["rank_weight_sha256"])) == 1

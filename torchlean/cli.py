@@ -109,14 +109,38 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train(args: argparse.Namespace) -> int:
-    from .train import train
+# the options of `torchlean train` that the launching process keeps to itself (the ranks get the rest)
+_LAUNCH_ONLY = {"example", "device", "nproc_per_node", "nnodes", "node_rank", "master", "rank_process"}
 
+
+def _rank_argv(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The options of this `torchlean train` call, as a command line for each rank."""
+    out: list[str] = []
+    for action in parser._actions:  # (argparse has no public list of a parser's options)
+        dest = action.dest
+        if not action.option_strings or dest in _LAUNCH_ONLY or dest == "help":
+            continue
+        value = getattr(args, dest, None)
+        if action.nargs == 0 and action.const is True:  # a store_true flag
+            out += [action.option_strings[0]] if value else []
+        elif value is not None and value != action.default:
+            out += [action.option_strings[0], str(value)]
+    return out
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .train import launch_training, train
+
+    if args.nproc_per_node is not None and not args.rank_process:
+        return launch_training(args.example, _rank_argv(args.train_parser, args), args.nproc_per_node, args.nnodes,
+                               args.node_rank, args.master, device=args.device, config=args.config, tiny=args.tiny,
+                               batch_size=args.batch_size)
     summary = train(args.example, device=args.device, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                     seed=args.seed, deterministic=args.deterministic, fast_kernels=args.fast_kernels,
                     fast_gpu_matmul_precision=args.fast_gpu_matmul_precision, config=args.config, log=args.log,
                     plot=args.plot, checkpoint=args.checkpoint, resume=args.resume, mem_every=args.mem_every, tiny=args.tiny,
-                    checkpoint_every=args.checkpoint_every, stop_at=args.stop_at, data_cache=not args.no_data_cache)
+                    checkpoint_every=args.checkpoint_every, stop_at=args.stop_at, data_cache=not args.no_data_cache,
+                    distributed=args.rank_process)
     return 0 if summary["final_loss"] is not None and math.isfinite(summary["final_loss"]) else 1
 
 
@@ -172,7 +196,14 @@ def main(argv: list[str] | None = None) -> int:
                          help="generate the data set afresh and do not store it (default: reuse it from "
                               "$TORCHLEAN_DATA_CACHE or ~/.cache/torchlean/datasets; TORCHLEAN_DATA_CACHE=off also "
                               "turns the cache off)")
-    p_train.set_defaults(fn=_train)
+    p_train.add_argument("--nproc-per-node", type=int, default=None,
+                         help="train data-parallel in N processes (one per GPU with --device cuda, NCCL; MPI on the "
+                              "CPU): each takes 1/N of every batch, rank 0 prints, logs and saves")
+    p_train.add_argument("--nnodes", type=int, default=1, help="machines in the job (CUDA only; run on each)")
+    p_train.add_argument("--node-rank", type=int, default=0, help="this machine's index in [0, nnodes)")
+    p_train.add_argument("--master", default=None, help="ADDR:PORT of node 0 (required with --nnodes > 1)")
+    p_train.add_argument("--rank-process", action="store_true", help=argparse.SUPPRESS)  # (set by the launcher)
+    p_train.set_defaults(fn=_train, train_parser=p_train)
     p_launch = sub.add_parser("launch", help="start a data-parallel job's processes (torchrun's role)")
     p_launch.add_argument("--nproc-per-node", type=int, required=True, help="processes on this machine (one per GPU)")
     p_launch.add_argument("--nnodes", type=int, default=1, help="machines in the job (run the command on each)")

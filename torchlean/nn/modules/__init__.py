@@ -41,4 +41,4 @@ __all__ = ["Module", "IncompatibleKeys", "RemovableHandle", "Sequential", "Modul
            *_activation_all, *_loss_all, *_padding_all, *_pooling_all]
 
 # PyTorch's module paths for classes kept in other files (torch.nn.modules.rnn ...): see _reexport.py
-from . import batchnorm, dropout, instancenorm, rnn  # noqa: E402,F401
+from . import batchnorm, dropout, instancenorm, rnn, utils  # noqa: E402,F401
