@@ -67,14 +67,7 @@ class MPIEngine:
     def all_reduce(self, what: str, arr: np.ndarray, op: ReduceOp) -> Work:
         out = np.empty_like(arr)
         req = self.comm.Iallreduce(arr, out, self._ops[op])
-        size = self.size
-
-        def finish() -> np.ndarray:
-            if op is ReduceOp.AVG:
-                np.divide(out, np.asarray(size, out.dtype), out=out, casting="unsafe")
-            return out
-
-        return self._work(what, req, finish, (arr, out))
+        return self._work(what, req, self._finisher(out, op), (arr, out))
 
     def broadcast(self, what: str, arr: np.ndarray, src: int) -> Work:
         buf = np.array(arr, copy=True)
@@ -90,6 +83,10 @@ class MPIEngine:
         n = arr.size // self.size
         out = np.empty(n, arr.dtype)
         req = self.comm.Ireduce_scatter_block(arr, out, self._ops[op])
+        return self._work(what, req, self._finisher(out, op), (arr, out))
+
+    def _finisher(self, out: np.ndarray, op: ReduceOp) -> Any:
+        """What completes a reduction into ``out``: MPI has no average, so AVG is SUM / size."""
         size = self.size
 
         def finish() -> np.ndarray:
@@ -97,7 +94,7 @@ class MPIEngine:
                 np.divide(out, np.asarray(size, out.dtype), out=out, casting="unsafe")
             return out
 
-        return self._work(what, req, finish, (arr, out))
+        return finish
 
     def barrier(self, what: str) -> Work:
         return self._work(what, self.comm.Ibarrier(), lambda: None, None)
