@@ -57,6 +57,15 @@ def test_three_ranks_deterministic_sum_is_the_rank_order_sum():
 
 
 @needs_mpi
+def test_mpi_over_the_network_transport():
+    # what two machines would use: MPICH's network module instead of shared memory between local
+    # ranks (MPIR_CVAR_NOLOCAL), Open MPI's TCP transport (btl self,tcp)
+    r = mpi_job(2, "collectives,deterministic,ddp", MPIR_CVAR_NOLOCAL="1", OMPI_MCA_btl="self,tcp")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("collectives,deterministic,ddp ok") == 2
+
+
+@needs_mpi
 def test_deterministic_100_ddp_steps_repeat_bitwise():
     digests = []
     for _ in range(3):
