@@ -23,6 +23,10 @@ slices), which is as fast at stride > 1 and the only choice with an inf/NaN weig
 times an inf weight is no term of the adjoint). conv_transpose is conv_bwd_input with the channel
 roles swapped, plus the bias.
 Grouped or dilated plans (``plan.plain`` False) run conv_groups.py's kernels instead.
+In the 2-D path a strided conv whose output is the input divided by the stride reads (and its
+input gradient writes) the input through its phase planes, and GEMMs with a short inner dimension
+run as column slices (see "Strided convs" and _sgemm_nn_cols): the same values and bits, fewer
+passes over memory.
 
 Chunks hold about ``_COL_BYTES`` of columns (at least one image). Threads follow parallel.py's
 policy (one pool, Numba's): rank 2 with enough output positions runs a few Numba parallel regions per
@@ -324,14 +328,180 @@ def _shift_masks(kh, kw, ph, pw, h, w, oh_n):
     return m
 
 
+# Strided convs whose output is the input's size divided by the stride (DCGAN's k4 s2 p1, ResNet's
+# k3 s2 p1 on even sizes) read their taps through the input's phases: x is first split once into
+# its sh * sw phase planes (rows i*sh + phy, columns j*sw + phx), each (h/sh, w/sw), the output's
+# own size; tap (ky, kx) then reads phase ((ky - ph) mod sh, (kx - pw) mod sw) shifted by
+# ((ky - ph) div sh, (kx - pw) div sw) whole rows and columns: one contiguous run per tap and
+# channel with a select against the tap's mask, as at stride 1 (no gather at the stride). The
+# column matrices hold the same values, so the GEMMs and their bits are unchanged.
+@njit(inline="always", nogil=True)
+def _phased(h, w, kh, kw, sh, sw, oh_n, ow_n):
+    """Whether _im2col_rows reads x in the phase layout (see above): a stride > 1 whose every phase
+    holds a tap, and an output of exactly the phase planes' size."""
+    return (sh > 1 or sw > 1) and kh >= sh and kw >= sw and oh_n * sh == h and ow_n * sw == w
+
+
+_PHASE_DX_MIN_P = 256  # _col2im2d takes the phase planes from this many output positions (runs long enough)
+
+
+@njit(inline="always", nogil=True)
+def _phased_dx(h, w, kh, kw, sh, sw, oh_n, ow_n):
+    """Whether _col2im2d writes dx in the phase layout: _phased, on planes of _PHASE_DX_MIN_P positions."""
+    return _phased(h, w, kh, kw, sh, sw, oh_n, ow_n) and oh_n * ow_n >= _PHASE_DX_MIN_P
+
+
+def _phased_dx_py(spatial, kernel, stride, out) -> bool:
+    return _phased_py(spatial, kernel, stride, out) and math.prod(out) >= _PHASE_DX_MIN_P
+
+
+def _phased_py(spatial, kernel, stride, out) -> bool:
+    (h, w), (kh, kw), (sh, sw), (oh, ow) = spatial, kernel, stride, out
+    return (sh > 1 or sw > 1) and kh >= sh and kw >= sw and oh * sh == h and ow * sw == w
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _phase_split(x, n0, n1, c_n, h, w, sh, sw, xs):
+    """xs (flat (batch, C, sh, sw, h/sh, w/sw)) images n0:n1 = x's (flat (batch, C, h, w)) phases."""
+    hp, wp = h // sh, w // sw
+    for n in range(n0, n1):
+        for c in range(c_n):
+            xb = _U((n * c_n + c) * h * w)
+            for phy in range(sh):
+                for phx in range(sw):
+                    d = _U((((n * c_n + c) * sh + phy) * sw + phx) * hp * wp)
+                    for i in range(hp):
+                        src = xb + _U((i * sh + phy) * w + phx)
+                        dr = d + _U(i * wp)
+                        for j in range(_U(wp)):
+                            xs[dr + j] = x[src + j * _U(sw)]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _phase_split_par(x, t, batch, c_n, h, w, sh, sw, xs):
+    for i in prange(t):
+        _phase_split(x, batch * i // t, batch * (i + 1) // t, c_n, h, w, sh, sw, xs)
+
+
+def _phase_input(x, batch: int, in_c: int, spatial, kernel, stride, out):
+    """x in the phase layout where _im2col_rows reads it so (_phased), else x itself."""
+    if not _phased_py(spatial, kernel, stride, out):
+        return x
+    (h, w), (sh, sw) = spatial, stride
+    xs = np.empty(batch * in_c * h * w, F32)
+    t = parallel.parts(xs.size, batch, 1 << 16)
+    if t > 1:
+        _phase_split_par(x, t, batch, in_c, h, w, sh, sw, xs)
+    else:
+        _phase_split(x, 0, batch, in_c, h, w, sh, sw, xs)
+    return xs
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _phase_masks(kh, kw, ph, pw, sh, sw, hp, wp):
+    """mask[ky*kw + kx, q]: whether tap (ky, kx) of output q = oh*wp + ow reads inside its phase plane."""
+    m = np.zeros((kh * kw, hp * wp), dtype=np.bool_)
+    for ky in range(kh):
+        dy = (ky - ph - (ky - ph) % sh) // sh
+        for kx in range(kw):
+            dx = (kx - pw - (kx - pw) % sw) // sw
+            for oh in range(hp):
+                for ow in range(wp):
+                    m[ky * kw + kx, oh * wp + ow] = 0 <= oh + dy < hp and 0 <= ow + dx < wp
+    return m
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _phase_dx_masks(kh, kw, ph, pw, sh, sw, hp, wp):
+    """mask[ky*kw + kx, i]: whether position i = a*wp + b of tap (ky, kx)'s phase plane receives the
+    tap from an output (output (a - dy, b - dx) exists; (dy, dx) the tap's shift on the plane)."""
+    m = np.zeros((kh * kw, hp * wp), dtype=np.bool_)
+    for ky in range(kh):
+        dy = (ky - ph - (ky - ph) % sh) // sh
+        for kx in range(kw):
+            dx = (kx - pw - (kx - pw) % sw) // sw
+            for a in range(hp):
+                for b in range(wp):
+                    m[ky * kw + kx, a * wp + b] = 0 <= a - dy < hp and 0 <= b - dx < wp
+    return m
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _phase_merge(xs, n0, n1, c_n, h, w, sh, sw, x):
+    """The inverse of _phase_split: x (flat (batch, C, h, w)) images n0:n1 from their phase planes."""
+    hp, wp = h // sh, w // sw
+    for n in range(n0, n1):
+        for c in range(c_n):
+            xb = _U((n * c_n + c) * h * w)
+            for phy in range(sh):
+                for phx in range(sw):
+                    d = _U((((n * c_n + c) * sh + phy) * sw + phx) * hp * wp)
+                    for i in range(hp):
+                        dst = xb + _U((i * sh + phy) * w + phx)
+                        sr = d + _U(i * wp)
+                        for j in range(_U(wp)):
+                            x[dst + j * _U(sw)] = xs[sr + j]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _phase_merge_par(xs, t, batch, c_n, h, w, sh, sw, x):
+    for i in prange(t):
+        _phase_merge(xs, batch * i // t, batch * (i + 1) // t, c_n, h, w, sh, sw, x)
+
+
+def _phase_output(xs, batch: int, in_c: int, spatial, stride) -> np.ndarray:
+    """x (flat (batch, C, *spatial)) from xs in the phase layout."""
+    (h, w), (sh, sw) = spatial, stride
+    x = np.empty(batch * in_c * h * w, F32)
+    t = parallel.parts(x.size, batch, 1 << 16)
+    if t > 1:
+        _phase_merge_par(xs, t, batch, in_c, h, w, sh, sw, x)
+    else:
+        _phase_merge(xs, 0, batch, in_c, h, w, sh, sw, x)
+    return x
+
+
+def _phase_margin(kernel, stride, padding, out) -> int:
+    """Entries the phased _col2im2d may read before the first and after the last entry of dcol:
+    the largest shift of a tap on its phase plane."""
+    (kh, kw), (sh, sw), (ph, pw), ow = kernel, stride, padding, out[1]
+    dys = [abs((ky - ph - (ky - ph) % sh) // sh) for ky in range(kh)]
+    dxs = [abs((kx - pw - (kx - pw) % sw) // sw) for kx in range(kw)]
+    return max(dys) * ow + max(dxs)
+
+
 @njit(cache=True, error_model="numpy", nogil=True)
 def _im2col_rows(x, n0, n1, c0, c1, c_n, h, w, col, sn, sr, kh, kw, sh, sw, ph, pw, oh_n, ow_n):
     """The rows of channels c0:c1 of images n0:n1's column matrices into col (flat):
     col[(n-n0)*sn + ((c-c0)*kh*kw + ky*kw + kx)*sr + (oh*ow_n + ow)] = x[n, c, oh*sh + ky - ph,
     ow*sw + kx - pw] (0 outside the image). sn = rows * P, sr = P: each image's (C*K, P) matrix
-    after the last; sn = P, sr = images * P: one (C*K, images * P) matrix, columns (image, position)."""
+    after the last; sn = P, sr = images * P: one (C*K, images * P) matrix, columns (image, position).
+    Where _phased holds, x is in the phase layout (_phase_input), not (batch, C, h, w)."""
     p_n = oh_n * ow_n
     kk = kh * kw
+    if _phased(h, w, kh, kw, sh, sw, oh_n, ow_n):
+        # x in the phase layout (see _phased): each tap one shifted run over its phase plane
+        m = _phase_masks(kh, kw, ph, pw, sh, sw, oh_n, ow_n)
+        for n in range(n0, n1):
+            cb = (n - n0) * sn
+            for c in range(c0, c1):
+                for k in range(kk):
+                    ky = k // kw
+                    kx = k - ky * kw
+                    phy, phx = (ky - ph) % sh, (kx - pw) % sw
+                    rb = _U(cb + ((c - c0) * kk + k) * sr)
+                    lo = (((n * c_n + c) * sh + phy) * sw + phx) * p_n + (ky - ph - phy) // sh * ow_n \
+                        + (kx - pw - phx) // sw
+                    mk = m[k]
+                    if lo >= 0 and lo + p_n <= x.size:
+                        s0 = _U(lo)
+                        for q in range(_U(p_n)):
+                            v = x[s0 + q]
+                            col[rb + q] = v if mk[q] else _ZERO32
+                    else:
+                        for q in range(p_n):
+                            col[rb + _U(q)] = x[_U(lo + q)] if mk[q] else _ZERO32
+        return
     if sh == 1 and sw == 1 and ow_n == w:
         # each row is the plane shifted by (ky - ph) rows and (kx - pw) columns: one run over the
         # whole row, with a select against the tap's mask (entries off the image read a neighbour
@@ -420,8 +590,38 @@ def _col2im2d(dcol, dx, n0, n1, c0, c1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n,
     +0 elsewhere (a select against the mask; the reads elsewhere fall in neighbouring rows or
     images, or the margins, and are not used): a +0 term leaves a sum that started from +0
     unchanged, bit for bit (such a sum is never -0). Each dx element is read and written at the same
-    place by every tap (no shifted stores)."""
+    place by every tap (no shifted stores). Where _phased_dx holds, dx is written in the phase layout
+    (_phase_merge puts it back): each phase plane gets its taps, in the same row-major order of
+    (ky, kx), each tap one shifted run over the plane, as at stride 1."""
     kk = kh * kw
+    if _phased_dx(h, w, kh, kw, sh, sw, oh_n, ow_n):
+        p_n = oh_n * ow_n
+        m = _phase_dx_masks(kh, kw, ph, pw, sh, sw, oh_n, ow_n)
+        for n in range(n0, n1):
+            cb = margin + (n - n0) * sn
+            for c in range(c0, c1):
+                for phy in range(sh):
+                    for phx in range(sw):
+                        d = _U((((n * c_n + c) * sh + phy) * sw + phx) * p_n)
+                        first = True
+                        for k in range(kk):
+                            ky = k // kw
+                            kx = k - ky * kw
+                            if (ky - ph) % sh != phy or (kx - pw) % sw != phx:
+                                continue
+                            shift = (ky - ph - phy) // sh * ow_n + (kx - pw - phx) // sw
+                            r = _U(cb + ((c - c0) * kk + k) * sr - shift)
+                            mk = m[k]
+                            if first:
+                                for i in range(_U(p_n)):
+                                    v = dcol[r + i]
+                                    dx[d + i] = _ZERO32 + (v if mk[i] else _ZERO32)
+                                first = False
+                            else:
+                                for i in range(_U(p_n)):
+                                    v = dcol[r + i]
+                                    dx[d + i] += v if mk[i] else _ZERO32
+        return
     if sh == 1 and sw == 1 and ow_n == w:
         m = _dx_masks(kh, kw, ph, pw, h, w, oh_n)
         hw = _U(h * w)
@@ -469,15 +669,29 @@ def _col2im2d(dcol, dx, n0, n1, c0, c1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n,
                                 dx[_U(xr + ow * sw)] += dcol[_U(ro + ow)]
 
 
+_TR_COLS = 16  # _transpose_images with few channels of many positions: positions per step
+
+
 @njit(cache=True, error_model="numpy", nogil=True)
 def _transpose_images(g, n0, n1, o_n, p_n, out):
-    """out (n1-n0, p_n, o_n) flat = images n0:n1 of g (batch, o_n, p_n) flat, each transposed."""
+    """out (n1-n0, p_n, o_n) flat = images n0:n1 of g (batch, o_n, p_n) flat, each transposed. With
+    fewer than 32 channels of 1024+ positions the column-wise reads (4 KiB apart, competing for the
+    same L1 sets) are slow: there the copy runs in steps of _TR_COLS positions, each channel's run
+    read contiguously, the step's rows of out kept in L1."""
     for n in range(n1 - n0):
         gb = _U((n0 + n) * o_n * p_n)
         ob = _U(n * o_n * p_n)
-        for p in range(_U(p_n)):
-            for o in range(_U(o_n)):
-                out[ob + p * _U(o_n) + o] = g[gb + o * _U(p_n) + p]
+        if o_n < 32 and p_n >= 1024:
+            for p0 in range(0, p_n, _TR_COLS):
+                p1 = min(p_n, p0 + _TR_COLS)
+                for o in range(_U(o_n)):
+                    src = gb + o * _U(p_n)
+                    for p in range(_U(p0), _U(p1)):
+                        out[ob + p * _U(o_n) + o] = g[src + p]
+        else:
+            for p in range(_U(p_n)):
+                for o in range(_U(o_n)):
+                    out[ob + p * _U(o_n) + o] = g[gb + o * _U(p_n) + p]
 
 
 _PART_MACS = 1 << 18  # multiply-adds per part at least: a region's start and wake-ups cost a few us
@@ -508,13 +722,15 @@ _NT, _TR = NO_TRANS, TRANS
 # image writes y directly, ldc P); the input gradient's into its dcol scratch (after a margin),
 # then _col2im2d (a block of one image reads dy itself). The layout follows from the sizes alone
 # and each output element is one GEMM's dot product, so the bits do not depend on the thread count.
-# The sgemm gets the arguments NumPy's matmul would pass for the same operands (RowMajor, NoTrans,
-# contiguous), so these are np.matmul's bits too; where NumPy would not call one sgemm (a dimension
+# The sgemm gets the arguments NumPy's matmul would pass for the same operands (RowMajor; the conv's
+# operands contiguous, the input gradient's W^T as W's columns with the Trans flag, as NumPy passes
+# a transposed view; column slices where the inner dimension is short, the same dot products), so
+# these are np.matmul's bits too; where NumPy would not call one sgemm (a dimension
 # of 1: a GEMV or its own loop) or no cblas_sgemm is at hand, the same items run on the calling
 # thread through np.matmul. Nothing inside a region can raise: every scratch buffer is allocated
 # before it and the callers check the shapes.
 _BLOCK_COLS = 128    # columns (image, position) per block at least
-_FW_TILE_ROWS = 128  # conv: output channels per tile at least
+_FW_TILE_ROWS = 64   # conv: output channels per tile at least (OpenBLAS runs 64 rows near its 128-row rate)
 _FW_TILE_ALIGN = 16  # conv tiles start at multiples of this many rows (OpenBLAS's row-edge kernels round differently)
 _FD_ITEMS = 16       # blocks x tiles wanted at least (work for 16 threads)
 
@@ -539,6 +755,25 @@ def _dx_layout(batch: int, in_c: int, k_n: int, p_n: int) -> tuple:
     g, n_blocks = _blocks(batch, p_n)
     n_tiles = max(1, min(in_c // max(1, -(-_DW_TILE_ROWS // k_n)), -(-_FD_ITEMS // n_blocks)))
     return g, n_blocks, n_tiles
+
+
+# A GEMM with a short inner dimension (k <= _NARROW_K: a ResNet 3x3 conv of 16 channels, K = 144,
+# or an input gradient from 16 output channels, K = 16) runs as column slices of _COL_SLICE
+# columns: OpenBLAS packs and streams each slice's B and C while they stay in L2 (about twice as
+# fast there). Each output element is the same dot product in the same order (the slices start at
+# multiples of OpenBLAS's column unroll), so the bits are those of the one call.
+_NARROW_K = 160
+_COL_SLICE = 256
+
+
+@njit(inline="always", nogil=True)
+def _sgemm_nn_cols(fn, iz, ta, m, n, k, a, lda, b, ldb, c, ldc):
+    """sgemm(fn, iz, ta, NoTrans, m, n, k, a, lda, b, ldb, c, ldc), by column slices where k is short."""
+    if k > _NARROW_K or n <= 2 * _COL_SLICE:
+        sgemm(fn, iz, ta, _NT, m, n, k, a, lda, b, ldb, c, ldc)
+        return
+    for j0 in range(0, n, _COL_SLICE):
+        sgemm(fn, iz, ta, _NT, m, min(_COL_SLICE, n - j0), k, a, lda, b + 4 * j0, ldb, c + 4 * j0, ldc)
 
 
 @njit(inline="always", nogil=True)
@@ -583,10 +818,10 @@ def _fw_part(fn, iz, x, wb, y, cs, os, t, i, items, n_tiles, tile, g, batch, in_
             have = blk
         a = wb.ctypes.data + 4 * o0 * rows
         if n1 - n0 == 1:
-            sgemm(fn, iz, _NT, _NT, o1 - o0, cols, rows, a, rows, cb.ctypes.data, cols,
-                  y.ctypes.data + 4 * (n0 * out_c + o0) * p_n, p_n)
+            _sgemm_nn_cols(fn, iz, _NT, o1 - o0, cols, rows, a, rows, cb.ctypes.data, cols,
+                           y.ctypes.data + 4 * (n0 * out_c + o0) * p_n, p_n)
         else:
-            sgemm(fn, iz, _NT, _NT, o1 - o0, cols, rows, a, rows, cb.ctypes.data, cols, ob.ctypes.data, cols)
+            _sgemm_nn_cols(fn, iz, _NT, o1 - o0, cols, rows, a, rows, cb.ctypes.data, cols, ob.ctypes.data, cols)
             _fw_tile_out(ob, y, n0, n1, o0, o1, out_c, p_n)
 
 
@@ -617,11 +852,13 @@ def _block_dy(dy, n0, n1, dyb, o_n, p_n):
 
 
 @njit(inline="always", nogil=True)
-def _dx_part(fn, iz, w2t, dy, dx, ds, cs, t, i, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
+def _dx_part(fn, iz, w2, ta, dy, dx, ds, cs, t, i, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
              oh_n, ow_n, margin):
-    """Part i of t: input-gradient items [items i / t, items (i + 1) / t), ds[i] / cs[i] its scratch."""
+    """Part i of t: input-gradient items [items i / t, items (i + 1) / t), ds[i] / cs[i] its scratch.
+    w2 is W^T (C*K, O), or with ta == Trans the weight (O, C*K) itself (see _dx_weight)."""
     p_n = oh_n * ow_n
     k_n = kh * kw
+    ck = in_c * k_n
     db, cb = ds[i], cs[i]
     have = -1
     for j in range(items * i // t, items * (i + 1) // t):
@@ -634,23 +871,26 @@ def _dx_part(fn, iz, w2t, dy, dx, ds, cs, t, i, items, n_tiles, g, batch, in_c, 
                 _block_dy(dy, n0, n1, db, out_c, p_n)
                 have = blk
             bb = db.ctypes.data
-        sgemm(fn, iz, _NT, _NT, (c1 - c0) * k_n, cols, out_c, w2t.ctypes.data + 4 * c0 * k_n * out_c, out_c, bb, cols,
-              cb.ctypes.data + 4 * margin, cols)
+        if ta == _TR:
+            a, lda = w2.ctypes.data + 4 * c0 * k_n, ck
+        else:
+            a, lda = w2.ctypes.data + 4 * c0 * k_n * out_c, out_c
+        _sgemm_nn_cols(fn, iz, ta, (c1 - c0) * k_n, cols, out_c, a, lda, bb, cols, cb.ctypes.data + 4 * margin, cols)
         _col2im2d(cb, dx, n0, n1, c0, c1, in_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, p_n, cols, margin)
 
 
 @njit(cache=True, nogil=True)
-def _bwd_input2d_items_ser(fn, iz, w2t, dy, dx, ds, cs, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw,
+def _bwd_input2d_items_ser(fn, iz, w2, ta, dy, dx, ds, cs, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw,
                            ph, pw, oh_n, ow_n, margin):
-    _dx_part(fn, iz, w2t, dy, dx, ds, cs, 1, 0, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
+    _dx_part(fn, iz, w2, ta, dy, dx, ds, cs, 1, 0, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
              oh_n, ow_n, margin)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _bwd_input2d_items_par(fn, iz, w2t, dy, dx, ds, cs, t, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw,
-                           ph, pw, oh_n, ow_n, margin):
+def _bwd_input2d_items_par(fn, iz, w2, ta, dy, dx, ds, cs, t, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh,
+                           sw, ph, pw, oh_n, ow_n, margin):
     for i in prange(t):
-        _dx_part(fn, iz, w2t, dy, dx, ds, cs, t, i, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
+        _dx_part(fn, iz, w2, ta, dy, dx, ds, cs, t, i, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
                  pw, oh_n, ow_n, margin)
 
 
@@ -805,7 +1045,7 @@ def _conv2d_fast(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, 
     if b is not None:
         wb = np.concatenate([wb, b.reshape(out_c, 1)], axis=1)
     wb = np.ascontiguousarray(wb)
-    x = np.ascontiguousarray(x).reshape(-1)
+    x = _phase_input(np.ascontiguousarray(x).reshape(-1), batch, in_c, spatial, kernel, stride, out)
     y = np.empty(batch * out_c * p_n, F32)
     g, n_blocks, tile, n_tiles = _fw_layout(batch, p_n, out_c)
     items = n_blocks * n_tiles
@@ -836,6 +1076,18 @@ def _conv2d_fast(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, 
     return y
 
 
+_DX_COPY_W = 1 << 16  # weights up to this many floats are transposed for the input gradient's GEMMs
+
+
+def _dx_weight(w2: np.ndarray) -> tuple:
+    """(A, flag) for the input gradient's GEMMs: a small weight's transposed copy W^T (C*K, O), whose
+    NoTrans packing is the faster; a large one's W itself with the Trans flag (its strided copy would
+    cost more than the GEMMs gain). The same operand values either way: the same bits."""
+    if w2.size <= _DX_COPY_W:
+        return np.ascontiguousarray(w2.T), _NT
+    return w2, _TR
+
+
 def _bwd_input2d_col2im(dy, w, batch, in_c, out_c, spatial, kernel, stride, padding, out) -> np.ndarray:
     """conv_bwd_input (rank 2) by blocks of images x tiles of input channels (see above): dcol = W^T dy
     per item, then _col2im2d. Every term is a real term of the adjoint (taps in the padding are
@@ -843,36 +1095,39 @@ def _bwd_input2d_col2im(dy, w, batch, in_c, out_c, spatial, kernel, stride, padd
     h, wd, kh, kw, sh, sw, ph, pw, oh, ow = _geom2d(spatial, kernel, stride, padding, out)
     p_n, k_n = oh * ow, kh * kw
     ck = in_c * k_n
-    w2t = np.ascontiguousarray(w.reshape(out_c, ck).T)
+    w2 = np.ascontiguousarray(w).reshape(out_c, ck)
+    wa, ta = _dx_weight(w2)
     dy = np.ascontiguousarray(dy).reshape(-1)
     dx = np.empty(batch * in_c * h * wd, F32)
     g, n_blocks, n_tiles = _dx_layout(batch, in_c, k_n, p_n)
     items = n_blocks * n_tiles
     tile_rows = -(-in_c // n_tiles) * k_n
     margin = _col2im_margin(h, wd, kh, kw, ph, pw, oh, ow)
+    phased = _phased_dx_py(spatial, kernel, stride, out)
+    if phased:  # _col2im2d writes dx in the phase layout, put back below
+        margin = max(margin, _phase_margin(kernel, stride, padding, out))
     st = parallel.sgemm_address()
     fits = _sgemm_fits(st, in_c // n_tiles * k_n, g * p_n, out_c) \
         and _sgemm_fits(st, tile_rows, (batch - (n_blocks - 1) * g) * p_n, out_c) and dy.dtype == F32 \
-        and w2t.dtype == F32
+        and w2.dtype == F32
     t = parallel.parts(batch * out_c * ck * p_n, items, _PART_MACS) if fits else 1
     ds = np.empty((t, out_c * g * p_n if g > 1 else 1), F32)
     cs = np.empty((t, tile_rows * g * p_n + 2 * margin), F32)
     if fits and t > 1:
-        _bwd_input2d_items_par(st[0], st[1], w2t, dy, dx, ds, cs, t, items, n_tiles, g, batch, in_c, out_c, h, wd, kh,
+        _bwd_input2d_items_par(st[0], st[1], wa, ta, dy, dx, ds, cs, t, items, n_tiles, g, batch, in_c, out_c, h, wd,
+                               kh, kw, sh, sw, ph, pw, oh, ow, margin)
+    elif fits:
+        _bwd_input2d_items_ser(st[0], st[1], wa, ta, dy, dx, ds, cs, items, n_tiles, g, batch, in_c, out_c, h, wd, kh,
                                kw, sh, sw, ph, pw, oh, ow, margin)
-        return dx
-    if fits:
-        _bwd_input2d_items_ser(st[0], st[1], w2t, dy, dx, ds, cs, items, n_tiles, g, batch, in_c, out_c, h, wd, kh, kw,
-                               sh, sw, ph, pw, oh, ow, margin)
-        return dx
-    g3 = dy.reshape(batch, out_c, p_n)
-    for j in range(items):
-        _, n0, n1, c0, c1 = _dw_item_span(j, 0, n_tiles, g, batch, in_c)
-        cols, rows = (n1 - n0) * p_n, (c1 - c0) * k_n
-        src = np.ascontiguousarray(g3[n0:n1].transpose(1, 0, 2)).reshape(out_c, cols)
-        np.matmul(w2t[c0 * k_n:c1 * k_n], src, out=cs[0, margin:margin + rows * cols].reshape(rows, cols))
-        _col2im2d(cs[0], dx, n0, n1, c0, c1, in_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow, p_n, cols, margin)
-    return dx
+    else:
+        g3 = dy.reshape(batch, out_c, p_n)
+        for j in range(items):
+            _, n0, n1, c0, c1 = _dw_item_span(j, 0, n_tiles, g, batch, in_c)
+            cols, rows = (n1 - n0) * p_n, (c1 - c0) * k_n
+            src = np.ascontiguousarray(g3[n0:n1].transpose(1, 0, 2)).reshape(out_c, cols)
+            np.matmul(w2[:, c0 * k_n:c1 * k_n].T, src, out=cs[0, margin:margin + rows * cols].reshape(rows, cols))
+            _col2im2d(cs[0], dx, n0, n1, c0, c1, in_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow, p_n, cols, margin)
+    return _phase_output(dx, batch, in_c, spatial, stride) if phased else dx
 
 
 def _bwd_weight2d_fast(x, dy, batch, in_c, out_c, spatial, kernel, stride, padding, out) -> np.ndarray:
@@ -882,7 +1137,7 @@ def _bwd_weight2d_fast(x, dy, batch, in_c, out_c, spatial, kernel, stride, paddi
     h, wd, kh, kw, sh, sw, ph, pw, oh, ow = _geom2d(spatial, kernel, stride, padding, out)
     p_n, k_n = oh * ow, kh * kw
     ck = in_c * k_n
-    x = np.ascontiguousarray(x).reshape(-1)
+    x = _phase_input(np.ascontiguousarray(x).reshape(-1), batch, in_c, spatial, kernel, stride, out)
     dy = np.ascontiguousarray(dy).reshape(-1)
     g, n_blocks, n_tiles, per_round = _dw_layout(batch, in_c, k_n, p_n, out_c)
     tile_rows = -(-in_c // n_tiles) * k_n
