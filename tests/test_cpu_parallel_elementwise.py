@@ -58,10 +58,12 @@ REFERENCE = {
     "relu_bwd": lambda x, dy: np.where(x > 0, dy, F32(0)),
     "sigmoid_bwd": _np(lambda y, dy: dy * (y * (F32(1) - y))),
     "tanh_bwd": _np(lambda y, dy: dy * (F32(1) - y * y)),
+    "leaky_relu": _np(lambda x, c: np.where(x > 0, x, x * F32(c))),
+    "leaky_relu_bwd": _np(lambda x, dy, c: np.where(x > 0, dy, dy * F32(c))),
 }
 UNARY = ["copy", "abs", "sqrt", "inv", "relu"]
 BINARY = ["add", "sub", "mul", "div", "relu_bwd", "sigmoid_bwd", "tanh_bwd"]
-SCALAR = ["scale", "add_scalar", "axpy"]
+SCALAR = ["scale", "add_scalar", "axpy", "leaky_relu", "leaky_relu_bwd"]
 CONSTANTS = [0.0, -0.0, 1.5, -3.25, float("inf"), float("nan"), 1e-40]
 
 
@@ -71,7 +73,7 @@ def _args(name, n, c=1.5):
         return (a,)
     if name in BINARY:
         return (a, b)
-    return (a, b, c) if name == "axpy" else (a, c)
+    return (a, b, c) if name in ("axpy", "leaky_relu_bwd") else (a, c)
 
 
 @pytest.fixture
@@ -108,7 +110,7 @@ def test_split_kernels_give_the_same_bits_on_any_part_count(t):
     for name in UNARY + BINARY + SCALAR:
         args = _args(name, N_LARGE)
         op = getattr(EW, "_" + name.upper())
-        if name in UNARY or name in ("scale", "add_scalar"):
+        if name in UNARY or name in ("scale", "add_scalar", "leaky_relu"):
             got = EW._unary_split(op, args[0], t, args[1] if len(args) > 1 else 0.0)
         else:
             got = EW._binary_split(op, args[0], args[1], t, args[2] if len(args) > 2 else 0.0)

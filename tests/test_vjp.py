@@ -198,6 +198,8 @@ CASES = [
     C("clamp_min_only", away(3, 5, points=(LO,)), lambda x: ops.clamp(x, min=LO), lambda x: np.maximum(x, LO)),
     C("clamp_max_only", away(3, 5, points=(HI,)), lambda x: x.clamp(max=HI), lambda x: np.minimum(x, HI)),
     C("relu", away(3, 4), ops.relu, lambda x: np.maximum(x, 0.0)),
+    C("leaky_relu", away(3, 4), lambda x: ops.leaky_relu(x, 0.1), lambda x: np.where(x > 0, x, 0.1 * x)),
+    C("leaky_relu_steep", away(3, 4), lambda x: ops.leaky_relu(x, -2.5), lambda x: np.where(x > 0, x, -2.5 * x)),
     C("sigmoid", normal(3, 4, scale=2.0), ops.sigmoid, np_sigmoid),
     C("tanh", normal(3, 4, scale=1.5), ops.tanh, np.tanh),
     C("softplus", normal(3, 4, scale=2.0), ops.softplus, np_softplus),
@@ -440,6 +442,12 @@ def _grad(fn, *xs, w=None, device="cpu"):
 def test_relu_grad_at_zero_is_zero(device: str) -> None:
     (g,) = _grad(ops.relu, [-1.0, 0.0, -0.0, 2.0], w=[3.0, 3.0, 3.0, 3.0], device=device)
     np.testing.assert_array_equal(g, np.array([0.0, 0.0, 0.0, 3.0], F32))
+
+
+def test_leaky_relu_grad_at_zero_is_the_slope(device: str) -> None:
+    # PyTorch's rule: dx = dy where x > 0, else dy * slope (both zeros take the slope)
+    (g,) = _grad(lambda x: ops.leaky_relu(x, 0.25), [-1.0, 0.0, -0.0, 2.0], w=[4.0] * 4, device=device)
+    np.testing.assert_array_equal(g, np.array([1.0, 1.0, 1.0, 4.0], F32))
 
 
 def test_abs_grad_at_zero_is_zero(device: str) -> None:

@@ -45,7 +45,8 @@ for _n in ("abs", "abs_bwd", "copy", "relu", "relu_bwd", "floor", "ceil", "round
     register(_n, "exact (no rounding: a selection, a move, or a sign/0.5 scaling)", zero_bound, exact=True)
 
 # -- one correctly rounded IEEE operation -------------------------------------------------
-for _n in ("sqrt", "inv", "div", "add", "sub", "mul", "scale", "add_scalar", "scatter_add_row"):
+for _n in ("sqrt", "inv", "div", "add", "sub", "mul", "scale", "add_scalar", "scatter_add_row", "leaky_relu",
+           "leaky_relu_bwd"):
     register(_n, "correctly rounded: |err| <= ulp(ref)/2", _half_ulp)
 
 for _n in ("max_bwd", "min_bwd"):

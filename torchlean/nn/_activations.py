@@ -2,7 +2,7 @@
 
 Each is exact where PyTorch's formula is (relu, min, clamp, products) and within float32
 rounding elsewhere (exp(x) - 1 where PyTorch uses expm1: the same to an absolute ~1e-7). Gradients
-come from the composed ops; at a kink (x == 0 for leaky_relu/elu) the one-sided value may differ
+come from the composed ops; at a kink (x == 0 for elu) the one-sided value may differ
 from PyTorch's choice. ``inplace`` is accepted and ignored (buffers are values).
 """
 
@@ -32,10 +32,9 @@ def silu(input: Tensor, inplace: bool = False) -> Tensor:
 
 
 def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
-    """relu(x) + slope * min(x, 0): each side exact (x, and x * slope rounded once as in PyTorch)."""
+    """x where x > 0, else x * slope (rounded once, as in PyTorch): one primitive each way."""
     x = as_tensor_arg("leaky_relu", "input", input)
-    slope = real_arg("leaky_relu", "negative_slope", negative_slope)
-    return ops.add(ops.relu(x), ops.mul(neg_part(x), slope))
+    return ops.leaky_relu(x, real_arg("leaky_relu", "negative_slope", negative_slope))
 
 
 def _elu(op: str, x: Tensor, alpha: float, scale: float, input_scale: float) -> Tensor:

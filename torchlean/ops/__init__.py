@@ -1,6 +1,6 @@
 """Layer 2: differentiable ops, each a forward from primitives plus a VJP recorded on the tape."""
 
-from .elementwise import (abs, add, clamp, div, exp, log, maximum, minimum, mul, neg, pow, reciprocal, relu,
+from .elementwise import (abs, add, clamp, div, exp, leaky_relu, log, maximum, minimum, mul, neg, pow, reciprocal, relu,
                           safe_log, sigmoid, softplus, sqrt, sub, tanh)
 from .index import gather_rows, gather_vec, getitem, index_select, scatter_add, scatter_add_rows
 from .linalg import bmm, linear, matmul

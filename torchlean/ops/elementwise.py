@@ -58,6 +58,13 @@ def relu(x: Tensor) -> Tensor:
     return _unary("relu", x, P.relu, lambda xb, yb, g: P.relu_bwd(yb, g), "y")
 
 
+def leaky_relu(x: Tensor, slope: float) -> Tensor:
+    """x where x > 0, else slope * x; the VJP reads x only (PyTorch's formula, slope at x == 0)."""
+    slope = real_arg("leaky_relu", "negative_slope", slope)
+    return _unary("leaky_relu", x, lambda xb: P.leaky_relu(xb, slope),
+                  lambda xb, yb, g: P.leaky_relu_bwd(xb, g, slope), "x")
+
+
 def sigmoid(x: Tensor) -> Tensor:
     return _unary("sigmoid", x, P.sigmoid, lambda xb, yb, g: P.sigmoid_bwd(yb, g), "y")
 

@@ -32,7 +32,7 @@ from . import (primitives_attention, primitives_classify, primitives_conv, primi
 __all__ = [
     # elementwise (seed: Buffer page)
     "abs", "abs_bwd", "sqrt", "sqrt_bwd", "exp", "log", "inv", "clamp", "clamp_bwd", "max",
-    "max_bwd", "min", "min_bwd", "div", "relu", "relu_bwd", "add", "sub", "mul", "scale", "copy",
+    "max_bwd", "min", "min_bwd", "div", "relu", "relu_bwd", "leaky_relu", "leaky_relu_bwd", "add", "sub", "mul", "scale", "copy",
     "axpy",
     # fused elementwise (ours; the seed composes these from the ones above)
     "add_scalar", "sigmoid", "sigmoid_bwd", "tanh", "tanh_bwd", "softplus", "softplus_bwd",
@@ -304,6 +304,22 @@ def pow_scalar(x: Buffer, c: float = _REQUIRED) -> Buffer:
 def clamp(x: Buffer, lo: float = _REQUIRED, hi: float = _REQUIRED) -> Buffer:
     """clamp(x, lo, hi) = min(max(x, lo), hi); NaN propagates."""
     return _scalar_op("clamp", ("lo", "hi"), x, lo, hi)
+
+
+def leaky_relu(x: Buffer, slope: float = _REQUIRED) -> Buffer:
+    """x where x > 0, else x * slope (slope rounded to float32); NaN propagates."""
+    return _scalar_op("leaky_relu", ("slope",), x, slope)
+
+
+def leaky_relu_bwd(x: Buffer, dy: Buffer, slope: float) -> Buffer:
+    """dx = dy where x > 0, else dy * slope (at x == 0 too, as PyTorch)."""
+    check_buffer("leaky_relu_bwd", "x", x)
+    check_buffer("leaky_relu_bwd", "dy", dy)
+    ctx = same_device("leaky_relu_bwd", x=x, dy=dy)
+    if x.size != dy.size:
+        raise ShapeError(f"leaky_relu_bwd: expected x and dy of equal size, got {x.size} and {dy.size}")
+    c = check_scalar("leaky_relu_bwd", "slope", slope)
+    return wrap(ctx, run_allocating("leaky_relu_bwd", ctx, x.size, ctx.backend.leaky_relu_bwd, x._data, dy._data, c))
 
 
 def clamp_bwd(x: Buffer, dy: Buffer, lo: float, hi: float) -> Buffer:

@@ -16,7 +16,7 @@ SAFE_LOG_EPS = 1e-6
 
 __all__ = [
     "abs", "abs_bwd", "sqrt", "sqrt_bwd", "exp", "log", "inv", "clamp", "clamp_bwd",
-    "max", "max_bwd", "min", "min_bwd", "div", "relu", "relu_bwd", "add", "sub", "mul",
+    "max", "max_bwd", "min", "min_bwd", "div", "relu", "relu_bwd", "leaky_relu", "leaky_relu_bwd", "add", "sub", "mul",
     "scale", "copy", "axpy", "add_scalar", "sigmoid", "sigmoid_bwd", "tanh", "tanh_bwd",
     "softplus", "softplus_bwd", "safe_log", "safe_log_bwd",
     "sin", "cos", "erf", "log1p", "expm1", "floor", "ceil", "round", "trunc", "sign", "pow_scalar",
@@ -122,6 +122,16 @@ def relu(x):
 
 def relu_bwd(x, dy):
     return np.where(_f(x) > 0, _f(dy), 0.0)
+
+
+def leaky_relu(x, slope):
+    x, slope = _f(x), float(np.float32(slope))  # (the runtime rounds the slope to float32)
+    return np.where(x > 0, x, x * slope)  # (NaN * slope is NaN: NaN propagates)
+
+
+def leaky_relu_bwd(x, dy, slope):
+    slope = float(np.float32(slope))
+    return np.where(_f(x) > 0, _f(dy), _f(dy) * slope)  # slope at x == 0, as PyTorch
 
 
 def add(a, b):

@@ -86,6 +86,20 @@ def _clamp_args(rng, d, kind, bwd=False):
 
 add(PrimitiveInfo("clamp", _clamp_args, 1, edge_cases=[[SPECIALS.copy(), -1.0, 1.0], [np.array([5.0], F32), 2.0, 1.0]],
                    max_dim=64))
+# leaky_relu's slope: PyTorch's default, then random; a 0 in x checks the side taken at the kink
+def _leaky_args(rng, d, kind, bwd=False):
+    x = values(rng, d[0], kind)
+    if d[0]:
+        x[rng.integers(0, d[0])] = 0.0
+    slope = 0.01 if rng.random() < 0.5 else scalar(rng, "normal")
+    return [x, values(rng, d[0], "normal"), slope] if bwd else [x, slope]
+
+
+add(PrimitiveInfo("leaky_relu", _leaky_args, 1, edge_cases=[[SPECIALS.copy(), 0.01], [SPECIALS.copy(), -2.0]],
+                   max_dim=64))
+add(PrimitiveInfo("leaky_relu_bwd", lambda rng, d, kind: _leaky_args(rng, d, kind, True), 1,
+                   edge_cases=[[SPECIALS.copy(), SPECIALS[::-1].copy(), 0.01],
+                               [np.array([-1.0, 0.0, -0.0, 1.0, np.nan], F32), np.ones(5, F32), 0.2]], max_dim=64))
 add(PrimitiveInfo("clamp_bwd", lambda rng, d, kind: _clamp_args(rng, d, kind, True), 1,
                    edge_cases=[[np.array([-1.0, 0.0, 1.0, np.nan], F32), np.ones(4, F32), -1.0, 1.0]], max_dim=64))
 

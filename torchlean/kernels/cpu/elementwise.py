@@ -25,7 +25,8 @@ _IGNORE = dict(all="ignore")
 
 __all__ = [
     "abs", "abs_bwd", "sqrt", "sqrt_bwd", "exp", "log", "inv", "clamp", "clamp_bwd", "max",
-    "max_bwd", "min", "min_bwd", "div", "relu", "relu_bwd", "add", "sub", "mul", "scale", "copy",
+    "max_bwd", "min", "min_bwd", "div", "relu", "relu_bwd", "leaky_relu", "leaky_relu_bwd", "add", "sub", "mul",
+    "scale", "copy",
     "axpy", "add_scalar", "sigmoid", "sigmoid_bwd", "tanh", "tanh_bwd", "softplus",
     "softplus_bwd", "safe_log", "safe_log_bwd",
     "sin", "cos", "erf", "log1p", "expm1", "floor", "ceil", "round", "trunc", "sign", "pow_scalar",
@@ -46,8 +47,8 @@ def _ufunc(f, *args):
 MIN_WORK = 1 << 16
 
 # Operation codes of _unary_range / _binary_range (compile-time constants in the kernels).
-_COPY, _RELU, _SCALE, _ADD_SCALAR, _ABS, _SQRT, _INV = range(7)
-_ADD, _SUB, _MUL, _DIV, _AXPY, _RELU_BWD, _SIGMOID_BWD, _TANH_BWD = range(8)
+_COPY, _RELU, _SCALE, _ADD_SCALAR, _ABS, _SQRT, _INV, _LEAKY_RELU = range(8)
+_ADD, _SUB, _MUL, _DIV, _AXPY, _RELU_BWD, _SIGMOID_BWD, _TANH_BWD, _LEAKY_RELU_BWD = range(9)
 _AXPY_BLOCK = 2048  # elements
 
 
@@ -76,6 +77,10 @@ def _unary_range(op, x, c, y):
     elif op == _SQRT:
         for i in range(n):
             y[i] = np.sqrt(x[i])
+    elif op == _LEAKY_RELU:
+        for i in range(n):
+            v = x[i]
+            y[i] = v if v > zero else v * c  # NaN * c is NaN: NaN propagates
     else:  # _INV
         for i in range(n):
             y[i] = one / x[i]
@@ -117,6 +122,10 @@ def _binary_range(op, a, b, c, y):
         for i in range(n):
             v = a[i]
             y[i] = b[i] * (v * (one - v))
+    elif op == _LEAKY_RELU_BWD:
+        for i in range(n):
+            g = b[i]
+            y[i] = g if a[i] > zero else g * c
     else:  # _TANH_BWD
         for i in range(n):
             v = a[i]
@@ -281,6 +290,24 @@ def relu(x):
     y = np.empty(x.shape, F32)
     _relu_kernel(x.reshape(-1), y.reshape(-1))
     return y
+
+
+def leaky_relu(x, slope):
+    t = _parts(x.size)
+    if t > 1:
+        return _unary_split(_LEAKY_RELU, x, t, slope)
+    y = np.empty(x.shape, F32)
+    _unary_range(_LEAKY_RELU, x.reshape(-1), F32(slope), y.reshape(-1))
+    return y
+
+
+def leaky_relu_bwd(x, dy, slope):
+    t = _parts(x.size)
+    if t > 1:
+        return _binary_split(_LEAKY_RELU_BWD, x, dy, t, slope)
+    dx = np.empty(x.shape, F32)
+    _binary_range(_LEAKY_RELU_BWD, x.reshape(-1), dy.reshape(-1), F32(slope), dx.reshape(-1))
+    return dx
 
 
 def _keep_where(cond, v):

@@ -8,7 +8,8 @@ from .launch import BLOCK, F32, I64, empty, grid_for, kernel
 
 __all__ = [
     "abs", "abs_bwd", "sqrt", "sqrt_bwd", "exp", "log", "inv", "clamp", "clamp_bwd", "max",
-    "max_bwd", "min", "min_bwd", "div", "relu", "relu_bwd", "add", "sub", "mul", "scale", "copy",
+    "max_bwd", "min", "min_bwd", "div", "relu", "relu_bwd", "leaky_relu", "leaky_relu_bwd", "add", "sub", "mul",
+    "scale", "copy",
     "axpy", "add_scalar", "sigmoid", "sigmoid_bwd", "tanh", "tanh_bwd", "softplus",
     "softplus_bwd", "safe_log", "safe_log_bwd", "fill",
     "sin", "cos", "erf", "log1p", "expm1", "floor", "ceil", "round", "trunc", "sign", "pow_scalar",
@@ -55,6 +56,22 @@ def _binary(kname: str):
 
     fn.__name__ = kname[3:]
     return fn
+
+
+def leaky_relu(x, slope):
+    n = x.size
+    y = empty(n)
+    if n:
+        kernel(_FILE, "tl_leaky_relu")(_grid(n), (BLOCK,), (x, y, I64(n), F32(slope)))
+    return y
+
+
+def leaky_relu_bwd(x, dy, slope):
+    n = x.size
+    y = empty(n)
+    if n:
+        kernel(_FILE, "tl_leaky_relu_bwd")(_grid(n), (BLOCK,), (x, dy, y, I64(n), F32(slope)))
+    return y
 
 
 def clamp(x, lo, hi):
