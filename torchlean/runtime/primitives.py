@@ -313,24 +313,23 @@ def leaky_relu(x: Buffer, slope: float = _REQUIRED) -> Buffer:
 
 def leaky_relu_bwd(x: Buffer, dy: Buffer, slope: float) -> Buffer:
     """dx = dy where x > 0, else dy * slope (at x == 0 too, as PyTorch)."""
-    check_buffer("leaky_relu_bwd", "x", x)
-    check_buffer("leaky_relu_bwd", "dy", dy)
-    ctx = same_device("leaky_relu_bwd", x=x, dy=dy)
+    return _scalar_bwd("leaky_relu_bwd", ("slope",), x, dy, slope)
+
+
+def _scalar_bwd(name: str, scalar_names: Sequence[str], x: Buffer, dy: Buffer, *scalars: Any) -> Buffer:
+    """The VJP of a scalar op: x and dy of one size on one device, the scalars rounded to float32."""
+    check_buffer(name, "x", x)
+    check_buffer(name, "dy", dy)
+    ctx = same_device(name, x=x, dy=dy)
     if x.size != dy.size:
-        raise ShapeError(f"leaky_relu_bwd: expected x and dy of equal size, got {x.size} and {dy.size}")
-    c = check_scalar("leaky_relu_bwd", "slope", slope)
-    return wrap(ctx, run_allocating("leaky_relu_bwd", ctx, x.size, ctx.backend.leaky_relu_bwd, x._data, dy._data, c))
+        raise ShapeError(f"{name}: expected x and dy of equal size, got {x.size} and {dy.size}")
+    vals = [check_scalar(name, n_, v) for n_, v in zip(scalar_names, scalars)]
+    return wrap(ctx, run_allocating(name, ctx, x.size, getattr(ctx.backend, name), x._data, dy._data, *vals))
 
 
 def clamp_bwd(x: Buffer, dy: Buffer, lo: float, hi: float) -> Buffer:
     """dx = dy strictly inside (lo, hi), else 0."""
-    check_buffer("clamp_bwd", "x", x)
-    check_buffer("clamp_bwd", "dy", dy)
-    ctx = same_device("clamp_bwd", x=x, dy=dy)
-    if x.size != dy.size:
-        raise ShapeError(f"clamp_bwd: expected x and dy of equal size, got {x.size} and {dy.size}")
-    lo_, hi_ = check_scalar("clamp_bwd", "lo", lo), check_scalar("clamp_bwd", "hi", hi)
-    return wrap(ctx, run_allocating("clamp_bwd", ctx, x.size, ctx.backend.clamp_bwd, x._data, dy._data, lo_, hi_))
+    return _scalar_bwd("clamp_bwd", ("lo", "hi"), x, dy, lo, hi)
 
 
 def axpy(a: Buffer, b: Buffer, c: float) -> Buffer:
