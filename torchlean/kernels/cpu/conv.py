@@ -361,8 +361,9 @@ def _phased_py(spatial, kernel, stride, out) -> bool:
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _phase_split(x, n0, n1, c_n, h, w, sh, sw, xs):
-    """xs (flat (batch, C, sh, sw, h/sh, w/sw)) images n0:n1 = x's (flat (batch, C, h, w)) phases."""
+def _phase_copy(src, n0, n1, c_n, h, w, sh, sw, dst, split):
+    """Images n0:n1 between the image layout (flat (batch, C, h, w)) and the phase layout (flat
+    (batch, C, sh, sw, h/sh, w/sw)): into the phases when ``split``, back from them otherwise."""
     hp, wp = h // sh, w // sw
     for n in range(n0, n1):
         for c in range(c_n):
@@ -371,94 +372,60 @@ def _phase_split(x, n0, n1, c_n, h, w, sh, sw, xs):
                 for phx in range(sw):
                     d = _U((((n * c_n + c) * sh + phy) * sw + phx) * hp * wp)
                     for i in range(hp):
-                        src = xb + _U((i * sh + phy) * w + phx)
-                        dr = d + _U(i * wp)
-                        for j in range(_U(wp)):
-                            xs[dr + j] = x[src + j * _U(sw)]
+                        img = xb + _U((i * sh + phy) * w + phx)
+                        ph = d + _U(i * wp)
+                        if split:
+                            for j in range(_U(wp)):
+                                dst[ph + j] = src[img + j * _U(sw)]
+                        else:
+                            for j in range(_U(wp)):
+                                dst[img + j * _U(sw)] = src[ph + j]
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _phase_split_par(x, t, batch, c_n, h, w, sh, sw, xs):
+def _phase_copy_par(src, t, batch, c_n, h, w, sh, sw, dst, split):
     for i in prange(t):
-        _phase_split(x, batch * i // t, batch * (i + 1) // t, c_n, h, w, sh, sw, xs)
+        _phase_copy(src, batch * i // t, batch * (i + 1) // t, c_n, h, w, sh, sw, dst, split)
+
+
+def _phase_convert(src, batch: int, in_c: int, spatial, stride, split: bool) -> np.ndarray:
+    """src in the phase layout (``split``) or back in the image layout (see _phase_copy)."""
+    (h, w), (sh, sw) = spatial, stride
+    dst = np.empty(batch * in_c * h * w, F32)
+    t = parallel.parts(dst.size, batch, 1 << 16)
+    if t > 1:
+        _phase_copy_par(src, t, batch, in_c, h, w, sh, sw, dst, split)
+    else:
+        _phase_copy(src, 0, batch, in_c, h, w, sh, sw, dst, split)
+    return dst
 
 
 def _phase_input(x, batch: int, in_c: int, spatial, kernel, stride, out):
     """x in the phase layout where _im2col_rows reads it so (_phased), else x itself."""
     if not _phased_py(spatial, kernel, stride, out):
         return x
-    (h, w), (sh, sw) = spatial, stride
-    xs = np.empty(batch * in_c * h * w, F32)
-    t = parallel.parts(xs.size, batch, 1 << 16)
-    if t > 1:
-        _phase_split_par(x, t, batch, in_c, h, w, sh, sw, xs)
-    else:
-        _phase_split(x, 0, batch, in_c, h, w, sh, sw, xs)
-    return xs
-
-
-@njit(cache=True, error_model="numpy", nogil=True)
-def _phase_masks(kh, kw, ph, pw, sh, sw, hp, wp):
-    """mask[ky*kw + kx, q]: whether tap (ky, kx) of output q = oh*wp + ow reads inside its phase plane."""
-    m = np.zeros((kh * kw, hp * wp), dtype=np.bool_)
-    for ky in range(kh):
-        dy = (ky - ph - (ky - ph) % sh) // sh
-        for kx in range(kw):
-            dx = (kx - pw - (kx - pw) % sw) // sw
-            for oh in range(hp):
-                for ow in range(wp):
-                    m[ky * kw + kx, oh * wp + ow] = 0 <= oh + dy < hp and 0 <= ow + dx < wp
-    return m
-
-
-@njit(cache=True, error_model="numpy", nogil=True)
-def _phase_dx_masks(kh, kw, ph, pw, sh, sw, hp, wp):
-    """mask[ky*kw + kx, i]: whether position i = a*wp + b of tap (ky, kx)'s phase plane receives the
-    tap from an output (output (a - dy, b - dx) exists; (dy, dx) the tap's shift on the plane)."""
-    m = np.zeros((kh * kw, hp * wp), dtype=np.bool_)
-    for ky in range(kh):
-        dy = (ky - ph - (ky - ph) % sh) // sh
-        for kx in range(kw):
-            dx = (kx - pw - (kx - pw) % sw) // sw
-            for a in range(hp):
-                for b in range(wp):
-                    m[ky * kw + kx, a * wp + b] = 0 <= a - dy < hp and 0 <= b - dx < wp
-    return m
-
-
-@njit(cache=True, error_model="numpy", nogil=True)
-def _phase_merge(xs, n0, n1, c_n, h, w, sh, sw, x):
-    """The inverse of _phase_split: x (flat (batch, C, h, w)) images n0:n1 from their phase planes."""
-    hp, wp = h // sh, w // sw
-    for n in range(n0, n1):
-        for c in range(c_n):
-            xb = _U((n * c_n + c) * h * w)
-            for phy in range(sh):
-                for phx in range(sw):
-                    d = _U((((n * c_n + c) * sh + phy) * sw + phx) * hp * wp)
-                    for i in range(hp):
-                        dst = xb + _U((i * sh + phy) * w + phx)
-                        sr = d + _U(i * wp)
-                        for j in range(_U(wp)):
-                            x[dst + j * _U(sw)] = xs[sr + j]
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _phase_merge_par(xs, t, batch, c_n, h, w, sh, sw, x):
-    for i in prange(t):
-        _phase_merge(xs, batch * i // t, batch * (i + 1) // t, c_n, h, w, sh, sw, x)
+    return _phase_convert(x, batch, in_c, spatial, stride, True)
 
 
 def _phase_output(xs, batch: int, in_c: int, spatial, stride) -> np.ndarray:
     """x (flat (batch, C, *spatial)) from xs in the phase layout."""
-    (h, w), (sh, sw) = spatial, stride
-    x = np.empty(batch * in_c * h * w, F32)
-    t = parallel.parts(x.size, batch, 1 << 16)
-    if t > 1:
-        _phase_merge_par(xs, t, batch, in_c, h, w, sh, sw, x)
-    else:
-        _phase_merge(xs, 0, batch, in_c, h, w, sh, sw, x)
-    return x
+    return _phase_convert(xs, batch, in_c, spatial, stride, False)
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _phase_masks(kh, kw, ph, pw, sh, sw, hp, wp, sign):
+    """mask[ky*kw + kx, q] for q = a*wp + b on a phase plane, (dy, dx) the tap's shift on the plane:
+    sign +1, whether output q's tap reads inside the plane ((a + dy, b + dx) exists: the forward's
+    columns); sign -1, whether position q receives the tap from an output ((a - dy, b - dx): dx)."""
+    m = np.zeros((kh * kw, hp * wp), dtype=np.bool_)
+    for ky in range(kh):
+        dy = sign * ((ky - ph - (ky - ph) % sh) // sh)
+        for kx in range(kw):
+            dx = sign * ((kx - pw - (kx - pw) % sw) // sw)
+            for a in range(hp):
+                for b in range(wp):
+                    m[ky * kw + kx, a * wp + b] = 0 <= a + dy < hp and 0 <= b + dx < wp
+    return m
 
 
 def _phase_margin(kernel, stride, padding, out) -> int:
@@ -481,7 +448,7 @@ def _im2col_rows(x, n0, n1, c0, c1, c_n, h, w, col, sn, sr, kh, kw, sh, sw, ph, 
     kk = kh * kw
     if _phased(h, w, kh, kw, sh, sw, oh_n, ow_n):
         # x in the phase layout (see _phased): each tap one shifted run over its phase plane
-        m = _phase_masks(kh, kw, ph, pw, sh, sw, oh_n, ow_n)
+        m = _phase_masks(kh, kw, ph, pw, sh, sw, oh_n, ow_n, 1)
         for n in range(n0, n1):
             cb = (n - n0) * sn
             for c in range(c0, c1):
@@ -591,12 +558,12 @@ def _col2im2d(dcol, dx, n0, n1, c0, c1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n,
     images, or the margins, and are not used): a +0 term leaves a sum that started from +0
     unchanged, bit for bit (such a sum is never -0). Each dx element is read and written at the same
     place by every tap (no shifted stores). Where _phased_dx holds, dx is written in the phase layout
-    (_phase_merge puts it back): each phase plane gets its taps, in the same row-major order of
+    (_phase_output puts it back): each phase plane gets its taps, in the same row-major order of
     (ky, kx), each tap one shifted run over the plane, as at stride 1."""
     kk = kh * kw
     if _phased_dx(h, w, kh, kw, sh, sw, oh_n, ow_n):
         p_n = oh_n * ow_n
-        m = _phase_dx_masks(kh, kw, ph, pw, sh, sw, oh_n, ow_n)
+        m = _phase_masks(kh, kw, ph, pw, sh, sw, oh_n, ow_n, -1)
         for n in range(n0, n1):
             cb = margin + (n - n0) * sn
             for c in range(c0, c1):
