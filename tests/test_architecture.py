@@ -45,7 +45,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the PyTorch-style front end: operators and methods bound onto Tensor, the fast-kernel
     # router, DLPack and PyTorch state-dict interop
     ("front", ("torchlean._methods", "torchlean.fast_kernels", "torchlean._dlpack", "torchlean.interop",
-               "torchlean._dtype_api")),
+               "torchlean._dtype_api", "torchlean.complex_tensor")),
     ("ops", ("torchlean.ops",)),
     ("tensor", ("torchlean.tensor",)),
     ("tape", ("torchlean.autograd",)),

@@ -20,7 +20,7 @@ import numpy as np
 from .errors import DTypeError
 
 __all__ = ["dtype", "float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8",
-           "bool_", "as_dtype", "of_array", "from_numpy_dtype", "promote_types", "scalar_dtype", "get_default_dtype",
+           "bool_", "complex64", "as_dtype", "of_array", "from_numpy_dtype", "promote_types", "scalar_dtype", "get_default_dtype",
            "set_default_dtype", "finfo", "iinfo", "category", "COMPUTE_NOTE"]
 
 COMPUTE_NOTE = "torchlean computes in float32 (the only floating dtype a tensor can have; use .float())"
@@ -42,7 +42,7 @@ class dtype:
 
     @property
     def is_complex(self) -> bool:
-        return False
+        return self.np is not None and self.np.kind == "c"
 
     @property
     def dtype(self) -> np.dtype:
@@ -88,10 +88,13 @@ int16 = dtype("int16", np.int16, False, True, 2, True)
 int8 = dtype("int8", np.int8, False, True, 1, True)
 uint8 = dtype("uint8", np.uint8, False, False, 1, True)
 bool_ = dtype("bool", np.bool_, False, False, 1, True)
+# complex64 tensors are ComplexTensor objects over float32 pairs (complex_tensor.py), never arrays;
+# unsupported here so that the real factories refuse it (the complex ones route it themselves)
+complex64 = dtype("complex64", np.complex64, False, True, 8, False)
 
-_ALL = (float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8, bool_)
+_ALL = (float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8, bool_, complex64)
 _NAMES = {d.name: d for d in _ALL}
-_NAMES.update(float=float32, double=float64, half=float16, long=int64, int=int32, short=int16)
+_NAMES.update(float=float32, double=float64, half=float16, long=int64, int=int32, short=int16, cfloat=complex64)
 _FROM_NP = {d.np: d for d in _ALL if d.np is not None}
 
 
