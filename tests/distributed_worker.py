@@ -365,9 +365,28 @@ def case_checkpoint(rank: int, world: int) -> None:
     assert all(e.tolist() == every[0].tolist() for e in every), "the ranks' resumed states differ"
 
 
+def init_hang() -> None:
+    """Rank 1 receives NCCL's id but never joins the communicator (as a rank that hangs or dies
+    between the id exchange and ncclCommInitRank): every rank's init must fail within the timeout."""
+    if os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK")) == "1":
+        import cupy.cuda.nccl as nccl
+
+        nccl.NcclCommunicator = lambda *args: time.sleep(3600)
+    t0 = time.monotonic()
+    try:
+        dist.init_process_group(BACKEND, timeout=TIMEOUT)
+    except dist.DistTimeoutError as exc:
+        print(f"rank {os.environ.get('RANK')} gave up after {time.monotonic() - t0:.1f} s: {exc}", flush=True)
+        sys.stdout.flush()
+        os._exit(17)
+    raise AssertionError("init_process_group returned although a rank never joined")
+
+
 def main() -> None:
     if BACKEND == "nccl":
         tl.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if CASE == "init_hang":
+        init_hang()
     dist.init_process_group(BACKEND, timeout=TIMEOUT)
     rank, world = dist.get_rank(), dist.get_world_size()
     for name in CASE.split(","):

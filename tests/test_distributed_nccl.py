@@ -74,6 +74,14 @@ def test_nccl_hung_rank_times_out_and_aborts():
     assert time.monotonic() - t0 < 90
 
 
+def test_nccl_init_with_a_rank_that_never_joins_times_out():
+    t0 = time.monotonic()
+    r = job("init_hang", DIST_TEST_TIMEOUT="5", timeout=120)
+    assert r.returncode == 17, r.stdout + r.stderr
+    assert "did not build the communicator" in r.stdout and "timeout of 5 s" in r.stdout, r.stdout
+    assert time.monotonic() - t0 < 90
+
+
 def test_nccl_ddp_hung_rank_is_caught_by_the_watchdog():
     t0 = time.monotonic()
     r = job("ddp_hang", DIST_TEST_TIMEOUT="5", timeout=120)

@@ -52,6 +52,36 @@ def _id_bytes(uid: Any) -> bytes:
     return uid if isinstance(uid, bytes) else bytes(b & 0xFF for b in uid)
 
 
+def _communicator(nccl: Any, cupy: Any, size: int, uid: bytes, rank: int, device_index: int, timeout_s: float,
+                  op: str) -> Any:
+    """``ncclCommInitRank`` within the group's deadline. It blocks until every rank has joined, so a
+    peer that died after the id exchange would hang it forever: it runs on a daemon thread (CuPy
+    releases the GIL in the call) that this thread waits for up to the deadline."""
+    got: dict[str, Any] = {}
+
+    def build() -> None:
+        try:
+            cupy.cuda.Device(device_index).use()  # the device is per thread in CUDA's runtime API
+            try:
+                got["comm"] = nccl.NcclCommunicator(size, uid, rank)
+            except TypeError:  # CuPy before 14 takes the id as a tuple of C chars, not bytes
+                got["comm"] = nccl.NcclCommunicator(size, tuple(b - 256 if b > 127 else b for b in uid), rank)
+        except BaseException as exc:  # noqa: BLE001 - NcclError and CUDA errors alike, reported below
+            got["error"] = exc
+
+    t = threading.Thread(target=build, name=f"torchlean-nccl-init-{rank}", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise DistTimeoutError(f"{op}: NCCL did not build the communicator for rank {rank} of {size} within the "
+                               f"process group's timeout of {timeout_s:g} s; a peer rank probably died or hangs "
+                               f"before joining (its own output says why)")
+    if "error" in got:
+        raise DistributedError(f"{op}: NCCL could not build the communicator for rank {rank} of {size} on "
+                               f"cuda:{device_index}: {got['error']}") from None
+    return got["comm"]
+
+
 class NCCLEngine:
     name = "nccl"
 
@@ -62,14 +92,7 @@ class NCCLEngine:
         self.rank, self.size, self.timeout_s, self.device_index = rank, size, timeout_s, device_index
         cupy.cuda.Device(device_index).use()  # NCCL binds the communicator to the current device
         uid = share_uid(_id_bytes(nccl.get_unique_id()) if rank == 0 else None)
-        try:
-            try:
-                self.comm = nccl.NcclCommunicator(size, uid, rank)
-            except TypeError:  # CuPy before 14 takes the id as a tuple of C chars, not bytes
-                self.comm = nccl.NcclCommunicator(size, tuple(b - 256 if b > 127 else b for b in uid), rank)
-        except Exception as exc:  # noqa: BLE001 - NcclError and CUDA errors alike
-            raise DistributedError(f"{op}: NCCL could not build the communicator for rank {rank} of {size} on "
-                                   f"cuda:{device_index}: {exc}") from None
+        self.comm = _communicator(nccl, cupy, size, uid, rank, device_index, timeout_s, op)
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self._has_avg = nccl.get_version() >= _NCCL_AVG_SINCE
         self.aborted = False
