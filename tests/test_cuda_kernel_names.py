@@ -189,6 +189,7 @@ _FAMILY_PREFIXES = {
     "rnn.cu": ("lstm_cell_", "gru_cell_"),
     "scan.cu": ("selective_scan_",),
     "spectral.cu": ("irfft1d_packed_", "spectral_conv1d_rfft_"),
+    "spectral_nd.cu": ("spectral_conv_nd_rfft_",),  # shared by spectral_conv{2,3}d_rfft_*
 }
 
 

@@ -73,6 +73,16 @@ from ._api_more import *  # noqa: E402,F401,F403
 from . import distributions, fft, linalg, special  # noqa: E402,F401
 from .memory_format import (channels_last, channels_last_3d, contiguous_format, memory_format,  # noqa: E402
                             preserve_format)
+# complex64 (float32 pairs): the dtype, the complex functions, and the factories and functions that take
+# complex arguments too, installed over the real ones (which they call for everything else)
+from .dtypes import complex64  # noqa: E402
+from . import complex_tensor  # noqa: E402
+from .complex_tensor import (angle, as_tensor, complex, conj, conj_physical, empty, empty_like,  # noqa: E402
+                             from_numpy, full, full_like, imag, is_complex, ones, ones_like, polar, rand, rand_like,
+                             randn, randn_like, real, resolve_conj, tensor, view_as_complex, view_as_real, zeros,
+                             zeros_like)
+cfloat = complex64
+globals().update(complex_tensor.PUBLIC_ROUTES)
 
 
 def __getattr__(name: str):
@@ -85,8 +95,8 @@ def __getattr__(name: str):
 
 
 # PyTorch names we know we lack: asking for one says so (torchlean computes in float32)
-_MISSING = {n: "complex tensors are not supported yet (torchlean computes in float32)"
-            for n in ("complex64", "complex128", "cfloat", "cdouble", "complex32", "chalf")}
+_MISSING = {n: "torchlean's one complex dtype is complex64 (torchlean.cfloat: float32 pairs); use it instead"
+            for n in ("complex128", "cdouble", "complex32", "chalf")}
 
 
 # registers torchlean tensors with einops when einops is installed (einops finds backends by subclass)

@@ -19,6 +19,8 @@ from .memory_format import check_memory_format
 from .runtime import primitives as P
 from .runtime.buffer import zeros as _zeros_buffer
 from .runtime.device import canonical_device
+from . import complex_tensor as CX
+from .complex_tensor import ComplexTensor
 from .tensor import Tensor, canonical_dtype, empty, full, inplace_operand, ones, tensor, zeros
 
 
@@ -28,15 +30,19 @@ def _r(fn):
 
 def _install() -> None:
     T = Tensor
-    T.__add__ = lambda s, o: ops.add(s, o)
-    T.__radd__ = _r(ops.add)
-    T.__sub__ = lambda s, o: ops.sub(s, o)
-    T.__rsub__ = _r(ops.sub)
-    T.__mul__ = lambda s, o: ops.mul(s, o)
-    T.__rmul__ = _r(ops.mul)
-    T.__truediv__ = lambda s, o: ops.div(s, o)
-    T.__rtruediv__ = _r(ops.div)
-    T.__matmul__ = lambda s, o: fast_kernels.matmul(s, o)  # ops.matmul, or matmul_fast when Options.fast_kernels
+    # a complex operand (a complex tensor or a Python complex number) makes a complex result (x * 1j)
+    C = (ComplexTensor, complex)
+    T.__add__ = lambda s, o: CX.cadd(s, o) if isinstance(o, C) else ops.add(s, o)
+    T.__radd__ = lambda s, o: CX.cadd(o, s) if isinstance(o, complex) else ops.add(o, s)
+    T.__sub__ = lambda s, o: CX.csub(s, o) if isinstance(o, C) else ops.sub(s, o)
+    T.__rsub__ = lambda s, o: CX.csub(o, s) if isinstance(o, complex) else ops.sub(o, s)
+    T.__mul__ = lambda s, o: CX.cmul(s, o) if isinstance(o, C) else ops.mul(s, o)
+    T.__rmul__ = lambda s, o: CX.cmul(o, s) if isinstance(o, complex) else ops.mul(o, s)
+    T.__truediv__ = lambda s, o: CX.cdiv(s, o) if isinstance(o, C) else ops.div(s, o)
+    T.__rtruediv__ = lambda s, o: CX.cdiv(o, s) if isinstance(o, complex) else ops.div(o, s)
+    # ops.matmul, or matmul_fast when Options.fast_kernels
+    T.__matmul__ = lambda s, o: CX.cmatmul(s, o) if isinstance(o, ComplexTensor) else fast_kernels.matmul(s, o)
+    T.is_complex = lambda s: False
     T.__rmatmul__ = _r(ops.matmul)
     T.__neg__ = lambda s: ops.neg(s)
     T.__pos__ = lambda s: s
@@ -99,6 +105,9 @@ def to(self: Tensor, *args: Any, device: Any = None, dtype: Any = None, non_bloc
         else:
             raise DTypeError(f"to: expected a device, a dtype or a Tensor, got {a!r} ({type_name(a)})")
     out = self
+    if dtype is not None and CX.is_cfloat("to", dtype):  # x.to(torch.cfloat): a complex tensor
+        out = CX.to_complex("to", out)
+        return out if device is None else out.to(device)
     if dtype is not None:
         out = out._as("to", canonical_dtype("to", dtype))
     if device is not None and canonical_device(device, "to") != out._device:

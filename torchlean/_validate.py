@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ArgumentError, AxisError, DTypeError, IndexOutOfRangeError, ShapeError
+from .errors import ArgumentError, AxisError, DTypeError, IndexOutOfRangeError, NotSupportedError, ShapeError
 
-__all__ = ["type_name", "expect_tensor", "int_arg", "size_arg", "real_arg", "bool_arg", "int64_indices",
+__all__ = ["type_name", "complex_refusal", "expect_tensor", "int_arg", "size_arg", "real_arg", "bool_arg", "int64_indices",
            "unique_dims", "MAX_FLOAT_ELEMENTS"]
 
 # A float32 tensor is one Buffer, whose element count the seed keeps in a uint32.
@@ -27,15 +27,28 @@ _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 def type_name(x: Any) -> str:
     """``numpy.ndarray``, ``NoneType``, ``list``...: the name a message shows for a wrong type."""
     t = type(x)
+    if getattr(t, "__torchlean_complex__", False):
+        return "a complex64 tensor (complex tensors are not supported here)"
     mod = t.__module__
     return t.__name__ if mod in ("builtins", None) or mod.startswith("torchlean") else f"{mod.split('.')[0]}.{t.__name__}"
 
 
+def complex_refusal(op: str, name: str, x: Any) -> Exception:
+    """The error for a non-Tensor argument of a real op: ``NotSupportedError`` naming the op for a
+    complex tensor (complex_tensor.py marks its class, which this layer cannot import), else
+    ``DTypeError``. The one place every real op's "expected a Tensor" check goes through."""
+    if getattr(type(x), "__torchlean_complex__", False):
+        return NotSupportedError(f"{op}: complex tensors are not supported by {op} (got a complex64 tensor for "
+                                 f"{name}; work on its parts: z.real, z.imag or torchlean.view_as_real(z))")
+    return DTypeError(f"{op}: expected a Tensor for {name}, got {type_name(x)}")
+
+
 def expect_tensor(op: str, name: str, x: Any, tensor_type: type) -> Any:
-    """``x`` itself when it is a ``tensor_type`` (torchlean's Tensor), else ``DTypeError``."""
+    """``x`` itself when it is a ``tensor_type`` (torchlean's Tensor), else ``DTypeError``
+    (``NotSupportedError`` for a complex tensor)."""
     if isinstance(x, tensor_type):
         return x
-    raise DTypeError(f"{op}: expected a Tensor for {name}, got {type_name(x)}")
+    raise complex_refusal(op, name, x)
 
 
 def _is_int(v: Any) -> bool:

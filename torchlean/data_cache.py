@@ -18,8 +18,9 @@ code, so a generated data set is stored once and loaded on later runs instead of
   magic, header, key inputs or payload digest do not match is never trusted: the data are
   generated again and the entry replaced. Reading or writing the cache never fails a run: an
   unreadable or unwritable folder costs a generation.
-* Not in the key: code outside the example's module. A generator that calls into another module
-  must not depend on it changing (the examples' generators use only NumPy).
+* Not in the key: code outside the example's module and the modules it lists in ``DATA_MODULES``
+  (generators kept in files of their own, e.g. fno2d's). A generator that calls into another
+  module must not depend on it changing (the examples' generators use only NumPy and SciPy).
 """
 
 from __future__ import annotations
@@ -79,8 +80,15 @@ def key_inputs(example: Any, cfg: Mapping[str, Any]) -> dict | None:
         config = json.loads(json.dumps({k: cfg.get(k) for k in sorted(keys)}, default=_json_default))
     except (TypeError, ValueError):
         return None
-    return {"format": _FORMAT, "example": example.NAME, "config": config, "source_sha256": source,
-            "numpy": np.__version__}
+    inputs = {"format": _FORMAT, "example": example.NAME, "config": config, "source_sha256": source,
+              "numpy": np.__version__}
+    modules = getattr(example, "DATA_MODULES", ())  # generators kept beside the example, keyed by their source too
+    if modules:
+        digests = {m.__name__: _source_digest(m) for m in modules}
+        if None in digests.values():
+            return None
+        inputs["data_modules_sha256"] = digests
+    return inputs
 
 
 def _json_default(v: Any) -> Any:

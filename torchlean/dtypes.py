@@ -139,6 +139,10 @@ def as_dtype(op: str, d: Any, allow_unsupported: bool = False) -> dtype | None:
             raise DTypeError(f"{op}: {kind} dtype {npd} is not supported (torchlean has float32, int64, int32, "
                              f"int16, int8, uint8 and bool)")
     if out is not None and not out.supported and not allow_unsupported:
+        if out is complex64:  # reached only by functions that have no complex form
+            raise DTypeError(f"{op}: dtype torchlean.complex64 is not supported by {op} (complex tensors come from "
+                             f"zeros/ones/full/empty/rand/randn/tensor with dtype=torchlean.cfloat, "
+                             f"torchlean.complex, polar and view_as_complex)")
         raise DTypeError(f"{op}: dtype {out!r} is not supported: {COMPUTE_NOTE}")
     return out
 

@@ -44,6 +44,13 @@ def np_init(model, seed):
     """
     with torch.no_grad():
         for name, p in model.named_parameters():
+            if p.is_complex():
+                # The reference FNO's spectral weights, scale * torch.rand(in, out, ..., dtype=cfloat):
+                # real and imaginary parts uniform in [0, 1 / (in * out)).
+                shape = tuple(p.shape)
+                values = np_rng(seed, name).uniform(0.0, 1.0 / (shape[0] * shape[1]), size=shape + (2,))
+                p.copy_(torch.view_as_complex(torch.from_numpy(values.astype(np.float32))).to(p.device))
+                continue
             values = _draw(np_rng(seed, name), name, tuple(p.shape)).astype(np.float32)
             p.copy_(torch.from_numpy(values).to(p.device))
     return model

@@ -28,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = [
     "mnist_cnn", "vae", "dcgan", "word_lstm_lm", "char_gru", "nanogpt", "mingpt_trainer",
     "mamba_minimal", "resnet_cifar", "vit", "unet", "transformer_seq2seq",
+    "fourier_1d", "fourier_2d", "fourier_3d",
 ]
 
 

@@ -27,6 +27,8 @@ from .core import (CONTRACTS, F32_MAX, F32_OVERFLOW, LIB, TINY, U, Contract, abs
                    sum_bound, ulp32, zero_bound)
 # the families, each registering its primitives' contracts on import (they import .core, never this module)
 from . import attention, classify, conv, fast, norm, optim, pool, rnn, scan, spectral  # noqa: F401
+from . import fft  # noqa: F401,E402  (registers fftn_c2c, rfftn_r2c, irfftn_c2r)
+from . import spectral_nd  # noqa: F401,E402  (the 2-D/3-D spectral convolutions)
 
 
 def _rel(k_u: float, extra_abs: float = TINY):

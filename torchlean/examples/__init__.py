@@ -15,7 +15,7 @@ from types import ModuleType
 
 from ..errors import ArgumentError
 
-NAMES = ("mlp", "cnn", "fno1d", "gpt_adder", "mamba")
+NAMES = ("mlp", "cnn", "fno1d", "fno2d", "fno2d_ns", "gpt_adder", "mamba")
 
 
 def get(name: str) -> ModuleType:

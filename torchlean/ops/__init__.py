@@ -7,6 +7,7 @@ from .linalg import bmm, linear, matmul
 from .mha import multi_head_attention  # the seed's multi-head self-attention
 from .nn import dropout, log_softmax, mse_loss, softmax
 from . import attention, classify, conv, fast, norm, pool, rnn, scan, spectral  # noqa: F401
+from . import fft  # noqa: F401  (ops.fft.fftn_c2c ...: torchlean/fft.py's ops; not star-exported)
 from .attention import *  # noqa: F401,F403
 from .classify import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
@@ -15,6 +16,7 @@ from .norm import *  # noqa: F401,F403
 from .pool import *  # noqa: F401,F403
 from .scan import *  # noqa: F401,F403
 from .spectral import *  # noqa: F401,F403
+from .spectral_nd import *  # noqa: F401,F403
 from .reduce import mean, sum
 from .shape import (broadcast_to, cat, clone, concat1d, expand, flatten, permute, permute_bca, permute_cab,
                     reshape, slice0, slice1d, squeeze, swap_adjacent, swap_last2, t, to_device, transpose,

@@ -6,7 +6,7 @@ import math
 import numbers
 from typing import Any, Sequence
 
-from .._validate import expect_tensor, int64_indices, type_name
+from .._validate import complex_refusal, expect_tensor, int64_indices, type_name
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..runtime.arrays import to_host
 from ..runtime.buffer import Buffer
@@ -56,6 +56,8 @@ def operand(op: str, x: Any, like: Tensor) -> Tensor:
         if x._buf is None:
             x = x.float()
         return x
+    if getattr(type(x), "__torchlean_complex__", False):
+        raise complex_refusal(op, "an operand", x)
     if x is None or isinstance(x, (str, bytes, complex)) or not (
             isinstance(x, (numbers.Real, list, tuple)) or hasattr(x, "__array__") or hasattr(x, "__array_interface__")):
         raise DTypeError(f"{op}: expected a Tensor or a number as an operand, got {type_name(x)}")

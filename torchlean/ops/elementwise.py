@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import autograd
-from .._validate import real_arg
+from .._validate import complex_refusal, real_arg
 from ..errors import DTypeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
@@ -20,7 +20,7 @@ def _unary(name: str, x: Tensor, fwd, vjp_of, saves: str = "xy"):
     both or ""): the node keeps only those (the others come as None), as PyTorch saves only what
     its derivative formula uses, so that an activation nobody else needs is freed during forward."""
     if not isinstance(x, Tensor):
-        raise DTypeError(f"{name}: expected a Tensor, got {type(x).__name__}")
+        raise complex_refusal(name, "input", x)
     xb = fbuf(name, x)
     yb = fwd(xb)
     kx = xb if "x" in saves else None

@@ -31,6 +31,7 @@ from .. import autograd
 from ..errors import ArgumentError, DTypeError, ShapeError, TorchLeanError
 from ..runtime.allocator import register_cache
 from ..runtime.buffer import Buffer, exclusive
+from ..complex_tensor import ComplexTensor
 from ..tensor import Tensor
 from ..interop import as_host_array
 
@@ -134,7 +135,7 @@ class Optimizer:
         self.defaults = defaults
         self.state: defaultdict = defaultdict(dict)
         self.param_groups: list[dict[str, Any]] = []
-        if isinstance(params, Tensor):
+        if isinstance(params, (Tensor, ComplexTensor)):
             raise ArgumentError(f"{type(self).__name__}: params must be an iterable of Tensors or dicts, "
                                 f"got a Tensor")
         if isinstance(params, dict):
@@ -168,7 +169,7 @@ class Optimizer:
         if not isinstance(param_group, dict):
             raise ArgumentError(f"{op}: a param group must be a dict, got {type(param_group).__name__}")
         params = param_group.get("params")
-        if isinstance(params, Tensor):
+        if isinstance(params, (Tensor, ComplexTensor)):
             params = [params]
         elif isinstance(params, set):
             raise ArgumentError(f"{op}: parameters must be an ordered collection (a list), got a set")
@@ -178,6 +179,8 @@ class Optimizer:
             except TypeError:
                 raise ArgumentError(f"{op}: 'params' must be a Tensor or an iterable of Tensors, "
                                     f"got {type(params).__name__}") from None
+        # a complex parameter is stepped through its real view, as PyTorch steps view_as_real(p)
+        params = [p.real_view() if isinstance(p, ComplexTensor) else p for p in params]
         for i, p in enumerate(params):
             if not isinstance(p, Tensor):
                 raise ArgumentError(f"{op}: params[{i}] is a {type(p).__name__}, expected a Tensor")

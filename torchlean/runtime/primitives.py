@@ -28,6 +28,8 @@ from .oom import run_allocating
 from . import (primitives_attention, primitives_classify, primitives_conv, primitives_fast,
                primitives_norm, primitives_optim, primitives_pool, primitives_rnn, primitives_scan,
                primitives_spectral)
+from . import primitives_fft
+from . import primitives_spectral_nd
 
 __all__ = [
     # elementwise (seed: Buffer page)
@@ -711,7 +713,8 @@ def rand_normal(n: int, key: int, device: Any = "cpu") -> Buffer:
 
 
 for _family in (primitives_conv, primitives_pool, primitives_norm, primitives_classify, primitives_spectral,
-                primitives_scan, primitives_attention, primitives_optim, primitives_fast, primitives_rnn):
+                primitives_scan, primitives_attention, primitives_optim, primitives_fast, primitives_rnn,
+                primitives_fft, primitives_spectral_nd):
     globals().update({_n: getattr(_family, _n) for _n in _family.__all__})
     __all__ += _family.__all__
 del _family

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..runtime.device import device as device_type
+from ..complex_tensor import ComplexTensor
 from ..tensor import Tensor
 from .common import Placer, SerializationError
 
@@ -104,6 +105,8 @@ class _Encoder:
         if isinstance(v, (float, np.floating)):
             v = float(v)
             return v if math.isfinite(v) else {"float": repr(v)}
+        if isinstance(v, ComplexTensor):  # its float32 real view (*shape, 2): view_as_real in a plain reader
+            return {"complex": self(v.real_view(), path)}
         if isinstance(v, Tensor):
             name, _ = self._array(v, path)
             from ..nn.parameter import Parameter
@@ -240,7 +243,18 @@ class _Decoder:
             return raw if kind == "bytes" else bytearray(raw)
         if kind == "device" and isinstance(x, str):
             return device_type(x)
+        if kind == "complex" and isinstance(x, dict) and "tensor" in x:
+            return self.complex(x)
         raise self.bad(f"unknown entry kind {kind!r}")
+
+    def complex(self, x: dict[str, Any]) -> Any:
+        from ..nn.parameter import ComplexParameter, Parameter
+
+        r = self.tensor(x)
+        if r.dtype.name != "float32" or r.ndim == 0 or r.shape[-1] != 2:
+            raise self.bad(f"complex entry {x.get('tensor')!r} is not a float32 (..., 2) real view")
+        z = ComplexTensor.from_real_view(r, "load")
+        return ComplexParameter.of(z, r.requires_grad) if isinstance(r, Parameter) else z
 
     def hashable(self, items: list[Any]) -> list[Any]:
         try:

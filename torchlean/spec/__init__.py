@@ -25,3 +25,11 @@ from .rng import *  # noqa: E402,F401,F403
 from .rnn import *  # noqa: E402,F401,F403
 from .scan import *  # noqa: E402,F401,F403
 from .spectral import *  # noqa: E402,F401,F403
+
+from . import fft  # noqa: E402  (the fft family: N-D complex and real transforms)
+__all__ += fft.__all__
+from .fft import *  # noqa: E402,F401,F403
+
+from . import spectral_nd  # noqa: E402  (the 2-D/3-D spectral convolutions)
+__all__ += spectral_nd.__all__
+from .spectral_nd import *  # noqa: E402,F401,F403

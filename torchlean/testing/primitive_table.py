@@ -21,6 +21,8 @@ from .table_core import (ACCUMULATING, F32, IN_PLACE, KINDS, SPECIALS, SUM_KINDS
 # The families register their entries when imported; the check lists the core's entries first.
 from . import (table_attention, table_classify, table_conv, table_fast, table_norm, table_optim,  # noqa: E402
                table_pool, table_rnn, table_scan, table_spectral)
+from . import table_fft  # noqa: E402,F401  (the fft family)
+from . import table_spectral_nd  # noqa: E402,F401  (2-D/3-D spectral convolutions)
 
 _FAMILY_ENTRIES = dict(TABLE)
 TABLE.clear()

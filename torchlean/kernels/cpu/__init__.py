@@ -26,6 +26,7 @@ from .classify import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
 from .fast import *  # noqa: F401,F403
+from .fft import *  # noqa: F401,F403
 from .index import *  # noqa: F401,F403
 from .layout import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
@@ -36,6 +37,7 @@ from .rng import bernoulli_mask, rand_normal, rand_uniform  # noqa: F401
 from .rnn import *  # noqa: F401,F403
 from .scan import *  # noqa: F401,F403
 from .spectral import *  # noqa: F401,F403
+from .spectral_nd import *  # noqa: F401,F403
 
 from .. import caches as _caches
 

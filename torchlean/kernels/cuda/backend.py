@@ -12,6 +12,10 @@ from . import (attention, classify, conv, elementwise, fast, freelist, index, la
 
 _MODULES = (elementwise, reduce, layout, index, linalg, memory, conv, pool, norm, classify, spectral, scan,
             attention, optim, fast, rnn)
+from . import fft as _fft  # noqa: E402  (the fft family: cupy.fft, no raw kernels)
+_MODULES += (_fft,)
+from . import spectral_nd as _spectral_nd  # noqa: E402  (2-D/3-D spectral convolutions)
+_MODULES += (_spectral_nd,)
 _RNG = ("rand_uniform", "bernoulli_mask", "rand_normal")
 
 

@@ -20,7 +20,8 @@ from ...runtime.buffer import Buffer
 from ...runtime.device import canonical_device
 from ...tensor import Tensor
 from ...interop import as_host_array
-from ..parameter import Parameter
+from ...complex_tensor import ComplexTensor
+from ..parameter import ComplexParameter, Parameter
 from .hooks import BackwardHookCall, RemovableHandle
 
 __all__ = ["Module", "IncompatibleKeys", "RemovableHandle"]
@@ -57,7 +58,7 @@ class Module:
             raise TorchLeanError(f"{type(self).__name__}: assign {what} after calling super().__init__()")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, Parameter):
+        if isinstance(value, (Parameter, ComplexParameter)):
             self._check_init("parameters")
             self._drop(name)
             self._parameters[name] = value
@@ -111,7 +112,7 @@ class Module:
         object.__delattr__(self, name)
 
     def register_parameter(self, name: str, param: Parameter | None) -> None:
-        if param is not None and not isinstance(param, Parameter):
+        if param is not None and not isinstance(param, (Parameter, ComplexParameter)):
             raise DTypeError(f"register_parameter: {name!r} must be a Parameter or None, got {type(param).__name__}")
         self._check_init("parameters")
         self._drop(name)
@@ -276,8 +277,8 @@ class Module:
         for m in self.modules():
             for store in (m._parameters, m._buffers):
                 for t in store.values():
-                    if t is not None and t.device != dev:
-                        _move(t, dev)
+                    if t is not None and t.device != dev:  # (a complex one moves its real view)
+                        _move(t.real_view() if isinstance(t, ComplexTensor) else t, dev)
         return self
 
     def cpu(self) -> "Module":
@@ -347,7 +348,11 @@ class Module:
         for k, t in own.items():
             if k not in given:
                 continue
-            arr = as_host_array(f"load_state_dict: entry {k!r}", given[k])
+            if isinstance(t, ComplexTensor) or isinstance(given[k], ComplexTensor):
+                arr = _complex_entry(type(self).__name__, k, t, given[k])
+                t = t.real_view()
+            else:
+                arr = as_host_array(f"load_state_dict: entry {k!r}", given[k])
             if tuple(arr.shape) != t.shape:
                 raise ShapeError(f"load_state_dict ({type(self).__name__}): {k!r} has shape {tuple(arr.shape)} in "
                                  f"the state dict, the module expects {t.shape}")
@@ -476,6 +481,27 @@ def _move(t: Tensor, dev: str) -> None:
     if t.grad is not None:
         g = t.grad
         t.grad = Tensor._wrap(Buffer.from_numpy(g._buf.to_numpy(), dev), g.shape)
+
+
+def _complex_entry(owner: str, k: str, t: Any, value: Any) -> np.ndarray:
+    """A complex entry's new value as the real view's array (*shape, 2); a real value fills the real
+    parts (PyTorch's copy_); a complex value for a real tensor raises (it would drop the imaginary parts)."""
+    if not isinstance(t, ComplexTensor):
+        raise DTypeError(f"load_state_dict ({owner}): {k!r} is complex64 in the state dict, the module's tensor "
+                         f"is {t.dtype!r}")
+    if isinstance(value, ComplexTensor):
+        arr = value.numpy()
+    else:
+        if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch.Tensor
+            value = value.detach().cpu().numpy()
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "biufc":
+            raise DTypeError(f"load_state_dict ({owner}): {k!r} has dtype {arr.dtype}, expected complex numbers")
+    if tuple(arr.shape) != tuple(t.shape):
+        raise ShapeError(f"load_state_dict ({owner}): {k!r} has shape {tuple(arr.shape)} in the state dict, the "
+                         f"module expects {tuple(t.shape)}")
+    c = np.ascontiguousarray(arr, dtype=np.complex64)
+    return c.view(np.float32).reshape(*c.shape, 2)
 
 
 def _looks_like_dtype(a: Any) -> bool:

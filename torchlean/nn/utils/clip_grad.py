@@ -20,6 +20,7 @@ from ... import autograd
 from ...errors import ArgumentError, TorchLeanError
 from ...runtime import primitives as P
 from ...runtime.buffer import Buffer, full
+from ...complex_tensor import ComplexTensor
 from ...tensor import Tensor
 
 __all__ = ["clip_grad_norm_", "NonFiniteNormError"]
@@ -61,25 +62,44 @@ def _pow(x: Buffer, e: float) -> Buffer:
     return P.exp(P.scale(P.log(x), e))
 
 
+def _grads(params: list, p: float) -> tuple[list[Tensor], list[Tensor]]:
+    """(the gradients to scale, the tensors whose norms make the total). A complex parameter's
+    gradient is scaled through its real view and measured, as PyTorch does, by its elementwise
+    moduli |g| (for p = 2 the real view's norm is the same number)."""
+    grads, measured = [], []
+    for t in params:
+        if isinstance(t, ComplexTensor) and t.grad is not None:
+            grads.append(t.real_view().grad)
+            if p == 2.0:
+                measured.append(grads[-1])
+            else:
+                with autograd.no_grad():
+                    measured.append(t.grad.abs())
+        elif isinstance(t, Tensor) and t.grad is not None:
+            grads.append(t.grad)
+            measured.append(t.grad)
+    return grads, measured
+
+
 def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
                     foreach: bool | None = None) -> Tensor:
     """Clip the gradients of ``parameters`` (a tensor or an iterable of tensors) in place so that
     their total ``norm_type`` norm is at most ``max_norm``; returns the total norm (a 0-d tensor)
     before clipping. ``foreach`` is accepted and changes nothing. norm_type: any p > 0 or inf
     (PyTorch's 0 and -inf are not supported: ArgumentError)."""
-    if isinstance(parameters, Tensor):
+    if isinstance(parameters, (Tensor, ComplexTensor)):
         parameters = [parameters]
     params: Iterable[Tensor] = list(parameters)
     if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real):
         raise ArgumentError(f"clip_grad_norm_: max_norm must be a real number, got {max_norm!r}")
     p = _norm_type(norm_type)
-    grads = [t.grad for t in params if isinstance(t, Tensor) and t.grad is not None]
+    grads, measured = _grads(params, p)
     if not grads:
         return Tensor._wrap(full(1, 0.0, "cpu"), ())
     dev = grads[0].device
     with autograd.no_grad():
         total = nan_acc = None
-        for g in grads:
+        for g in measured:
             gb = g._float_buffer("clip_grad_norm_")
             if g.device != dev:
                 raise ArgumentError(f"clip_grad_norm_: gradients on several devices ({dev} and {g.device}) "

@@ -12,7 +12,11 @@ that steps the real view elementwise does what PyTorch's optimizers do for compl
 (they step ``view_as_real(p)``).
 
 A ComplexTensor is not a subclass of ``Tensor`` on purpose: the real ops read float32 buffers, and
-a complex argument passed to one must fail with a clear error, never be read as real numbers.
+a complex argument passed to one must fail with a clear error, never be read as real numbers
+(``_validate.complex_refusal``: "relu: complex tensors are not supported by relu").
+
+This module holds the class and what needs no op; the package's ``__init__`` binds the computing
+methods (arithmetic, shape ops, indexing) from the sibling modules, as ``_methods`` does for Tensor.
 """
 
 from __future__ import annotations
@@ -21,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes
-from .errors import DTypeError, ShapeError
-from .size import Size
-from .tensor import Tensor
+from .. import dtypes
+from ..errors import DTypeError, NotSupportedAttributeError, ShapeError
+from ..size import Size
+from ..tensor import Tensor
 
-__all__ = ["ComplexTensor", "is_complex_tensor"]
+__all__ = ["ComplexTensor", "is_complex_tensor", "SUPPORTED_METHODS"]
 
 
 def _check_real_view(op: str, r: Any) -> Tensor:
@@ -43,7 +47,9 @@ class ComplexTensor:
     """A complex64 tensor over a float32 real view of shape (*shape, 2)."""
 
     __slots__ = ("_r", "__weakref__")
-    __array_priority__ = 1000
+    __array_priority__ = 1000  # NumPy defers to our reflected operators (ndarray * z)
+    __torchlean_complex__ = True  # read by _validate.complex_refusal (which cannot import this class)
+    __hash__ = object.__hash__  # by identity, as tensors (``__eq__`` is elementwise)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("use torchlean.complex(re, im), torchlean.view_as_complex(t) or a factory with "
@@ -133,16 +139,44 @@ class ComplexTensor:
             raise ShapeError(f"item: expected a one-element tensor, got shape {tuple(self.shape)}")
         return complex(self.numpy().reshape(-1)[0])
 
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __iter__(self) -> Any:
+        if self.ndim == 0:
+            raise DTypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise ShapeError(f"bool: the truth value of a tensor with {self.numel()} elements is ambiguous")
+        return bool(self.item())
+
+    def __complex__(self) -> complex:
+        return self.item()
+
+    def __getattr__(self, name: str) -> Any:  # only for names the class lacks
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise NotSupportedAttributeError(
+            f"ComplexTensor.{name}: not supported on complex tensors (torchlean's complex64 supports "
+            f"{', '.join(SUPPORTED_METHODS)}; for the rest work on z.real_view() or z.real / z.imag)")
+
     def __len__(self) -> int:
         if self.ndim == 0:
             raise ShapeError("len: a 0-d tensor has no length")
         return self.shape[0]
 
     def __repr__(self) -> str:
-        body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
+        body = np.array2string(self.numpy(), separator=", ", prefix="tensor(", precision=4)
         dev = "" if self.device == "cpu" else f", device='{self.device}'"
         grad = ", requires_grad=True" if self.requires_grad else ""
         return f"tensor({body}{dev}{grad})"
+
+
+# the names the package binds (listed by the error for a method complex tensors lack)
+SUPPORTED_METHODS: list[str] = []
 
 
 def is_complex_tensor(x: Any) -> bool:
