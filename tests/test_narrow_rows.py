@@ -1,6 +1,6 @@
-"""Narrowing along a later dim (``split``/``chunk``/``narrow``/``x[:, a:b]``/``x[:, i]``) as one gather
-of whole rows: the same values and gradients as PyTorch, bit for bit (a move never rounds), on every
-key shape, including those that fall back to a gather of flat positions."""
+"""Narrowing along a later dim (``split``/``chunk``/``narrow``/``x[:, a:b]``/``x[:, i]``) as one strided
+copy (narrow_block; tests/test_narrow_block.py has the rest): the same values and gradients as PyTorch,
+bit for bit (a move never rounds), on every key shape."""
 
 from __future__ import annotations
 

@@ -326,6 +326,13 @@ CASES = [
       lambda *a: np.concatenate(a, 1)),
     C("cat_dim_neg1_3d", many(normal(2, 3, 2), normal(2, 3, 1)), lambda a, b: ops.cat([a, b], -1),
       lambda a, b: np.concatenate([a, b], -1)),
+    # narrow along a later dim: narrow_block, VJP narrow_block_bwd
+    C("narrow_dim1_3d", normal(2, 5, 3), lambda x: x.narrow(1, 1, 3), lambda x: x[:, 1:4]),
+    C("narrow_last_unaligned", normal(3, 2, 7), lambda x: x.narrow(-1, 2, 3), lambda x: x[..., 2:5]),
+    C("split_dim2_middle", normal(2, 3, 12), lambda x: x.split(4, dim=2)[1], lambda x: x[:, :, 4:8]),
+    C("chunk_last_sum", normal(2, 6), lambda x: sum(x.chunk(3, dim=1)[i] * (i + 1) for i in range(3)),
+      lambda x: x[:, 0:2] + 2 * x[:, 2:4] + 3 * x[:, 4:6]),
+    C("getitem_ellipsis_slice", normal(2, 3, 6), lambda x: x[..., 1:4], lambda x: x[..., 1:4]),
     # indexing
     C("getitem_int", normal(4, 3), lambda x: x[1], lambda x: x[1]),
     C("getitem_neg_int", normal(4, 3), lambda x: x[-1], lambda x: x[-1]),

@@ -15,7 +15,7 @@ import numpy as np
 from .. import ops
 from .._validate import type_name
 from ..errors import ArgumentError, DTypeError, ShapeError
-from ..tensor import Tensor, dim_index, tensor
+from ..tensor import Tensor, tensor
 
 __all__ = ["as_tensor_arg", "reduce_loss", "reduction_arg", "select", "narrow", "const", "host", "channel_view",
            "neg_part", "same_shape"]
@@ -76,10 +76,7 @@ def select(mask: np.ndarray, a: Tensor, b: Tensor) -> Tensor:
 
 def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
     """x.narrow(dim, start, length): a contiguous run along ``dim``."""
-    d = dim_index("narrow", dim, x.ndim)
-    if d == 0:
-        return ops.slice0(x, start, length)
-    return ops.index_select(x, d, np.arange(start, start + length, dtype=np.int64))
+    return ops.narrow(x, dim, start, length)
 
 
 def channel_view(t: Tensor, rank: int, channel_dim: int = 1) -> Tensor:

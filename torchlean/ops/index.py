@@ -6,7 +6,6 @@ Indices live on the host (the seed's convention). The VJP of a gather is a scatt
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -19,7 +18,7 @@ from ..runtime.arrays import to_host
 from ..runtime.buffer import Buffer, zeros
 from . import integer
 from ._base import Tensor, dim_index, fbuf, host_indices, new, numel, same_device, tensor_arg
-from .shape import reshape, slice0
+from .shape import narrow_block, reshape, slice0
 
 
 def _host_indices(op: str, index: Any) -> np.ndarray:
@@ -99,32 +98,17 @@ def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
     return _gather_flat(x, np.take(flat, idx, axis=d))
 
 
-# Elements per moved row at least for narrow_rows: below, a gather of flat positions is as good.
-_ROW_MIN = 8
-
-
-def narrow_rows(x: Tensor, d: int, start: int, length: int) -> Tensor | None:
-    """``x`` narrowed to [start, start + length) along dim ``d`` (checked by the caller) as one
-    gather of whole rows: x seen as rows of g = gcd(start, length, size) * inner elements (inner:
-    the elements after dim d), so that the piece is whole rows (a split of a fused qkv projection:
-    rows of d_model). Host work and index size fall by a factor g against gather_vec's positions,
-    and the gather and its VJP (a scatter of rows) run on every core. None where rows would be
-    shorter than _ROW_MIN elements (or x is not float): the caller gathers positions."""
-    shape = x.shape
-    size, inner, outer = shape[d], numel(shape[d + 1:]), numel(shape[:d])
-    g = math.gcd(math.gcd(start, length), size) * inner
-    if x._buf is None or length == 0 or g < _ROW_MIN:
-        return None
-    per, first, count = size * inner // g, start * inner // g, length * inner // g
-    rows = (np.arange(outer, dtype=np.int64)[:, None] * per + np.arange(first, first + count, dtype=np.int64))
-    out = gather_rows(reshape(x, (outer * per, g)), rows.reshape(-1))
-    return reshape(out, shape[:d] + (length,) + shape[d + 1:])
-
-
 def _one_axis(key: Any, shape: tuple) -> tuple[int, int, int, bool] | None:
     """(dim, start, length, drop the dim) where ``key`` (checked by _host_key) is a tuple of full
-    slices but one int or step-1 slice (``x[:, -1]``, ``x[..., a:b]`` written out); else None."""
-    if type(key) is not tuple or len(key) > len(shape):
+    slices but one int or step-1 slice (``x[:, -1]``, ``x[..., a:b]``, ``x[..., i]``), an Ellipsis
+    standing for full slices; else None."""
+    if type(key) is not tuple:
+        return None
+    dots = [i for i, k in enumerate(key) if k is Ellipsis]
+    if len(dots) == 1:
+        i = dots[0]
+        key = key[:i] + (slice(None),) * (len(shape) - len(key) + 1) + key[i + 1:]
+    if len(key) > len(shape) or any(k is Ellipsis for k in key):
         return None
     found = None
     for d, k in enumerate(key):
@@ -171,9 +155,8 @@ def getitem(x: Tensor, key: Any) -> Tensor:
     axis = _one_axis(hk, x.shape)
     if axis is not None:
         d, start, length, drop = axis
-        out = slice0(x, start, length) if d == 0 else narrow_rows(x, d, start, length)
-        if out is not None:
-            return reshape(out, x.shape[:d] + x.shape[d + 1:]) if drop else out
+        out = slice0(x, start, length) if d == 0 else narrow_block(x, d, start, length)
+        return reshape(out, x.shape[:d] + x.shape[d + 1:]) if drop else out
     flat = np.arange(x.numel(), dtype=np.int64).reshape(x.shape)
     return _gather_flat(x, np.asarray(_index_host(flat, hk, x.shape)))
 

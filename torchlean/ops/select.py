@@ -7,7 +7,8 @@ integer indices it is given), which element of the input lands where, and moves 
 one ``gather_vec`` of flat positions (an out-of-range position reads 0: the zeros of tril/triu/
 diag). Its VJP is the scatter-add of that gather, deterministic under deterministic mode, so all of
 these are differentiable and exact (a move never rounds). Integer and boolean tensors take the
-same positions through NumPy.
+same positions through NumPy. narrow (and split, chunk, unbind through it) is the exception: a
+float tensor along a later dim is one strided copy (``shape.narrow_block``), no positions at all.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from ..errors import ArgumentError, DeviceError, DTypeError, IndexOutOfRangeErro
 from ..runtime import arrays
 from ..runtime import primitives as P
 from ._base import Tensor, dim_index, host_indices, new, numel, operand, same_device, tensor_arg
-from .index import gather_vec, getitem, narrow_rows, scatter_add as scatter_add_1d
+from .index import gather_vec, getitem, scatter_add as scatter_add_1d
 from . import integer
 from .results import array_result, host_values
-from .shape import cat, expand, permute, reshape, slice0, squeeze, transpose, unsqueeze
+from .shape import cat, expand, narrow_block, permute, reshape, slice0, squeeze, transpose, unsqueeze
 
 __all__ = ["take_flat", "narrow", "split", "chunk", "unbind", "stack", "hstack", "vstack", "tril", "triu",
            "flip", "fliplr", "flipud", "roll", "repeat", "repeat_interleave", "tile", "gather", "scatter",
@@ -75,11 +76,8 @@ def narrow(x: Tensor, dim: int, start: Any, length: int) -> Tensor:
     if not 0 <= start <= size or length < 0 or start + length > size:
         raise IndexOutOfRangeError(f"narrow: start {start} and length {length} are out of range for dim {d} "
                                    f"of size {size}")
-    if d == 0 and x._buf is not None:
-        return slice0(x, start, length)
-    rows = narrow_rows(x, d, start, length)
-    if rows is not None:
-        return rows
+    if x._buf is not None:
+        return slice0(x, start, length) if d == 0 else narrow_block(x, d, start, length)
     return _move(x, lambda p: np.take(p, np.arange(start, start + length), axis=d))
 
 

@@ -294,6 +294,21 @@ def slice0(x: Tensor, start: int, length: int) -> Tensor:
     return autograd.record("slice0", out, (x,), vjp)
 
 
+def narrow_block(x: Tensor, d: int, start: int, length: int) -> Tensor:
+    """A float x narrowed to [start, start + length) along dim d >= 1 (checked by the caller): one
+    strided copy of x seen as (outer, size, inner), no host index array; its VJP places the
+    gradient back in zeros (narrow_block_bwd). When the dims before d all have size 1 the piece is
+    one contiguous run: slice0's view and concatenating gradient."""
+    shape = x.shape
+    size, inner, outer = shape[d], numel(shape[d + 1:]), numel(shape[:d])
+    out_shape = shape[:d] + (length,) + shape[d + 1:]
+    if outer == 1:
+        return reshape(slice0(reshape(x, shape[d:]), start, length), out_shape)
+    out = new(P.narrow_block(fbuf("narrow", x), outer, size, start, length, inner), out_shape)
+    return autograd.record("narrow_block", out, (x,),
+                           lambda g: (P.narrow_block_bwd(g, outer, size, start, length, inner),))
+
+
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """Concatenate along ``dim`` (dim 0: chained concat1d; other dims: move dim to the front first)."""
     if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):

@@ -45,7 +45,7 @@ __all__ = [
     "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",
     "reduce_max_axis1", "reduce_sum_axis",
     # layout (seed: Kernels page)
-    "concat1d", "slice1d", "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to",
+    "concat1d", "slice1d", "narrow_block", "narrow_block_bwd", "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to",
     "reduce_from_broadcast", "swap_adjacent_at_depth", "permute", "transpose2d", "bmm", "bmm_nt", "bmm_tn",
     # indexing
     "gather_vec", "gather_rows", "scatter_add", "scatter_add_row", "scatter_add_rows",
@@ -443,6 +443,33 @@ def slice1d(b: Buffer, n: int, start: int, length: int) -> Buffer:
     if ln and s % _VIEW_ALIGN == 0:
         return Buffer._view(b._data[s:s + ln], b._ctx, b)
     return wrap(b._ctx, run_allocating("slice1d", b._ctx, ln, b._ctx.backend.slice1d, b._data, n_, s, ln))
+
+
+def _narrow_dims(name: str, outer: int, size: int, start: int, length: int, inner: int) -> tuple[int, ...]:
+    o, n, s, ln, i = (check_u32(name, k, v) for k, v in
+                      (("outer", outer), ("size", size), ("start", start), ("length", length), ("inner", inner)))
+    if s + ln > n:
+        raise ShapeError(f"{name}: start + length = {s} + {ln} exceeds size = {n}")
+    return (o, n, s, ln, i, check_product(name, "outer*size*inner", o, n, i),
+            check_product(name, "outer*length*inner", o, ln, i))
+
+
+def narrow_block(x: Buffer, outer: int, size: int, start: int, length: int, inner: int) -> Buffer:
+    """x seen as (outer, size, inner): out (outer, length, inner) = x[:, start:start+length, :]
+    (narrow, split and chunk along a dim after the first: one strided copy)."""
+    o, n, s, ln, i, n_in, n_out = _narrow_dims("narrow_block", outer, size, start, length, inner)
+    check_buffer("narrow_block", "x", x, n_in)
+    return wrap(x._ctx, run_allocating("narrow_block", x._ctx, n_out, x._ctx.backend.narrow_block,
+                                       x._data, o, n, s, ln, i))
+
+
+def narrow_block_bwd(dy: Buffer, outer: int, size: int, start: int, length: int, inner: int) -> Buffer:
+    """narrow_block's VJP: (outer, size, inner) zeros with dy (outer, length, inner) at
+    [:, start:start+length, :]."""
+    o, n, s, ln, i, n_in, n_out = _narrow_dims("narrow_block_bwd", outer, size, start, length, inner)
+    check_buffer("narrow_block_bwd", "dy", dy, n_out)
+    return wrap(dy._ctx, run_allocating("narrow_block_bwd", dy._ctx, n_in, dy._ctx.backend.narrow_block_bwd,
+                                        dy._data, o, n, s, ln, i))
 
 
 def _vec_broadcast(name: str, along_rows: bool, vec: Buffer, rows: int, cols: int) -> Buffer:

@@ -21,7 +21,8 @@ __all__ = [
     "softplus", "softplus_bwd", "safe_log", "safe_log_bwd",
     "sin", "cos", "erf", "log1p", "expm1", "floor", "ceil", "round", "trunc", "sign", "pow_scalar",
     "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",
-    "reduce_max_axis1", "reduce_sum_axis", "concat1d", "slice1d", "broadcast_vec_to_rows",
+    "reduce_max_axis1", "reduce_sum_axis", "concat1d", "slice1d", "narrow_block", "narrow_block_bwd",
+    "broadcast_vec_to_rows",
     "broadcast_vec_to_cols", "broadcast_to", "reduce_from_broadcast", "swap_adjacent_at_depth", "permute",
     "transpose2d", "bmm", "bmm_nt", "bmm_tn", "gather_vec", "gather_rows", "scatter_add", "scatter_add_row",
     "scatter_add_rows", "softmax_rows", "softmax_rows_bwd", "log_softmax_rows",
@@ -301,6 +302,19 @@ def concat1d(a, b, n, m):
 
 def slice1d(b, n, start, length):
     return _f(b)[start:start + length].copy()
+
+
+def narrow_block(x, outer, size, start, length, inner):
+    """x seen as (outer, size, inner): out (outer, length, inner) = x[:, start:start+length, :]."""
+    return _f(x).reshape(outer, size, inner)[:, start:start + length, :].copy().reshape(-1)
+
+
+def narrow_block_bwd(dy, outer, size, start, length, inner):
+    """The VJP of narrow_block: (outer, size, inner) zeros with dy (outer, length, inner) at
+    [:, start:start+length, :]."""
+    out = np.zeros((outer, size, inner), dtype=F64)
+    out[:, start:start + length, :] = _f(dy).reshape(outer, length, inner)
+    return out.reshape(-1)
 
 
 def broadcast_vec_to_rows(vec, rows, cols):

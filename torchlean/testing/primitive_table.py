@@ -152,6 +152,35 @@ def _slice1d(rng, d, kind):
 
 
 add(PrimitiveInfo("slice1d", _slice1d, 1, edge_cases=[[np.arange(5, dtype=F32), 5, 5, 0]], max_dim=20))
+
+
+def _narrow_block(rng, d, kind, bwd=False):
+    """(outer, size, inner) drawn from d; a start and length inside size. Backward draws dy of the
+    narrowed shape."""
+    outer, size, inner = d
+    start = int(rng.integers(0, size + 1))
+    length = int(rng.integers(0, size - start + 1))
+    return [values(rng, outer * (length if bwd else size) * inner, kind), outer, size, start, length, inner]
+
+
+_NARROW_EDGES = [  # (outer, size, start, length, inner)
+    (3, 4, 1, 0, 2),      # length 0
+    (0, 4, 1, 2, 3),      # outer 0
+    (2, 5, 0, 5, 3),      # full width
+    (2, 4, 4, 0, 1),      # start at the end
+    (4, 3, 1, 1, 4),      # float4-sized rows (w, s, off multiples of 4)
+    (2, 8, 3, 4, 1),      # inner 1, unaligned start
+    (1, 13, 5, 8, 1),     # one row
+    (2, 2, 0, 1, 0),      # inner 0
+    (66000, 3, 1, 1, 4),  # more rows than CUDA's grid y (65535), float4 rows
+    (65537, 3, 2, 1, 1),  # more rows than grid y, one float per row
+]
+add(PrimitiveInfo("narrow_block", _narrow_block, 3, max_dim=7, exact_on_int=True, edge_cases=[
+    [np.resize(SPECIALS, o * n * i), o, n, s, ln, i] for o, n, s, ln, i in _NARROW_EDGES]))
+add(PrimitiveInfo("narrow_block_bwd", lambda rng, d, kind: _narrow_block(rng, d, kind, True), 3, max_dim=7,
+                   exact_on_int=True, edge_cases=[
+    [np.resize(SPECIALS, o * ln * i), o, n, s, ln, i] for o, n, s, ln, i in _NARROW_EDGES]))
+
 add(PrimitiveInfo("broadcast_vec_to_rows", lambda rng, d, kind: [values(rng, d[1], kind), d[0], d[1]], 2))
 add(PrimitiveInfo("broadcast_vec_to_cols", lambda rng, d, kind: [values(rng, d[0], kind), d[0], d[1]], 2))
 add(PrimitiveInfo("transpose2d", lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1]], 2))

@@ -28,7 +28,7 @@ MIN_WORK = 1 << 15
 MIN_RUN = 8
 
 __all__ = [
-    "concat1d", "slice1d", "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to",
+    "concat1d", "slice1d", "narrow_block", "narrow_block_bwd", "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to",
     "reduce_from_broadcast", "swap_adjacent_at_depth", "permute", "transpose2d", "bmm", "bmm_nt", "bmm_tn",
     "adjacent_union",
 ]
@@ -45,6 +45,22 @@ def concat1d(a, b, n, m):
 
 def slice1d(b, n, start, length):
     return b[start:start + length].copy()
+
+
+def narrow_block(x, outer, size, start, length, inner):
+    """(outer, size, inner) -> x[:, start:start+length, :]: one strided NumPy copy (always a new
+    array, also at full width)."""
+    return x.reshape(outer, size * inner)[:, start * inner:(start + length) * inner].copy().reshape(-1)
+
+
+def narrow_block_bwd(dy, outer, size, start, length, inner):
+    """(outer, size, inner) zeros with dy at [:, start:start+length, :]: every element written once."""
+    a, b = start * inner, (start + length) * inner
+    out = np.empty((outer, size * inner), F32)
+    out[:, :a] = 0.0
+    out[:, a:b] = dy.reshape(outer, b - a)
+    out[:, b:] = 0.0
+    return out.reshape(-1)
 
 
 def adjacent_union(a, b):

@@ -1,4 +1,5 @@
-// Layout kernels: one strided gather (broadcast, permute, axis swaps) and a tiled 2-D transpose.
+// Layout kernels: one strided gather (broadcast, permute, axis swaps), a tiled 2-D transpose, and
+// narrow_block / narrow_block_bwd (at the end).
 //
 // tl_layout_strided_m{MODE}_r{R}: out[i] = x[offset(i)] for i in [0, n), where the output is row-major
 // over dims d0..d{R-1} and offset(i) = sum_k coord_k(i) * s_k (s_k = 0 on broadcast axes). Each
@@ -120,3 +121,35 @@ extern "C" __global__ void tl_layout_transpose(const float* __restrict__ x, floa
         }
     }
 }
+
+// narrow_block: x (rows, s) -> out (rows, w) = x[:, off:off+w], a row of the output per blockIdx.y
+// (grid-stride over rows when there are more than gridDim.y), its columns grid-stride over
+// blockIdx.x: no division per element. _v4 moves float4s: the host passes w, s and off in float4
+// units, and only when all three are multiples of 4 floats and both pointers are 16-byte aligned.
+// narrow_block_bwd: dy (rows, w) -> out (rows, s), dy at columns [off, off+w), zeros elsewhere;
+// each output element written once (no memset first).
+#define TL_NARROW_BLOCK(SUFFIX, T, ZERO)                                                               \
+    extern "C" __global__ void tl_narrow_block_##SUFFIX(const T* __restrict__ x, T* __restrict__ out,  \
+                                                       long long rows, long long w, long long s,       \
+                                                       long long off) {                                \
+        for (long long r = blockIdx.y; r < rows; r += gridDim.y) {                                     \
+            const T* src = x + r * s + off;                                                            \
+            T* dst = out + r * w;                                                                      \
+            for (long long j = TL_TID; j < w; j += TL_STRIDE) dst[j] = src[j];                         \
+        }                                                                                              \
+    }                                                                                                  \
+    extern "C" __global__ void tl_narrow_block_bwd_##SUFFIX(const T* __restrict__ dy, T* __restrict__ out, \
+                                                           long long rows, long long w, long long s,   \
+                                                           long long off) {                            \
+        for (long long r = blockIdx.y; r < rows; r += gridDim.y) {                                     \
+            const T* src = dy + r * w;                                                                 \
+            T* dst = out + r * s;                                                                      \
+            for (long long j = TL_TID; j < s; j += TL_STRIDE) {                                        \
+                const long long k = j - off; /* k < 0 wraps to a huge unsigned value: a zero */       \
+                dst[j] = (unsigned long long)k < (unsigned long long)w ? src[k] : ZERO;                \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+TL_NARROW_BLOCK(f, float, 0.0f)
+TL_NARROW_BLOCK(v4, float4, make_float4(0.0f, 0.0f, 0.0f, 0.0f))

@@ -9,6 +9,8 @@ adjacent axes that are contiguous in both, so typical cases reach the device as 
   the innermost axis is contiguous, float4 splat stores when it is a broadcast, in both cases
   when its length is a multiple of 4). More than 8 collapsed axes: the outer axes' offsets come
   from a small host-built table (one pass, no NotImplementedError).
+narrow_block / narrow_block_bwd (narrow, split, chunk along a later dim) have their own row-block
+kernels ``tl_narrow_block_*``: one row per blockIdx.y, no index arithmetic beyond a row offset.
 
 Nothing here synchronizes the device or reads device memory back to the host.
 """
@@ -25,7 +27,7 @@ from .launch import BLOCK, I64, HostStruct, empty, grid_for, kernel
 
 __all__ = [
     "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to", "swap_adjacent_at_depth", "permute",
-    "transpose2d",
+    "transpose2d", "narrow_block", "narrow_block_bwd",
 ]
 
 _FILE = "layout.cu"
@@ -206,3 +208,43 @@ def swap_adjacent_at_depth(b, dims, depth):
 def transpose2d(b, rows, cols):
     """b (rows, cols) -> (cols, rows)."""
     return permute(b, (rows, cols), (1, 0))
+
+
+# -- narrow_block: rows of a (outer, size * inner) matrix, a column range of each ----------------
+@memo("cuda.layout.narrow_block", 256)
+def _narrow_plan(rows: int, units: int) -> tuple:
+    """(grid, block) for ``rows`` rows of ``units`` elements each (float or float4): one row per
+    blockIdx.y (the kernel strides over rows past CUDA's 65535), a block just wide enough for a
+    short row, and enough blocks along x to fill the device when the rows are few."""
+    block = min(BLOCK, max(32, (units + 31) // 32 * 32))
+    gy = min(rows, _GRID_YZ_MAX)
+    gx = max(1, min((units + block - 1) // block, -(-grid_for(rows * units, block) // gy)))
+    return (gx, gy), (block,)
+
+
+def _narrow_launch(name: str, src, bwd: bool, outer: int, size: int, start: int, length: int, inner: int):
+    """The narrow_block kernels on rows of w = length * inner (narrowed) and s = size * inner (full)
+    floats, the narrowed columns starting at off = start * inner; in float4 units when w, s, off
+    and both pointers allow it. Each row's loop runs over the output's columns (s backward, w
+    forward)."""
+    w, s, off = length * inner, size * inner, start * inner
+    out = empty(outer * (s if bwd else w))
+    if out.size == 0:
+        return out
+    if w % 4 == 0 and s % 4 == 0 and off % 4 == 0 and src.data.ptr % 16 == 0 and out.data.ptr % 16 == 0:
+        suffix, w, s, off = "v4", w // 4, s // 4, off // 4
+    else:
+        suffix = "f"
+    grid, block = _narrow_plan(outer, s if bwd else w)
+    kernel(_FILE, f"{name}_{suffix}")(grid, block, (src, out, I64(outer), I64(w), I64(s), I64(off)))
+    return out
+
+
+def narrow_block(x, outer, size, start, length, inner):
+    """x (outer, size, inner) -> x[:, start:start+length, :] as a new contiguous flat array."""
+    return _narrow_launch("tl_narrow_block", x, False, outer, size, start, length, inner)
+
+
+def narrow_block_bwd(dy, outer, size, start, length, inner):
+    """dy (outer, length, inner) placed at [:, start:start+length, :] of (outer, size, inner) zeros."""
+    return _narrow_launch("tl_narrow_block_bwd", dy, True, outer, size, start, length, inner)
