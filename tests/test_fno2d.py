@@ -308,3 +308,12 @@ def test_data_cache_key_follows_the_generator_module(tmp_path):
     assert data_cache.key_inputs(fake, cfg) != first
     fake.DATA_MODULES = (types.SimpleNamespace(__name__="gone", __file__=str(tmp_path / "missing.py")),)
     assert data_cache.key_inputs(fake, cfg) is None
+
+
+def test_darcy_solve_in_processes_gives_the_same_bits():
+    # grids from _PROCESS_MIN_GRID up are solved in worker processes (SuperLU keeps the GIL)
+    n = fno2d_data._PROCESS_MIN_GRID + 1
+    a = fno2d_data.darcy_coefficient(fno2d_data.grf_cosine(np.random.default_rng(3), 3, n))
+    one = fno2d_data.darcy_solve(a, workers=1)
+    assert np.array_equal(one, fno2d_data.darcy_solve(a, workers=2))
+    assert np.all(one[:, 1:-1, 1:-1] > 0) and not one[:, 0].any()
