@@ -110,7 +110,7 @@ def case_deterministic(rank: int, world: int) -> None:
         assert o.tobytes() == want.tobytes(), "deterministic all_reduce is not the rank-order sum"
     t = tl.tensor(rows[rank], device=dev())
     dist.all_reduce(t, dist.ReduceOp.AVG)
-    assert t.numpy().tobytes() == (want / np.float32(world)).tobytes()
+    assert t.numpy().tobytes() == (want * np.float32(1.0 / world)).tobytes()  # as torchlean's t / world
     o = tl.zeros(1000 // world, device=dev())
     if 1000 % world == 0:
         dist.reduce_scatter_tensor(o, tl.tensor(rows[rank], device=dev()))
@@ -207,6 +207,35 @@ def case_mismatch(rank: int, world: int) -> None:
         print(f"rank {rank}: {msg}", flush=True)
     else:
         raise AssertionError("DDP accepted models of different shapes")
+
+
+def case_invariant(rank: int, world: int) -> None:
+    """World-size invariance (deterministic mode): N ranks with b samples each give, bit for bit, the
+    weights of one process that accumulates the same N micro-batches of b in rank order and divides
+    the gradients by N (what the rank-order AVG computes), over several SGD steps."""
+    tl.set_deterministic_reductions(True)
+    b = 4
+    x, y = data(b * world)
+    m, ref = model(7), model(7)
+    ddp = DDP(m, bucket_cap_mb=0.0002)
+    opt, ref_opt = tl.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), tl.optim.SGD(ref.parameters(), lr=0.1,
+                                                                                     momentum=0.9)
+    for _ in range(3):
+        mine = slice(rank * b, (rank + 1) * b)
+        opt.zero_grad()
+        ((ddp(tl.tensor(x[mine], device=dev())) - tl.tensor(y[mine], device=dev())) ** 2).mean().backward()
+        opt.step()
+        ref_opt.zero_grad()
+        for r in range(world):  # one process: the ranks' micro-batches in rank order
+            part = slice(r * b, (r + 1) * b)
+            ((ref(tl.tensor(x[part], device=dev())) - tl.tensor(y[part], device=dev())) ** 2).mean().backward()
+        with tl.no_grad():
+            for p in ref.parameters():
+                p.grad.div_(world)
+        ref_opt.step()
+        for p, q in zip(m.parameters(), ref.parameters()):
+            assert np.array_equal(p.numpy(), q.numpy()), "N ranks and one process with N micro-batches differ"
+    tl.set_deterministic_reductions(False)
 
 
 def case_hang(rank: int, world: int) -> None:

@@ -57,6 +57,14 @@ def test_three_ranks_deterministic_sum_is_the_rank_order_sum():
 
 
 @needs_mpi
+@pytest.mark.parametrize("n", [2, 3])
+def test_world_size_invariant_steps_equal_one_process_accumulating_the_micro_batches(n):
+    r = mpi_job(n, "invariant")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("invariant ok") == n
+
+
+@needs_mpi
 def test_mpi_over_the_network_transport():
     # what two machines would use: MPICH's network module instead of shared memory between local
     # ranks (MPIR_CVAR_NOLOCAL), Open MPI's TCP transport (btl self,tcp)

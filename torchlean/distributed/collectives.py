@@ -7,9 +7,11 @@ this rank's GPU with "nccl"; anything else is a DeviceError naming the call (nev
 
 Deterministic mode (``torchlean.set_deterministic_reductions(True)``): ``all_reduce`` and
 ``reduce_scatter`` with SUM or AVG gather every rank's tensor and add them in rank order
-(((x0 + x1) + x2) + ...) in float32 on every rank, then divide by the world size for AVG. The bits
-depend on the values only: not on the engine's algorithm (ring, tree), the topology or the
-device (the CPU and the GPU add and divide float32 alike). The cost: each rank receives
+(((x0 + x1) + x2) + ...) in float32 on every rank, then scale by 1/world (rounded to float32) for
+AVG. The bits depend on the values only: not on the engine's algorithm (ring, tree), the topology
+or the device (the CPU and the GPU add and multiply float32 alike); and N ranks with b samples each
+give the bits of one process accumulating the N micro-batches of b in rank order and then dividing
+the gradients by N (world-size invariance, tests/test_distributed_mpi.py). The cost: each rank receives
 (world - 1) full tensors instead of the 2 (world - 1) / world tensors of a ring all-reduce, and
 holds world tensors at once; at 2 ranks the traffic is the same, at 8 ranks four times as much.
 """
@@ -87,12 +89,14 @@ def store_array(t: Tensor, arr: Any) -> None:
 
 
 def rank_order_sum(rows: Any, avg: bool) -> Any:
-    """((rows[0] + rows[1]) + rows[2]) + ... in the rows' dtype, divided by their count for AVG."""
+    """((rows[0] + rows[1]) + rows[2]) + ... in the rows' dtype; for AVG times the rounded reciprocal
+    of their count, as torchlean's ``t / n`` computes: one process that sums the ranks' micro-batch
+    gradients in rank order and writes ``p.grad /= n`` gets the same bits (world-size invariance)."""
     acc = rows[0].copy()
     for r in range(1, rows.shape[0]):
         acc += rows[r]
     if avg:
-        acc /= rows.shape[0]
+        acc *= acc.dtype.type(1.0 / rows.shape[0])
     return acc
 
 
