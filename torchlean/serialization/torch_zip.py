@@ -45,11 +45,13 @@ _STORAGES = {
     "HalfStorage": ("float16", np.float16), "BFloat16Storage": ("bfloat16", np.uint16),
     "LongStorage": ("int64", np.int64), "IntStorage": ("int32", np.int32), "ShortStorage": ("int16", np.int16),
     "CharStorage": ("int8", np.int8), "ByteStorage": ("uint8", np.uint8), "BoolStorage": ("bool", np.bool_),
+    # complex tensors (the FNO programs' weights): complex64 tensors over float32 pairs
+    "ComplexFloatStorage": ("complex64", np.complex64), "ComplexDoubleStorage": ("complex128", np.complex128),
 }
-_UNSUPPORTED_STORAGES = ("ComplexFloatStorage", "ComplexDoubleStorage", "QInt8Storage", "QUInt8Storage",
-                         "QInt32Storage", "QUInt4x2Storage", "QUInt2x4Storage")
+_COMPLEX_DTYPES = ("complex64", "complex128")
+_UNSUPPORTED_STORAGES = ("QInt8Storage", "QUInt8Storage", "QInt32Storage", "QUInt4x2Storage", "QUInt2x4Storage")
 _TORCH_DTYPES = ("float32", "float", "float64", "double", "float16", "half", "bfloat16", "int64", "long", "int32",
-                 "int", "int16", "short", "int8", "uint8", "bool")
+                 "int", "int16", "short", "int8", "uint8", "bool", "complex64", "cfloat", "complex128", "cdouble")
 
 
 def is_torch_zip(data: bytes) -> bool:
@@ -217,8 +219,8 @@ class _Unpickler(pickle.Unpickler):
         if found is not None:
             return found
         if module == "torch" and name in _UNSUPPORTED_STORAGES:
-            raise SerializationError(f"{self.op}: {self.source} holds a {name} tensor; torchlean has float32, integer "
-                                     f"and bool tensors only")
+            raise SerializationError(f"{self.op}: {self.source} holds a {name} tensor; torchlean has float32, complex64, "
+                                     f"integer and bool tensors only")
         raise UnsafeFileError(
             f"{self.op}: {self.source} refers to the Python global '{module}.{name}', which is not allowed: torchlean "
             f"reads tensors and plain containers from PyTorch files (as torch.load(weights_only=True)) and never "
@@ -314,12 +316,26 @@ class _Converter:
         made = self.made.get(v.ident)
         if made is not None:
             return made
-        if v.parameter and v.dtype_name not in FLOAT_DTYPES:
+        if v.parameter and v.dtype_name not in FLOAT_DTYPES + _COMPLEX_DTYPES:
             raise SerializationError(f"{self.op}: parameter {path!r} has dtype {v.dtype_name}")
-        t = self.placer.make(v.array, v.dtype_name, v.location, v.requires_grad and not v.parameter, path)
+        if v.dtype_name in _COMPLEX_DTYPES:
+            t = self.complex_tensor(v, path)
+        else:
+            t = self.placer.make(v.array, v.dtype_name, v.location, v.requires_grad and not v.parameter, path)
         if v.parameter:
             from ..nn.parameter import Parameter
 
             t = Parameter(t, v.requires_grad)
         self.made[v.ident] = t
         return t
+
+    def complex_tensor(self, v: _Loaded, path: str) -> Any:
+        """A complex64 tensor over the float32 pairs of the values (complex128 rounded, with the
+        float64 warning), placed like a float tensor."""
+        from ..complex_tensor import ComplexTensor
+
+        c = np.ascontiguousarray(v.array, dtype=np.complex64)
+        pairs = c.view(np.float32).reshape(c.shape + (2,))
+        real = self.placer.make(pairs, "float32" if v.dtype_name == "complex64" else "float64", v.location,
+                                v.requires_grad and not v.parameter, path)
+        return ComplexTensor.from_real_view(real, self.op)
