@@ -47,7 +47,7 @@ def _install() -> None:
     T.__neg__ = lambda s: ops.neg(s)
     T.__pos__ = lambda s: s
     T.__abs__ = lambda s: ops.abs(s)
-    T.__pow__ = lambda s, p: ops.pow(s, p)
+    T.__pow__ = lambda s, p: CX.cpow(s, p) if isinstance(p, C) else ops.pow(s, p)
     T.__getitem__ = lambda s, k: ops.getitem(s, k)
     for name in ("exp", "log", "sqrt", "abs", "relu", "sigmoid", "tanh", "softplus", "neg", "reciprocal",
                  "flatten", "unsqueeze", "squeeze", "permute", "t", "matmul", "clamp", "expand",
@@ -248,7 +248,7 @@ def _install_dtype_ops(T: type) -> None:
     T.__rfloordiv__ = lambda s, o: I.floor_divide(o, s)
     T.__mod__ = T.remainder = lambda s, o: ops.elementwise.remainder(s, o)
     T.__rmod__ = lambda s, o: ops.elementwise.remainder(o, s)
-    T.__rpow__ = lambda s, o: _rpow(o, s)
+    T.__rpow__ = lambda s, o: CX.crpow(o, s) if isinstance(o, complex) else _rpow(o, s)
     for name, op in (("and", "bitwise_and"), ("or", "bitwise_or"), ("xor", "bitwise_xor"),
                      ("lshift", "bitwise_left_shift"), ("rshift", "bitwise_right_shift")):
         fwd = (lambda op_: lambda s, o: I.bitwise(op_, s, o))(op)

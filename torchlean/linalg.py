@@ -11,6 +11,8 @@ import numbers
 from typing import Any
 
 from ._validate import type_name
+from .complex_tensor import ComplexTensor
+from .complex_tensor import vector_norm as complex_vector_norm
 from .errors import ArgumentError, DTypeError, NotSupportedError, ShapeError
 from .ops import extra as E
 from .ops.elementwise import abs as _abs, mul, sqrt
@@ -33,6 +35,8 @@ def _float(op: str, x: Any) -> Tensor:
 
 def vector_norm(x: Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
     """The ord-norm of the elements over dim (all of them by default): ord 2, 1, inf, -inf, 0 or any real."""
+    if isinstance(x, ComplexTensor):  # the norm of |z|: a real result, as PyTorch's
+        return complex_vector_norm(x, ord, dim, keepdim, dtype=dtype)
     _float("vector_norm", x)
     if isinstance(ord, str) or isinstance(ord, bool) or not isinstance(ord, numbers.Real):
         raise ArgumentError(f"linalg.vector_norm: ord must be a number, got {ord!r}")

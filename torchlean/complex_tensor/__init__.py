@@ -1,5 +1,6 @@
 """complex64 tensors (``dtype=torch.cfloat``), stored as float32 pairs: ``ComplexTensor`` over its
-real view (``_core``), arithmetic (``_math``), shape ops and indexing (``_shape``), factories
+real view (``_core``), arithmetic (``_math``), elementwise functions and powers (``_funcs``),
+reductions and vector products (``_reduce``), shape ops and indexing (``_shape``), factories
 (``_create``) and complex einsum/matmul (``_einsum``). This module binds the methods onto the class
 and gives the public functions that route complex arguments (``torch.abs(z)``, ``torch.cat``,
 ``torch.einsum``...) here and every other call to the real function unchanged.
@@ -13,23 +14,30 @@ views: writing into them does not write z (write ``view_as_real(z)[..., 0]`` ins
 
 from __future__ import annotations
 
+import builtins
 import numbers
 from typing import Any
 
 from .. import fast_kernels, ops
+from ..errors import NotSupportedError
+from ..ops.einsum import dot as real_dot, inner as real_inner, outer as real_outer
 from ..ops import extra as ops_extra
+from ..ops import math as ops_math
+from ..ops import reduce_dim
 from ..tensor import Tensor
-from . import _einsum, _math, _shape
+from . import _einsum, _funcs, _math, _reduce, _shape
 from ._core import SUPPORTED_METHODS, ComplexTensor, is_complex_tensor
 from ._create import (as_tensor, empty, empty_like, from_numpy, full, full_like, is_cfloat, ones, ones_like,
                       rand, rand_like, randn, randn_like, tensor, view_as_complex, view_as_real, zeros,
                       zeros_like)
 from ._math import angle, complex, polar, real, imag
+from ._reduce import vector_norm
 
 __all__ = ["ComplexTensor", "is_complex_tensor", "is_complex", "complex", "polar", "view_as_real",
-           "view_as_complex", "real", "imag", "conj", "conj_physical", "resolve_conj", "angle", "is_cfloat",
-           "zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like", "rand",
-           "randn", "rand_like", "randn_like", "tensor", "as_tensor", "from_numpy", "PUBLIC_ROUTES", "routed"]
+           "view_as_complex", "real", "imag", "conj", "conj_physical", "resolve_conj", "resolve_neg", "angle",
+           "is_cfloat", "zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",
+           "rand", "randn", "rand_like", "randn_like", "vector_norm", "tensor", "as_tensor", "from_numpy",
+           "PUBLIC_ROUTES", "routed"]
 
 
 def is_complex(input: Any) -> bool:  # noqa: A002
@@ -53,11 +61,22 @@ conj_physical = conj
 
 
 def resolve_conj(input: Any) -> Any:  # noqa: A002
+    """Identity: torchlean never holds a lazily conjugated tensor (``is_conj()`` is False)."""
     return input
+
+
+def resolve_neg(input: Any) -> Any:  # noqa: A002
+    """Identity: torchlean never holds a lazily negated tensor (``is_neg()`` is False)."""
+    return input
+
+
+def _sign(z: ComplexTensor) -> Any:
+    raise NotSupportedError("sign: complex tensors are not supported by sign (as PyTorch's); use sgn for z / |z|")
 
 
 # the arithmetic a real Tensor's operators hand a complex operand to (``x * z``, ``x * 1j``)
 cadd, csub, cmul, cdiv, cmatmul = _math.add, _math.sub, _math.mul, _math.div, _einsum.matmul
+cpow, crpow = _funcs.pow, _funcs.rpow
 
 
 def to_complex(op: str, x: Tensor) -> ComplexTensor:
@@ -85,11 +104,20 @@ def _bind() -> None:
         "__truediv__": forward(_math.div), "__rtruediv__": forward(reflected(_math.div)),
         "__matmul__": lambda s, o: _einsum.matmul(s, o), "__rmatmul__": lambda s, o: _einsum.matmul(o, s),
         "__neg__": _math.neg, "__pos__": lambda s: s, "__abs__": _math.abs,
-        "__pow__": _math.pow, "__eq__": forward(_math.eq), "__ne__": forward(_math.ne),
+        "__pow__": forward(_funcs.pow), "__rpow__": forward(reflected(_funcs.rpow)),
+        "__eq__": forward(_math.eq), "__ne__": forward(_math.ne),
         "__getitem__": _shape.getitem, "__setitem__": _shape.setitem,
         "add": _math.add, "sub": _math.sub, "mul": _math.mul, "div": _math.div, "neg": _math.neg,
         "conj": _math.conj, "conj_physical": _math.conj, "resolve_conj": lambda s: s, "is_conj": lambda s: False,
-        "abs": _math.abs, "angle": _math.angle, "pow": _math.pow, "reciprocal": _math.reciprocal,
+        "abs": _math.abs, "absolute": _math.abs, "angle": _math.angle, "pow": _funcs.pow,
+        "reciprocal": _math.reciprocal, "resolve_neg": lambda s: s, "is_neg": lambda s: False,
+        "exp": _funcs.exp, "log": _funcs.log, "log2": _funcs.log2, "log10": _funcs.log10, "sqrt": _funcs.sqrt,
+        "rsqrt": _funcs.rsqrt, "square": _funcs.square, "sin": _funcs.sin, "cos": _funcs.cos, "tan": _funcs.tan,
+        "sinh": _funcs.sinh, "cosh": _funcs.cosh, "tanh": _funcs.tanh, "sigmoid": _funcs.sigmoid,
+        "sgn": _funcs.sgn, "sign": _sign, "isnan": _funcs.isnan, "isinf": _funcs.isinf,
+        "isfinite": _funcs.isfinite, "nan_to_num": _funcs.nan_to_num, "prod": _reduce.prod, "var": _reduce.var,
+        "std": _reduce.std, "norm": _reduce.norm, "dot": _reduce.dot, "vdot": _reduce.vdot,
+        "inner": _reduce.inner, "outer": _reduce.outer, "ger": _reduce.outer,
         "sum": _math.sum, "mean": _math.mean, "matmul": lambda s, o: _einsum.matmul(s, o),
         "reshape": _shape.reshape, "view": _shape.reshape, "permute": _shape.permute, "transpose": _shape.transpose,
         "swapaxes": _shape.transpose, "unsqueeze": _shape.unsqueeze, "squeeze": _shape.squeeze,
@@ -170,6 +198,17 @@ def _matmul_any(real_fn):
     return fn
 
 
+def _pow_any(real_fn):
+    def fn(input: Any, exponent: Any) -> Any:  # noqa: A002
+        if isinstance(input, ComplexTensor) or isinstance(exponent, (ComplexTensor, builtins.complex)):
+            return _funcs.pow(input, exponent) if isinstance(input, (ComplexTensor, Tensor)) else \
+                _funcs.rpow(input, exponent)
+        return real_fn(input, exponent)
+    fn.__name__ = "pow"
+    fn.__doc__ = real_fn.__doc__
+    return fn
+
+
 def _binary(name: str, real_fn, complex_fn):
     def fn(input: Any, other: Any, *args: Any, **kw: Any) -> Any:  # noqa: A002
         if isinstance(input, ComplexTensor) or isinstance(other, ComplexTensor):
@@ -190,6 +229,38 @@ PUBLIC_ROUTES: dict[str, Any] = {
     "neg": routed("neg", ops.neg, _math.neg),
     "negative": routed("negative", ops.neg, _math.neg),
     "reciprocal": routed("reciprocal", ops.reciprocal, _math.reciprocal),
+    "exp": routed("exp", ops.exp, _funcs.exp),
+    "log": routed("log", ops.log, _funcs.log),
+    "log2": routed("log2", ops_math.log2, _funcs.log2),
+    "log10": routed("log10", ops_math.log10, _funcs.log10),
+    "sqrt": routed("sqrt", ops.sqrt, _funcs.sqrt),
+    "rsqrt": routed("rsqrt", ops_math.rsqrt, _funcs.rsqrt),
+    "square": routed("square", ops_math.square, _funcs.square),
+    "sin": routed("sin", ops_math.sin, _funcs.sin),
+    "cos": routed("cos", ops_math.cos, _funcs.cos),
+    "tan": routed("tan", ops_math.tan, _funcs.tan),
+    "sinh": routed("sinh", _funcs.real_sinh, _funcs.sinh),
+    "cosh": routed("cosh", _funcs.real_cosh, _funcs.cosh),
+    "tanh": routed("tanh", ops.tanh, _funcs.tanh),
+    "sigmoid": routed("sigmoid", ops.sigmoid, _funcs.sigmoid),
+    "sgn": routed("sgn", ops_math.sign, _funcs.sgn),
+    "sign": routed("sign", ops_math.sign, _sign),
+    "isnan": routed("isnan", ops_math.isnan, _funcs.isnan),
+    "isinf": routed("isinf", ops_math.isinf, _funcs.isinf),
+    "isfinite": routed("isfinite", ops_math.isfinite, _funcs.isfinite),
+    "nan_to_num": routed("nan_to_num", ops_math.nan_to_num, _funcs.nan_to_num),
+    "prod": routed("prod", reduce_dim.prod, _reduce.prod),
+    "var": routed("var", reduce_dim.var, _reduce.var),
+    "std": routed("std", reduce_dim.std, _reduce.std),
+    "var_mean": routed("var_mean", reduce_dim.var_mean, _reduce.var_mean),
+    "std_mean": routed("std_mean", reduce_dim.std_mean, _reduce.std_mean),
+    "norm": routed("norm", reduce_dim.norm, _reduce.norm),
+    "dot": _binary("dot", real_dot, _reduce.dot),
+    "vdot": _binary("vdot", real_dot, _reduce.vdot),
+    "inner": _binary("inner", real_inner, _reduce.inner),
+    "outer": _binary("outer", real_outer, _reduce.outer),
+    "ger": _binary("ger", real_outer, _reduce.outer),
+    "resolve_neg": resolve_neg,
     "reshape": routed("reshape", ops.reshape, _shape.reshape),
     "permute": routed("permute", ops.permute, _shape.permute),
     "transpose": routed("transpose", ops.transpose, _shape.transpose),
@@ -211,7 +282,7 @@ PUBLIC_ROUTES: dict[str, Any] = {
     "div": _binary("div", ops.div, _math.div),
     "divide": _binary("divide", ops.div, _math.div),
     "true_divide": _binary("true_divide", ops.div, _math.div),
-    "pow": routed("pow", ops.pow, _math.pow),
+    "pow": _pow_any(ops.pow),
     "is_tensor": lambda obj: isinstance(obj, (Tensor, ComplexTensor)),
     "allclose": _binary("allclose", ops_extra.allclose, _math.allclose),
     "isclose": _binary("isclose", ops_extra.isclose, _math.isclose),

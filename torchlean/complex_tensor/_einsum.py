@@ -18,7 +18,7 @@ from ..tensor import Tensor
 from ._core import ComplexTensor
 from ._math import pack, parts
 
-__all__ = ["einsum", "matmul", "has_complex"]
+__all__ = ["einsum", "matmul", "has_complex", "expand_parts"]
 
 
 def has_complex(args: Any) -> bool:
@@ -53,6 +53,11 @@ def _expand(op: str, operands: list[Any], contract) -> ComplexTensor:
             if im is term and k == 3:
                 im = ops.neg(term)
     return pack(re, im, op)
+
+
+def expand_parts(op: str, operands: list[Any], contract) -> ComplexTensor:
+    """``contract`` (a real multilinear map of the operands) with complex operands allowed."""
+    return _expand(op, operands, contract)
 
 
 def einsum(equation: str, *operands: Any) -> Any:

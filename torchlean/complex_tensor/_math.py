@@ -5,6 +5,7 @@ recorded real op, so the real view's gradient comes out as PyTorch's complex gra
 from __future__ import annotations
 
 import builtins
+import math
 import numbers
 from typing import Any
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from .. import autograd, dtypes, ops
 from ..ops import extra as ops_extra
+from ..ops import math as ops_math
 from .._validate import type_name
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor, tensor
@@ -125,10 +127,10 @@ def div(a: Any, b: Any) -> ComplexTensor:
         w = 1.0 / builtins.complex(br, bi)
         return mul(ComplexTensor.from_real_view(ops.stack([ar, ai if ai is not None else ops.mul(ar, 0.0)], -1))
                    if isinstance(ar, Tensor) else pack(ar, ai), w)
-    den = ops.add(ops.mul(br, br), ops.mul(bi, bi))
-    re = _add(_mul(ar, br), _mul(ai, bi))
-    im = _add(_mul(ai, br), _mul(ar, bi), -1.0)
-    return _result("div", _div(re, den), _div(im, den))
+    _, _, m, brs, bis, den = scaled(b)  # (a conj(b/m)) / (|b/m|^2 m): no overflow or underflow in |b|^2
+    re = _add(_mul(ar, brs), _mul(ai, bis))
+    im = _add(_mul(ai, brs), _mul(ar, bis), -1.0)
+    return _result("div", _div(_div(re, den), m), _div(_div(im, den), m))
 
 
 def _div(a: Part, b: Part) -> Part:
@@ -140,7 +142,15 @@ def _div(a: Part, b: Part) -> Part:
 
 
 def reciprocal(z: ComplexTensor) -> ComplexTensor:
-    return div(1.0, z)
+    """conj(z/m) / (|z/m|^2 m); PyTorch's values at 0 (inf + nan j) and at infinity (0)."""
+    x, _, m, xs, ys, den = scaled(z)
+    re, im = ops.div(ops.div(xs, den), m), ops.neg(ops.div(ops.div(ys, den), m))
+    with autograd.no_grad():
+        zero = den == 0.0
+        inf = ops_extra.where(zero, False, ops_math.isinf(den))
+    re = ops_extra.where(zero, math.inf, ops_extra.where(inf, 0.0, re))
+    im = ops_extra.where(zero, math.nan, ops_extra.where(inf, 0.0, im))
+    return _result("reciprocal", re, im)
 
 
 def neg(z: ComplexTensor) -> ComplexTensor:
@@ -158,12 +168,26 @@ def _zero_mask(re: Tensor, im: Tensor) -> tuple[Tensor, Tensor]:
     return s, (s == 0.0)
 
 
+def scaled(z: ComplexTensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(x, y, m, xs, ys, s): the parts, a scale m (max(|x|, |y|); 1 where that is 0 or not finite)
+    held constant on the tape, the scaled parts x/m, y/m and s = xs^2 + ys^2 (in [1, 2] for a
+    finite nonzero z): |z| = m sqrt(s) with no overflow for huge parts nor underflow for tiny ones.
+    The formulas built on it do not depend on m, so a constant m leaves their gradients exact."""
+    x, y = parts(z)
+    with autograd.no_grad():
+        m = ops.maximum(ops.abs(x), ops.abs(y))
+        bad = ops.integer.logical("logical_or", m == 0.0, ops.integer.logical_not(ops_math.isfinite(m)))
+        m = ops_extra.where(bad, 1.0, m)
+    xs, ys = ops.div(x, m), ops.div(y, m)
+    return x, y, m, xs, ys, ops.add(ops.mul(xs, xs), ops.mul(ys, ys))
+
+
 def abs(z: ComplexTensor) -> Tensor:  # noqa: A001  (PyTorch's name)
-    """|z| = sqrt(x^2 + y^2); at 0 the value is 0 and the gradient 0, as PyTorch's."""
-    re, im = parts(z)
-    s, zero = _zero_mask(re, im)
+    """|z| = m sqrt((x/m)^2 + (y/m)^2) (``scaled``); at 0 the value is 0 and the gradient 0, as PyTorch's."""
+    _, _, m, _, _, s = scaled(z)
+    zero = s == 0.0
     safe = ops_extra.where(zero, 1.0, s)  # the masked lanes get no gradient through sqrt
-    return ops_extra.where(zero, 0.0, ops.sqrt(safe))
+    return ops_extra.where(zero, 0.0, ops.mul(ops.sqrt(safe), m))
 
 
 def angle(z: ComplexTensor) -> Tensor:
@@ -176,10 +200,9 @@ def angle(z: ComplexTensor) -> Tensor:
     if not (autograd.is_grad_enabled() and z.requires_grad):
         return theta
     with autograd.no_grad():
-        x0, y0 = re.detach(), im.detach()
-        s0, zero = _zero_mask(x0, y0)
-        s0 = ops_extra.where(zero, 1.0, s0)
-        cx, cy = ops.div(ops.neg(y0), s0), ops.div(x0, s0)
+        x0, y0, m, xs, ys, s0 = scaled(z.detach())  # (-y, x) / |z|^2 = (-ys, xs) / (s m): no overflow
+        s0 = ops_extra.where(s0 == 0.0, 1.0, ops.mul(s0, m))
+        cx, cy = ops.div(ops.neg(ys), s0), ops.div(xs, s0)
         base = ops.add(ops.mul(cx, x0), ops.mul(cy, y0))
     lin = ops.add(ops.mul(cx, re), ops.mul(cy, im))
     return ops.add(ops.sub(lin, base), theta)
@@ -264,7 +287,8 @@ def mean(z: ComplexTensor, dim: Any = None, keepdim: bool = False) -> ComplexTen
 
 
 def pow(z: ComplexTensor, exponent: Any) -> ComplexTensor:  # noqa: A001
-    """``z ** n`` for an integer n (repeated squaring; a negative n through the reciprocal)."""
+    """``z ** n`` for an integer n (repeated squaring; a negative n through the reciprocal): the
+    integer case of ``_funcs.pow``, which takes every other exponent."""
     if isinstance(exponent, bool) or not isinstance(exponent, numbers.Integral):
         raise DTypeError(f"pow: complex tensors support integer exponents only, got {exponent!r} "
                          f"({type_name(exponent)})")
