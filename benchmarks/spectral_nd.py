@@ -5,7 +5,7 @@ irfftn; backward by autograd), forward + backward, at the issue's reference size
     FNO2d: batch 20, width 32, 64 x 64, 12 modes     FNO3d: batch 10, width 20, 64 x 64 x 40, 8 modes
 
     PYTHONPATH=. python3 benchmarks/spectral_nd.py --device cuda [--reps 20] [--only 2d|3d] [--route fft|gemm]
-    PYTHONPATH=. python3 benchmarks/spectral_nd.py --device cpu  [--reps 5]
+    PYTHONPATH=. python3 benchmarks/spectral_nd.py --device cpu  [--reps 5] [--threads N] [--stages]
 
 For each size: a check first (our y, dx, dw against torch float64 on the same device: max error
 relative to max |ref|), then the median wall time of --reps forward+backward steps (synchronized,
@@ -136,14 +136,57 @@ def run(which, device, reps):
     print(line)
 
 
+def stages(which, reps):
+    """The CPU kernel's stages on their own (fft route), median ms of --reps runs each: where a step's
+    time goes at this thread count. One step runs 4 analyses, 2 mixings, 1 weight gradient and 2
+    syntheses."""
+    import math
+
+    import scipy.fft as sfft
+
+    import torchlean.kernels.cpu.spectral_nd as K
+    from torchlean.kernels.cpu import gemm, spectral_mix
+
+    batch, cin, cout, ns, ms = SIZES[which]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, cin) + ns).astype(np.float32).reshape(-1)
+    w = rng.random((2 ** (len(ns) - 1), cin, cout) + ms + (2,)).astype(np.float32).reshape(-1)
+    geo = K._geometry(ns, ms)
+    lead, mm, p = batch * cin, math.prod(ms), batch * cin * math.prod(ns[:-1])
+    spec = K._fft_spectrum(x, lead, ns, ms, geo)
+    y = K._slab(lead, ns, ms)
+    ffts = (lead,) + tuple(ns[:-1]) + (ms[-1],)
+    z = np.ones(ffts, np.complex64)
+    rows = [("analysis (all)", lambda: K._fft_spectrum(x, lead, ns, ms, geo)),
+            ("  last-axis GEMM", lambda: gemm.gemm(x, geo.ana_last, 1, p, 2 * ms[-1], ns[-1], False, False)),
+            ("  one leading FFT, full slab", lambda: sfft.fft(z, axis=1, workers=K._workers(z.size))),
+            ("mixing", lambda: spectral_mix.mix(spec, geo.off, w, geo.corner, geo.local, mm, cin, cout, False, geo.unit,
+                                                y, geo.off, batch)),
+            ("weight gradient", lambda: spectral_mix.weight_grad(spec, spec, geo.off, geo.unit, batch, cin, cout,
+                                                                 geo.corner, geo.local, mm)),
+            ("synthesis (all)", lambda: K._fft_synthesis(y.copy(), lead, ns, ms, geo, False)),
+            ("  last-axis GEMM", lambda: gemm.gemm(z.view(np.float32).reshape(-1), geo.syn_last, 1, p, ns[-1],
+                                                   2 * ms[-1], False, False))]
+    for name, fn in rows:
+        print(f"  stage {which} {name:30s} {_median_time(fn, lambda: None, reps) * 1e3:9.3f} ms")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--only", choices=["2d", "3d"])
     ap.add_argument("--route", choices=["fft", "gemm"])
+    ap.add_argument("--stages", action="store_true", help="CPU: also time the kernel's stages on their own")
+    ap.add_argument("--threads", type=int, help="CPU threads of both (torch's and torchlean's set_num_threads)")
     args = ap.parse_args()
     import torch
+
+    if args.threads:
+        import torchlean
+
+        torch.set_num_threads(args.threads)
+        torchlean.set_num_threads(args.threads)
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -157,6 +200,8 @@ def main():
     print(header)
     for which in ([args.only] if args.only else ["2d", "3d"]):
         run(which, args.device, args.reps)
+        if args.stages and args.device == "cpu":
+            stages(which, args.reps)
 
 
 if __name__ == "__main__":

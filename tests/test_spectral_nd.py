@@ -439,3 +439,66 @@ def test_front_end_errors(call, exc, words):
         call()
     for w in words:
         assert w in str(info.value), f"{w!r} not in {info.value}"
+
+
+# -- the CPU kernels on the backend's pool: bits do not depend on the thread count or the split ----------
+BIG = [(4, 12, 12, (128, 96), (8, 12)), (2, 8, 8, (32, 24, 40), (4, 6, 8))]  # every stage splits at 2 threads
+
+
+def _cpu_outputs(geom):
+    batch, cin, cout, ns, ms = geom
+    d = len(ns)
+    x, w = _inputs(rng_for("bits", geom), *geom)
+    dy = rng_for("bits-dy", geom).standard_normal((batch, cout) + ns).astype(F32)
+    dims = (batch, cin, cout, *ns, *ms)
+    return [getattr(CPU_ND, f"spectral_conv{d}d_rfft_fwd")(x.ravel(), w.ravel(), *dims),
+            getattr(CPU_ND, f"spectral_conv{d}d_rfft_bwd_x")(x.ravel(), w.ravel(), dy.ravel(), *dims),
+            getattr(CPU_ND, f"spectral_conv{d}d_rfft_bwd_w")(x.ravel(), w.ravel(), dy.ravel(), *dims)]
+
+
+@pytest.mark.parametrize("geom", BIG, ids=["2d", "3d"])
+def test_cpu_bits_do_not_depend_on_the_thread_count(monkeypatch, geom):
+    """Every stage (the GEMMs, pocketfft, the mixing) splits at 2 threads, and the bits are those of
+    1 thread."""
+    import numba
+
+    from torchlean.kernels.cpu import gemm, parallel, spectral_mix
+    if parallel.max_threads() < 2:
+        pytest.skip("Numba's pool has one thread (NUMBA_NUM_THREADS=1 or the workqueue layer)")
+    seen = {"mix": [], "gemm": [], "fft": []}
+    for name, key in (("_mix_par", "mix"), ("_grad_par", "mix")):
+        real = getattr(spectral_mix, name)
+        monkeypatch.setattr(spectral_mix, name, lambda k, *a, _r=real, _k=key: (seen[_k].append(k), _r(k, *a))[1])
+    real_plan = gemm.plan
+    monkeypatch.setattr(gemm, "plan", lambda *a: (lambda r: (seen["gemm"].append(r[1]), r)[1])(real_plan(*a)))
+    real_workers = CPU_ND._workers
+    monkeypatch.setattr(CPU_ND, "_workers", lambda n: (lambda r: (seen["fft"].append(r), r)[1])(real_workers(n)))
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = _cpu_outputs(geom)
+        assert seen["mix"] == [] and set(seen["gemm"]) == {1} and set(seen["fft"]) == {1}
+        numba.set_num_threads(2)
+        two = _cpu_outputs(geom)
+    finally:
+        numba.set_num_threads(threads)
+    # at 2 threads the mixing ran in parts, the GEMMs in blocks and pocketfft on 2 workers
+    assert set(seen["mix"]) == {2} and 2 in seen["gemm"] and 2 in seen["fft"], seen
+    for a, b in zip(one, two):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("geom", [(3, 5, 4, (12, 10), (3, 4)), (2, 3, 4, (6, 8, 10), (2, 3, 4))], ids=["2d", "3d"])
+@pytest.mark.parametrize("route", ["fft", "gemm"])
+def test_cpu_mixing_bits_do_not_depend_on_its_split(monkeypatch, route, geom):
+    """The mixing kernels and the corner copies in 1, 3 and 7 parts (more parts than threads is
+    allowed) give the same bits."""
+    from torchlean.kernels.cpu import spectral_mix
+    monkeypatch.setattr(CPU_ND, "CONV_ROUTE", route)
+    runs = []
+    for k in (1, 3, 7):
+        monkeypatch.setattr(spectral_mix, "parts", lambda work, items, min_work, _k=k: _k)
+        runs.append(_cpu_outputs(geom))
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32))

@@ -1,29 +1,42 @@
-"""CPU 2-D/3-D FNO spectral convolutions (spec/spectral_nd.py): SciPy's pocketfft in complex64 plus
-the per-mode channel mixing as one batched complex matmul over the kept modes.
+"""CPU 2-D/3-D FNO spectral convolutions (spec/spectral_nd.py): the truncated transforms, and the
+per-mode channel mixing as one Numba kernel over the kept modes (kernels/cpu/spectral_mix.py), every
+stage on the backend's pool (parallel.py) and no stage's bits depending on the thread count.
 
-Route "fft" (the default): rfft along the last axis, keep its m_last bins, then the C2C FFT along
-the leading axes of that slab only (m_last of n_last//2 + 1 columns: NumPy's rfftn does these on
-every column), gather the corners, mix, scatter into a zero slab, inverse C2C along the leading
-axes, zero-pad the last axis to n//2 + 1 and one C2R (pocketfft's C2R ignores the imaginary parts of
-bins 0 and n/2: NumPy's irfftn, exactly). The adjoints use the same transforms:
-T^H dy = fftn(rfft(dy)) c_k / N on the kept modes, and E^H dX = N_lead ifftn (unscaled) then a C2R
-of dX n_last / c_k.
+Route "fft" (the default), the analysis E x of the kept modes:
+* the last (real) axis as one GEMM against its truncated DFT basis (n, 2 m_last) [cos | -sin] with the
+  columns interleaved, so the product is the complex64 slab (.., m_last) itself: the rfft would
+  compute all n//2 + 1 bins and keep m_last, at 2-3x the cost per core of the GEMM, which
+  gemm.gemm splits over the pool in blocks that never change a bit;
+* every leading axis, last to first, as pocketfft's C2C FFT of the slab (scipy.fft, ``workers``
+  from parallel.parts; a transform's bits do not depend on its workers: each line is one thread's),
+  each axis but the first cut to its kept rows at once, so the next transforms see 2 m_j of n_j.
+  The first axis' kept rows are picked by the mixing kernel, which reads them in place.
+The synthesis (NumPy's irfftn of the zero-padded spectrum) walks back: the mixing kernel writes the
+kept modes into a zero slab (n_0, K_1 .., m_last), inverse C2C along the first axis, each further
+leading axis zero-padded to its length and inverted, then the last axis as one GEMM against
+(c_k / n) [cos; -sin] (its sin rows are exactly 0 at bins 0 and n/2, whose imaginary parts the
+convention ignores). The adjoints use the same walks: T^H dy = E dy c_k / N on the kept modes (the
+scale rides in the mixing kernel) and E^H dX = unscaled inverses, then [cos; -sin]^T.
 
 Route "gemm": the truncated DFT as GEMMs (kernels/spectral_nd_basis.py), the CUDA backend's
-algorithm, here in NumPy: the tests run it on the CPU so the walk the GPU uses is checked here too.
-``CONV_ROUTE`` ("fft" or "gemm") picks the route.
+algorithm, here in NumPy (the mixing is the same kernel): the tests run it on the CPU so the walk
+the GPU uses is checked here too. Its leading-axis GEMMs cost about twice the FFTs' core time at the
+3-D reference size, hence the split above. ``CONV_ROUTE`` ("fft" or "gemm") picks the route.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import scipy.fft as sfft
 
 from ..caches import ByteLRU
-from ..spectral_nd_basis import analysis, corner_index, kept, kept_counts, make_bases, synthesis
+from ..spectral_nd_basis import Bases, analysis, corner_index, kept, kept_counts, make_bases, synthesis
+from . import gemm
 from .parallel import parts
+from .spectral_mix import copy_corners, mix, weight_grad
 
 __all__ = ["spectral_conv2d_rfft_fwd", "spectral_conv2d_rfft_bwd_x", "spectral_conv2d_rfft_bwd_w",
            "spectral_conv3d_rfft_fwd", "spectral_conv3d_rfft_bwd_x", "spectral_conv3d_rfft_bwd_w"]
@@ -35,92 +48,91 @@ _cache = ByteLRU("cpu", 64 << 20, max_entries=32)
 
 
 def _workers(elems: int) -> int:
+    """pocketfft's threads for a transform of ``elems`` elements (scipy.fft runs its own: it cannot run
+    inside a Numba region), as many as the policy would give a Numba kernel."""
     return parts(elems, elems, _PARALLEL_MIN // 2)
 
 
-def _geometry(ns, ms):
-    """(bases or None, corner, local) per (ns, ms), cached: the mode -> corner map, and the GEMM
-    route's matrices when that route runs."""
-    gemm = CONV_ROUTE == "gemm"
-    key = ("spectral_nd", ns, ms, gemm)
+class _Geo(NamedTuple):
+    bases: Bases
+    corner: np.ndarray      # per kept mode: its weight corner and index in it (corner_index)
+    local: np.ndarray
+    off: np.ndarray         # per kept mode: its offset in a channel's plane (fft: (n_0, K_1 .., m_last); gemm: M)
+    unit: np.ndarray        # per kept mode: 1 (float32)
+    adj_scale: np.ndarray   # per kept mode: c_k / N, the adjoint analysis' factor (fft route)
+    ana_last: np.ndarray    # (n, 2 m_last) [cos | -sin] interleaved
+    syn_last: np.ndarray    # (2 m_last, n) (c_k / n) [cos; -sin] interleaved
+
+
+def _geometry(ns, ms) -> _Geo:
+    """The per-(ns, ms) tables, cached."""
+    gemm_route = CONV_ROUTE == "gemm"
+    key = ("spectral_nd", ns, ms, gemm_route)
     hit = _cache.get(key)
     if hit is None:
-        bases = make_bases(ns, ms) if gemm else None
+        bases = make_bases(ns, ms)
         corner, local = corner_index(ms)
-        hit = (bases, corner, local)
-        _cache.put(key, hit, corner.nbytes + local.nbytes + (sum(a.nbytes for t in bases for a in t) if gemm else 0))
+        ks, m_last = kept_counts(ms), ms[-1]
+        if gemm_route:
+            off = np.arange(corner.size, dtype=np.int64)
+        else:
+            rows = kept(ns[0], ms[0], False)
+            inner = math.prod(ks[1:])
+            off = (rows[:, None] * inner + np.arange(inner)[None, :]).reshape(-1)
+        f = kept(ns[-1], m_last, True)
+        ck = np.where((f == 0) | (2 * f == ns[-1]), 1.0, 2.0) / math.prod(ns)
+        adj_scale = np.ascontiguousarray(np.broadcast_to(ck, ks).reshape(-1), F32)
+        an = bases.ana[-1]  # (2K, n): rows cos then -sin
+        ana_last = np.ascontiguousarray(np.stack([an[:m_last].T, an[m_last:].T], axis=-1).reshape(ns[-1], -1))
+        sy = bases.syn[-1]  # (n, 2K): columns c_k/n cos then -c_k/n sin
+        syn_last = np.ascontiguousarray(np.stack([sy[:, :m_last].T, sy[:, m_last:].T], axis=1).reshape(2 * m_last, -1))
+        hit = _Geo(bases, corner, local, off, np.ones(corner.size, F32), adj_scale, ana_last, syn_last)
+        _cache.put(key, hit, sum(b.nbytes for t in bases for b in t) + sum(t.nbytes for t in hit[1:]))
     return hit
 
 
-def _weights(w, cin, cout, ms, corner, local, conj_t=False):
-    """(M, cin, cout) complex64 per kept mode (or (M, cout, cin) conjugated, for the adjoint)."""
-    nc, mm = 2 ** (len(ms) - 1), math.prod(ms)
-    wc = w.reshape(nc, cin, cout, mm, 2)
-    wc = (wc[..., 0] + 1j * wc[..., 1]).astype(C64)  # (nc, cin, cout, mm)
-    per_mode = wc[corner, :, :, local]  # (M, cin, cout)
-    return np.conj(per_mode).transpose(0, 2, 1) if conj_t else per_mode
-
-
-def _fold(dwm, cin, cout, ms, corner, local):
-    """(M, cin, cout) complex -> the weights' layout (nc, cin, cout, m.., 2) flat float32."""
-    nc, mm = 2 ** (len(ms) - 1), math.prod(ms)
-    out = np.zeros((nc, mm, cin, cout), C64)
-    out[corner, local] = dwm
-    out = out.transpose(0, 2, 3, 1)
-    return np.ascontiguousarray(np.stack([out.real, out.imag], axis=-1), dtype=F32).reshape(-1)
-
-
 # -- the FFT route -------------------------------------------------------------------------------
-def _lead_axes(d):
-    return tuple(range(2, 2 + d - 1))
+def _corners_of(s, axis, m):
+    """The two corners [0, m) and [n - m, n) of s along axis, as one new array."""
+    out = np.empty(s.shape[:axis] + (2 * m,) + s.shape[axis + 1:], s.dtype)
+    copy_corners(s, out, axis, m)
+    return out
 
 
-def _take_kept(a, ns, ms):
-    """(L0, L1, K_0 .. K_{d-1}) from a slab (L0, L1, n_0 .. n_{d-2}, m_last)."""
-    for j in range(len(ns) - 1):
-        a = np.take(a, kept(ns[j], ms[j], False), axis=2 + j)
-    return a
+def _zero_padded(y, axis, n, m):
+    """y's two corners (2 m along axis) placed at [0, m) and [n - m, n) of zeros of length n."""
+    out = np.zeros(y.shape[:axis] + (n,) + y.shape[axis + 1:], y.dtype)  # fresh zero pages: the middle costs nothing
+    copy_corners(y, out, axis, m)
+    return out
 
 
-def _fft_spectrum(v, lead2, ns, ms, scale_adjoint):
-    """The kept modes (L0, L1, K..) complex64 of v (L0, L1, n..): E v, or T^H v (scale_adjoint)."""
-    workers = _workers(v.size)
-    d = len(ns)
-    s = sfft.rfft(v.reshape(lead2 + tuple(ns)), axis=-1, workers=workers)[..., :ms[-1]]
-    if d > 1:
-        s = sfft.fftn(s, axes=_lead_axes(d), workers=workers)
-    s = _take_kept(s, ns, ms)
-    if scale_adjoint:
-        f = kept(ns[-1], ms[-1], True)
-        ck = np.where((f == 0) | (2 * f == ns[-1]), 1.0, 2.0) / math.prod(ns)
-        s = s * ck.astype(F32)
-    return s.astype(C64, copy=False)
+def _fft_spectrum(v, lead, ns, ms, geo):
+    """(lead, n_0, K_1 .., m_last) complex64 (every axis but the first already cut) of v (lead, n..)."""
+    d, m_last = len(ns), ms[-1]
+    p = lead * math.prod(ns[:-1])
+    s = gemm.gemm(np.ascontiguousarray(v, F32).reshape(-1), geo.ana_last, 1, p, 2 * m_last, ns[-1], False, False)
+    s = s.view(C64).reshape((lead,) + tuple(ns[:-1]) + (m_last,))
+    for j in range(d - 2, -1, -1):
+        s = sfft.fft(s, axis=1 + j, workers=_workers(s.size), overwrite_x=True)
+        if j > 0:
+            s = _corners_of(s, 1 + j, ms[j])
+    return s
 
 
-def _fft_synthesis(spec, lead2, ns, ms, adjoint):
-    """y (L0, L1, n..) float32 from kept modes (L0, L1, K..): Re(T Y), or Re(E^H Y) (adjoint)."""
-    d = len(ns)
-    workers = _workers(math.prod(lead2) * math.prod(ns))
-    slab = np.zeros(lead2 + tuple(ns[:-1]) + (ns[-1] // 2 + 1,), C64)
-    idx = tuple(kept(ns[j], ms[j], False)[(slice(None),) + (None,) * (d - 2 - j)] for j in range(d - 1))
-    slab[(slice(None), slice(None)) + idx + (slice(0, ms[-1]),)] = spec
-    if adjoint:  # E^H: unscaled inverses, and Re(sum_k X_k e^{i theta}) = n irfft(X / c_k)
-        f = kept(ns[-1], ms[-1], True)
-        slab[..., :ms[-1]] *= (ns[-1] / np.where((f == 0) | (2 * f == ns[-1]), 1.0, 2.0)).astype(F32)
+def _fft_synthesis(y, lead, ns, ms, geo, adjoint):
+    """(lead, n..) float32 flat from the slab y (lead, n_0, K_1 .., m_last) (zeros off the kept modes):
+    Re(T Y), or Re(E^H Y) (adjoint)."""
+    d, m_last = len(ns), ms[-1]
     norm = "forward" if adjoint else "backward"
-    if d > 1:
-        slab[..., :ms[-1]] = sfft.ifftn(slab[..., :ms[-1]], axes=_lead_axes(d), workers=workers, norm=norm)
-    y = sfft.irfft(slab, n=ns[-1], axis=-1, workers=workers)
-    return np.ascontiguousarray(y, dtype=F32).reshape(-1)
-
-
-def _mix(spec, wm):
-    """(L0, cout, K..) from spec (L0, cin, K..) and per-mode matrices wm (M, cin, cout)."""
-    b, cin = spec.shape[:2]
-    ks = spec.shape[2:]
-    xm = spec.reshape(b, cin, -1).transpose(2, 0, 1)  # (M, b, cin)
-    ym = np.matmul(xm, wm)  # (M, b, cout)
-    return ym.transpose(1, 2, 0).reshape((b, wm.shape[2]) + ks)
+    for j in range(d - 1):
+        y = sfft.ifft(y, axis=1 + j, norm=norm, workers=_workers(y.size), overwrite_x=True)
+        if j + 1 < d - 1:
+            y = _zero_padded(y, 2 + j, ns[j + 1], ms[j + 1])
+    p = lead * math.prod(ns[:-1])
+    yf = np.ascontiguousarray(y).view(F32).reshape(-1)
+    if adjoint:
+        return gemm.gemm(yf, geo.ana_last, 1, p, ns[-1], 2 * m_last, False, True)
+    return gemm.gemm(yf, geo.syn_last, 1, p, ns[-1], 2 * m_last, False, False)
 
 
 # -- the GEMM route (the CUDA algorithm) ------------------------------------------------------------
@@ -147,16 +159,26 @@ def _gemm_synthesis(spec, lead, ns, ms, bases, adjoint):
 
 
 # -- the primitives ---------------------------------------------------------------------------------
-def _spectrum(v, b, c, ns, ms, geo, adjoint):
+def _spectrum(v, lead, ns, ms, geo, adjoint):
+    """The kept modes of v (lead, n..) and the per-mode factor that completes them: (E v, 1), or for
+    T^H v (E v, c_k / N) on the fft route and (T^H v, 1) on the gemm route."""
     if CONV_ROUTE == "gemm":
-        return _gemm_spectrum(v, b * c, ns, ms, geo[0], adjoint).reshape((b, c) + kept_counts(ms))
-    return _fft_spectrum(v, (b, c), ns, ms, adjoint)
+        return _gemm_spectrum(v, lead, ns, ms, geo.bases, adjoint), geo.unit
+    return _fft_spectrum(v, lead, ns, ms, geo), (geo.adj_scale if adjoint else geo.unit)
 
 
-def _synth(spec, b, c, ns, ms, geo, adjoint):
+def _slab(lead, ns, ms):
+    """The zeros the mixing writes the kept modes into: the synthesis' input."""
+    ks = kept_counts(ms)
     if CONV_ROUTE == "gemm":
-        return _gemm_synthesis(spec.reshape(b * c, -1), b * c, ns, ms, geo[0], adjoint)
-    return _fft_synthesis(spec, (b, c), ns, ms, adjoint)
+        return np.zeros((lead, math.prod(ks)), C64)
+    return np.zeros((lead, ns[0]) + ks[1:], C64)
+
+
+def _synth(y, lead, ns, ms, geo, adjoint):
+    if CONV_ROUTE == "gemm":
+        return _gemm_synthesis(y, lead, ns, ms, geo.bases, adjoint)
+    return _fft_synthesis(y, lead, ns, ms, geo, adjoint)
 
 
 def _fwd(x, w, batch, cin, cout, ns, ms):
@@ -166,9 +188,10 @@ def _fwd(x, w, batch, cin, cout, ns, ms):
     if cin == 0:
         return np.zeros(n_out, F32)
     geo = _geometry(ns, ms)
-    spec = _spectrum(x, batch, cin, ns, ms, geo, adjoint=False)
-    y = _mix(spec, _weights(w, cin, cout, ms, geo[1], geo[2]))
-    return _synth(y, batch, cout, ns, ms, geo, adjoint=False)
+    spec, scale = _spectrum(x, batch * cin, ns, ms, geo, adjoint=False)
+    y = _slab(batch * cout, ns, ms)
+    mix(spec, geo.off, w, geo.corner, geo.local, math.prod(ms), cin, cout, False, scale, y, geo.off, batch)
+    return _synth(y, batch * cout, ns, ms, geo, adjoint=False)
 
 
 def _bwd_x(x, w, dy, batch, cin, cout, ns, ms):
@@ -178,9 +201,10 @@ def _bwd_x(x, w, dy, batch, cin, cout, ns, ms):
     if cout == 0:
         return np.zeros(n_out, F32)
     geo = _geometry(ns, ms)
-    g = _spectrum(dy, batch, cout, ns, ms, geo, adjoint=True)
-    dxs = _mix(g, _weights(w, cin, cout, ms, geo[1], geo[2], conj_t=True))
-    return _synth(dxs, batch, cin, ns, ms, geo, adjoint=True)
+    g, scale = _spectrum(dy, batch * cout, ns, ms, geo, adjoint=True)
+    dxs = _slab(batch * cin, ns, ms)
+    mix(g, geo.off, w, geo.corner, geo.local, math.prod(ms), cin, cout, True, scale, dxs, geo.off, batch)
+    return _synth(dxs, batch * cin, ns, ms, geo, adjoint=True)
 
 
 def _bwd_w(x, w, dy, batch, cin, cout, ns, ms):
@@ -188,11 +212,9 @@ def _bwd_w(x, w, dy, batch, cin, cout, ns, ms):
     if batch == 0 or n_w == 0:
         return np.zeros(n_w, F32)
     geo = _geometry(ns, ms)
-    xs = _spectrum(x, batch, cin, ns, ms, geo, adjoint=False).reshape(batch, cin, -1)
-    gs = _spectrum(dy, batch, cout, ns, ms, geo, adjoint=True).reshape(batch, cout, -1)
-    # per mode: conj(X)^T (cin, batch) @ dY (batch, cout), the batch sum inside BLAS in a fixed order
-    dwm = np.matmul(np.conj(xs).transpose(2, 1, 0), gs.transpose(2, 0, 1))
-    return _fold(dwm, cin, cout, ms, geo[1], geo[2])
+    xs, _ = _spectrum(x, batch * cin, ns, ms, geo, adjoint=False)
+    gs, scale = _spectrum(dy, batch * cout, ns, ms, geo, adjoint=True)
+    return weight_grad(xs, gs, geo.off, scale, batch, cin, cout, geo.corner, geo.local, math.prod(ms))
 
 
 def spectral_conv2d_rfft_fwd(x, w, batch, cin, cout, h, wd, m1, m2):
