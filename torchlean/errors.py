@@ -63,7 +63,7 @@ class NotSupportedError(TorchLeanError, NotImplementedError):
 
 
 class NotSupportedAttributeError(NotSupportedError, AttributeError):
-    """A PyTorch name torchlean does not provide (``torch.complex64``, ``torch.optim.Rprop``): the
+    """A PyTorch name torchlean does not provide (``torch.complex64``, ``torch.optim.SparseAdam``): the
     message says so, and ``hasattr`` is False as for any absent name."""
 
 

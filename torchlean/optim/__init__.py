@@ -2,9 +2,9 @@
 
 ``SGD``, ``Adam``, ``AdamW`` (one fused step kernel per parameter: the ``sgd_step`` and
 ``adam_step`` primitives); ``RMSprop``, ``Adagrad``, ``Adadelta``, ``Adamax``, ``NAdam``,
-``RAdam`` (PyTorch's single-tensor formulas, a few element-wise primitives per parameter) and
-``LBFGS``; the ``Optimizer`` base class with PyTorch's param groups and state dicts (a torch
-optimizer's state dict loads), and the schedulers of ``lr_scheduler``.
+``RAdam``, ``Rprop``, ``ASGD`` (PyTorch's single-tensor formulas, a few element-wise primitives
+per parameter) and ``LBFGS``; the ``Optimizer`` base class with PyTorch's param groups and state
+dicts (a torch optimizer's state dict loads), and the schedulers of ``lr_scheduler``.
 """
 
 from . import lr_scheduler
@@ -12,19 +12,21 @@ from .adadelta import Adadelta
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .adamax import Adamax
+from .asgd import ASGD
 from .lbfgs import LBFGS
 from .nadam import NAdam
 from .optimizer import Optimizer
 from .radam import RAdam
 from .rmsprop import RMSprop
+from .rprop import Rprop
 from .sgd import SGD
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam",
-           "LBFGS", "lr_scheduler"]
+           "Rprop", "ASGD", "LBFGS", "lr_scheduler"]
 
 
-_MISSING = {n: "not implemented yet; the optimizers are SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, "
-               "NAdam, RAdam and LBFGS" for n in ("SparseAdam", "Rprop", "ASGD")}
+_MISSING = {"SparseAdam": "not implemented yet; the optimizers are SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, "
+                          "Adamax, NAdam, RAdam, Rprop, ASGD and LBFGS"}
 
 
 def __getattr__(name: str):
