@@ -5,7 +5,7 @@
 
 Cases (``benchmarks/scale_models.py``; ``--size full`` is the realistic size, ``small`` a scale-down
 for a 2-core CPU, default ``small`` on cpu and ``full`` on cuda): gpt2, gpt_mini, resnet18, dcgan,
-mlp, fno1d, mamba, lstm.
+mlp, fno1d, fno2d, mamba, lstm.
 
 Method:
 
@@ -16,7 +16,10 @@ Method:
   both. Two pieces differ by side (torchlean has no ``torch.fft`` yet, and a Python selective scan is
   what torch eager runs without mamba_ssm's CUDA extension): the FNO spectral layer (ours
   ``nn.SpectralConv1d``, torch the reference rfft-einsum-irfft) and Mamba's selective scan (ours
-  ``ops.selective_scan``, torch ``selective_scan_ref``, a Python loop over time).
+  ``ops.selective_scan``, torch ``selective_scan_ref``, a Python loop over time). fno2d is the
+  reference ``fourier_2d.py`` model on both sides: ours ``torchlean.nn.FNO2d``, torch's the reference
+  code (rfft2, complex einsum on both kept corners, irfft2; ``scale_models.reference_fno2d``), the
+  same parameter names, so the same state dict; LpLoss of the decoded prediction, Adam.
 * Each framework runs in its own subprocess: build, W warm-up steps, N timed steps. One timed step:
   upload the batch (``from_numpy(arr).to(device)``), forward, loss, ``zero_grad``, ``backward``,
   optimizer step(s) (DCGAN: the discriminator step on real and fake, then the generator step), and on
@@ -350,8 +353,8 @@ def markdown(rows: list[dict], meta: dict, args: argparse.Namespace) -> str:
              ("- peak memory: our allocator's peak_bytes vs torch.cuda.max_memory_allocated(), reset after warm-up"
               if cuda else "- peak memory: the worker's peak anonymous memory growth over its memory before the "
               "model was built (our allocator's peak in parentheses)"),
-             "- same source, same NumPy weights and batches on both sides; FNO spectral layer and Mamba scan differ "
-             "by side (see benchmarks/scale_models.py)",
+             "- same source, same NumPy weights and batches on both sides; FNO spectral layer, FNO2d module and Mamba "
+             "scan differ by side (see benchmarks/scale_models.py)",
              f"- GEMM peak (the limit): {meta['gemm_flops_per_s'] / 1e9:.1f} GFLOP/s achieved by torch.matmul of two "
              f"{GEMM_N}x{GEMM_N} float32 matrices, best of {meta['gemm_reps']}"
              + (f", TF32 {'on' if args.tf32 else 'off'}" if cuda else f", {meta['gemm_threads']} threads")

@@ -2,7 +2,7 @@
 
 Every builder takes ``fw``, a namespace holding the framework's modules (``torch``, ``nn``, ``F``,
 ``optim``) as PyTorch spells them, so the SAME source builds the torchlean model (``import
-torchlean as torch`` ...) and its PyTorch twin. Two pieces differ by side, and ``fw`` carries them:
+torchlean as torch`` ...) and its PyTorch twin. Some pieces differ by side, and ``fw`` carries them:
 
 * ``fw.SpectralConv1d``: torchlean has no ``torch.fft`` (no complex tensors yet), so our FNO uses
   ``torchlean.nn.SpectralConv1d`` (real DFT matrices, ``ops.spectral_conv1d``) and torch's uses the
@@ -11,9 +11,14 @@ torchlean as torch`` ...) and its PyTorch twin. Two pieces differ by side, and `
 * ``fw.selective_scan``: ours is ``torchlean.ops.selective_scan``; torch's is mamba_ssm's
   ``selective_scan_ref`` (a Python loop over time: what PyTorch eager runs without mamba_ssm's CUDA
   extension; ``torch_models.selective_scan_ref``). Same semantics and layouts.
+* ``fw.FNO2d`` (case ``fno2d``): ours is ``torchlean.nn.FNO2d``; torch's is the reference
+  ``fourier_2d.py`` model written in torch (``reference_fno2d``), with the same parameter names and
+  shapes (complex ``weights1``/``weights2``), so one state dict loads into both.
 
 Weights: ``init_weights`` overwrites every parameter with NumPy draws keyed by (seed, module,
-parameter name), so both sides start from identical values. Batches: ``make_batches`` (NumPy only).
+parameter name), so both sides start from identical values (complex parameters: real and imaginary
+parts uniform in [0, 1 / (in * out)), the reference's ``scale * torch.rand(..., dtype=cfloat)``).
+Batches: ``make_batches`` (NumPy only).
 """
 
 from __future__ import annotations
@@ -56,6 +61,11 @@ CASES: dict[str, dict[str, Any]] = {
         "desc": "FNO1d (4 Fourier layers), Adam",
         "full": dict(width=64, modes=16, grid=1024, batch=20, n_layer=4),
         "small": dict(width=64, modes=16, grid=512, batch=10, n_layer=4),
+    },
+    "fno2d": {
+        "desc": "FNO2d (fourier_2d.py, Darcy), Adam",
+        "full": dict(width=32, modes=12, grid=85, padding=9, batch=20),
+        "small": dict(width=32, modes=12, grid=43, padding=9, batch=10),
     },
     "mamba": {
         "desc": "Mamba block stack LM, AdamW",
@@ -143,6 +153,19 @@ def flops_fno1d(c: dict) -> int:
             + _train(_gemm(B * N, 128, w)) + _train(_gemm(B * N, 1, 128)))
 
 
+def flops_fno2d(c: dict) -> int:
+    # fc0 (no dX) on the s x s grid; per layer on the padded S x S grid: the 1x1 conv w_l (a GEMM) and
+    # the spectral conv (complex einsum over both kept corners, 2 m1 m2 modes, 8 real FLOPs per complex
+    # multiply-add, 3x; an rfft2 and an irfft2 of S x S per (batch, channel) at 5 N log2 N, N = S^2,
+    # 2x); fc1, fc2 on the cropped grid
+    B, s, w, m = c["batch"], c["grid"], c["width"], c["modes"]
+    S = s + c["padding"]
+    ffts = 2 * B * w * 5 * S * S * math.log2(S * S)
+    layer = _train(_gemm(B * S * S, w, w)) + _train(8 * B * 2 * m * m * w * w) + 2 * int(ffts)
+    return (_train(_gemm(B * s * s, w, 3), dx=False) + 4 * layer
+            + _train(_gemm(B * s * s, 128, w)) + _train(_gemm(B * s * s, 1, 128)))
+
+
 def flops_mamba(c: dict) -> int:
     # per block: in_proj, depthwise conv (K=4), x_proj, dt_proj, out_proj GEMMs (the selective scan is
     # element-wise and left out); tied lm_head
@@ -162,7 +185,7 @@ def flops_lstm(c: dict) -> int:
 
 STEP_FLOPS: dict[str, Callable[[dict], int]] = {
     "gpt2": flops_gpt, "gpt_mini": flops_gpt, "resnet18": flops_resnet18, "dcgan": flops_dcgan, "mlp": flops_mlp,
-    "fno1d": flops_fno1d, "mamba": flops_mamba, "lstm": flops_lstm}
+    "fno1d": flops_fno1d, "fno2d": flops_fno2d, "mamba": flops_mamba, "lstm": flops_lstm}
 
 
 def step_flops(name: str, cfg: dict) -> int:
@@ -208,6 +231,11 @@ def init_weights(fw: SimpleNamespace, modules: dict[str, Any], seed: int) -> Non
     with torch.no_grad():
         for mname, m in modules.items():
             for pname, p in m.named_parameters():
+                if p.is_complex():          # the reference FNO's cfloat weights: re, im uniform [0, 1/(in*out))
+                    shape = tuple(p.shape)
+                    v = np_rng(seed, f"{mname}.{pname}").uniform(0.0, 1.0 / (shape[0] * shape[1]), shape + (2,))
+                    p.copy_(torch.view_as_complex(torch.from_numpy(v.astype(np.float32))).to(p.device))
+                    continue
                 v = draw(seed, f"{mname}.{pname}", tuple(p.shape)).astype(np.float32)
                 p.copy_(torch.from_numpy(v).to(p.device))
 
@@ -238,6 +266,14 @@ def make_batches(name: str, cfg: dict, n: int, seed: int = 0) -> list[dict[str, 
             xs = np.broadcast_to(np.linspace(0, 1, g, dtype=np.float32)[None, :, None], (cfg["batch"], g, 1))
             out.append({"x": np.concatenate([u0, xs], axis=2).astype(np.float32),
                         "y": np.roll(u0, 3, axis=1).astype(np.float32)})
+        elif name == "fno2d":
+            # x: a normalized coefficient field (batch, s, s, 1); y: a positive smooth solution-like field
+            s = cfg["grid"]
+            x = rng.standard_normal((cfg["batch"], s, s, 1)).astype(np.float32)
+            t = np.linspace(0.0, 1.0, s)
+            bump = np.sin(np.pi * t)[:, None] * np.sin(np.pi * t)[None, :]
+            y = bump[None] * (1.0 + 0.1 * rng.standard_normal((cfg["batch"], s, s)))
+            out.append({"x": x, "y": y.astype(np.float32)})
         else:
             raise KeyError(name)
     return out
@@ -467,6 +503,87 @@ def fno1d(fw, c):
     return {"model": FNO1d()}, lambda ms: [fw.optim.Adam(ms["model"].parameters(), lr=1e-3)], step
 
 
+def reference_fno2d(fw, c):
+    """The reference ``fourier_2d.py`` FNO2d (rfft2 -> complex einsum on both corners -> irfft2, 1x1
+    Conv2d w_l, gelu, padding, get_grid rebuilt on the host each forward), written against ``fw``."""
+    nn, F, torch = fw.nn, fw.F, fw.torch
+
+    class SpectralConv2d(nn.Module):
+        def __init__(self, cin, cout, m1, m2):
+            super().__init__()
+            self.out_channels, self.modes1, self.modes2 = cout, m1, m2
+            scale = 1 / (cin * cout)
+            self.weights1 = nn.Parameter(scale * torch.rand(cin, cout, m1, m2, dtype=torch.cfloat))
+            self.weights2 = nn.Parameter(scale * torch.rand(cin, cout, m1, m2, dtype=torch.cfloat))
+
+        def forward(self, x):
+            m1, m2 = self.modes1, self.modes2
+            x_ft = torch.fft.rfft2(x)
+            out_ft = torch.zeros(x.shape[0], self.out_channels, x.size(-2), x.size(-1) // 2 + 1,
+                                 dtype=torch.cfloat, device=x.device)
+            out_ft[:, :, :m1, :m2] = torch.einsum("bixy,ioxy->boxy", x_ft[:, :, :m1, :m2], self.weights1)
+            out_ft[:, :, -m1:, :m2] = torch.einsum("bixy,ioxy->boxy", x_ft[:, :, -m1:, :m2], self.weights2)
+            return torch.fft.irfft2(out_ft, s=(x.size(-2), x.size(-1)))
+
+    class FNO2d(nn.Module):
+        def __init__(self, modes1, modes2, width, padding):
+            super().__init__()
+            self.padding = padding
+            self.fc0 = nn.Linear(3, width)
+            for i in range(4):
+                setattr(self, f"conv{i}", SpectralConv2d(width, width, modes1, modes2))
+            for i in range(4):
+                setattr(self, f"w{i}", nn.Conv2d(width, width, 1))
+            self.fc1 = nn.Linear(width, 128)
+            self.fc2 = nn.Linear(128, 1)
+
+        def forward(self, x):
+            b, sx, sy = x.shape[0], x.shape[1], x.shape[2]
+            gridx = torch.tensor(np.linspace(0, 1, sx), dtype=torch.float).reshape(1, sx, 1, 1).repeat([b, 1, sy, 1])
+            gridy = torch.tensor(np.linspace(0, 1, sy), dtype=torch.float).reshape(1, 1, sy, 1).repeat([b, sx, 1, 1])
+            x = torch.cat((x, torch.cat((gridx, gridy), dim=-1).to(x.device)), dim=-1)
+            x = self.fc0(x).permute(0, 3, 1, 2)
+            x = F.pad(x, [0, self.padding, 0, self.padding])
+            for i in range(4):
+                x = getattr(self, f"conv{i}")(x) + getattr(self, f"w{i}")(x)
+                if i < 3:
+                    x = F.gelu(x)
+            x = x[..., :-self.padding, :-self.padding].permute(0, 2, 3, 1)
+            return self.fc2(F.gelu(self.fc1(x)))
+
+    return FNO2d(c["modes"], c["modes"], c["width"], c["padding"])
+
+
+def fno2d(fw, c):
+    """Ours: ``torchlean.nn.FNO2d``; torch's: the reference (``reference_fno2d``); same parameter names.
+    Loss: the reference's training loss, LpLoss (relative L2 per sample, averaged) of the decoded
+    prediction (y_normalizer.decode: * (std + eps) + mean, constants kept on the device)."""
+    torch = fw.torch
+    s = c["grid"]
+    model = fw.FNO2d(c["modes"], c["modes"], c["width"], padding=c["padding"]) if fw.side == "ours" \
+        else reference_fno2d(fw, c)
+    rng = np_rng(0, "fno2d/normalizer")
+    std = (0.1 + rng.uniform(0.0, 0.1, (s, s)) + 1e-5).astype(np.float32)
+    mean = rng.uniform(0.0, 0.1, (s, s)).astype(np.float32)
+    consts: dict[str, Any] = {}
+
+    def step(ms, opts, b):
+        x, y = b["x"], b["y"]
+        if "std" not in consts:
+            consts["std"] = torch.from_numpy(std).to(x.device)
+            consts["mean"] = torch.from_numpy(mean).to(x.device)
+        n = x.shape[0]
+        out = ms["model"](x).reshape(n, s, s) * consts["std"] + consts["mean"]
+        diff = torch.norm(out.reshape(n, -1) - y.reshape(n, -1), 2, 1)
+        loss = torch.mean(diff / torch.norm(y.reshape(n, -1), 2, 1))
+        opts[0].zero_grad()
+        loss.backward()
+        opts[0].step()
+        return loss
+
+    return {"model": model}, lambda ms: [fw.optim.Adam(ms["model"].parameters(), lr=1e-3, weight_decay=1e-4)], step
+
+
 def mamba(fw, c):
     nn, F, torch = fw.nn, fw.F, fw.torch
     d, N = c["d"], c["d_state"]
@@ -553,7 +670,7 @@ def lstm(fw, c):
 
 
 BUILDERS: dict[str, Callable] = {"gpt2": gpt, "gpt_mini": gpt, "resnet18": resnet18, "dcgan": dcgan, "mlp": mlp,
-                                 "fno1d": fno1d, "mamba": mamba, "lstm": lstm}
+                                 "fno1d": fno1d, "fno2d": fno2d, "mamba": mamba, "lstm": lstm}
 
 
 def framework(side: str) -> SimpleNamespace:
@@ -566,7 +683,7 @@ def framework(side: str) -> SimpleNamespace:
         from torchlean import ops
 
         return SimpleNamespace(side=side, torch=torch, nn=nn, F=F, optim=optim, SpectralConv1d=nn.SpectralConv1d,
-                               selective_scan=ops.selective_scan)
+                               selective_scan=ops.selective_scan, FNO2d=nn.FNO2d)
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -575,7 +692,7 @@ def framework(side: str) -> SimpleNamespace:
     from . import torch_models as TM
 
     return SimpleNamespace(side=side, torch=torch, nn=nn, F=F, optim=optim, SpectralConv1d=TM.TorchSpectralConv1d,
-                           selective_scan=TM.selective_scan_ref)
+                           selective_scan=TM.selective_scan_ref, FNO2d=None)
 
 
 def build(name: str, cfg: dict, fw: SimpleNamespace, device: str, seed: int = 0):

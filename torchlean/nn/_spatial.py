@@ -17,6 +17,7 @@ import numpy as np
 from .. import ops
 from .._validate import int_arg, real_arg, type_name
 from ..errors import ArgumentError, DTypeError, ShapeError
+from ..ops.shape import pad_block
 from ..tensor import Tensor, dim_index, full, tensor, zeros
 from ._compose import as_tensor_arg, const, narrow
 
@@ -74,7 +75,10 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
             out, n, hi = narrow(out, d, 0, n + hi), n + hi, 0
         if lo == 0 and hi == 0:
             continue
-        if mode == "constant":
+        if mode == "constant" and fill == 0.0 and math.copysign(1.0, fill) > 0 and out._buf is not None \
+                and out.numel():  # +0.0 fill of a float tensor: one placement into zeros
+            out = pad_block(out, d, lo, hi)
+        elif mode == "constant":
             pieces = []
             for amount in (lo, None, hi):
                 if amount is None:

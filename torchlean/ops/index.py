@@ -98,10 +98,11 @@ def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
     return _gather_flat(x, np.take(flat, idx, axis=d))
 
 
-def _one_axis(key: Any, shape: tuple) -> tuple[int, int, int, bool] | None:
-    """(dim, start, length, drop the dim) where ``key`` (checked by _host_key) is a tuple of full
-    slices but one int or step-1 slice (``x[:, -1]``, ``x[..., a:b]``, ``x[..., i]``), an Ellipsis
-    standing for full slices; else None."""
+def _block_axes(key: Any, shape: tuple) -> list[tuple[int, int, int, bool]] | None:
+    """[(dim, start, length, drop the dim), ...] for every dim ``key`` (checked by _host_key)
+    narrows, when it is a tuple of ints and step-1 slices only (``x[:, -1]``, ``x[..., a:b]``,
+    ``x[..., :-p, :-p]``, ``x[i, 2:5]``), an Ellipsis standing for full slices; else None (also
+    when no dim is narrowed)."""
     if type(key) is not tuple:
         return None
     dots = [i for i, k in enumerate(key) if k is Ellipsis]
@@ -110,20 +111,30 @@ def _one_axis(key: Any, shape: tuple) -> tuple[int, int, int, bool] | None:
         key = key[:i] + (slice(None),) * (len(shape) - len(key) + 1) + key[i + 1:]
     if len(key) > len(shape) or any(k is Ellipsis for k in key):
         return None
-    found = None
+    found = []
     for d, k in enumerate(key):
         if type(k) is slice and k.start is None and k.stop is None and k.step in (None, 1):
             continue
-        if found is not None:
-            return None
         if type(k) in (int, np.int64) and -shape[d] <= k < shape[d]:
-            found = (d, int(k) % shape[d], 1, True)
+            found.append((d, int(k) % shape[d], 1, True))
         elif type(k) is slice and k.step in (None, 1):
             a, b, _ = k.indices(shape[d])
-            found = (d, a, max(b - a, 0), False)
+            found.append((d, a, max(b - a, 0), False))
         else:
             return None
-    return found
+    return found or None
+
+
+def _narrow_blocks(x: Tensor, axes: list[tuple[int, int, int, bool]]) -> Tensor:
+    """x narrowed along each of ``axes`` (from _block_axes): dim 0 as slice0's view, every other
+    dim one strided copy (narrow_block), the most shrinking first so that later copies are
+    smallest; no host index array. Int positions' dims are dropped at the end."""
+    shape = x.shape
+    out = x
+    for d, start, length, _ in sorted(axes, key=lambda a: (a[0] != 0, a[2] / max(shape[a[0]], 1))):
+        out = slice0(out, start, length) if d == 0 else narrow_block(out, d, start, length)
+    dropped = {d for d, _, _, drop in axes if drop}
+    return reshape(out, tuple(n for d, n in enumerate(out.shape) if d not in dropped)) if dropped else out
 
 
 def _gather_flat(x: Tensor, flat_index: np.ndarray) -> Tensor:
@@ -132,8 +143,9 @@ def _gather_flat(x: Tensor, flat_index: np.ndarray) -> Tensor:
 
 
 def getitem(x: Tensor, key: Any) -> Tensor:
-    """``x[key]``: ints and slices on dim 0 are one contiguous slice; anything else PyTorch accepts
-    (tuples, steps, integer arrays, boolean masks, None, Ellipsis) becomes a gather of flat positions;
+    """``x[key]``: ints and slices on dim 0 are one contiguous slice; a tuple of ints and step-1
+    slices (``x[..., :-p, :-p]``) narrows dim by dim (one strided copy each); anything else PyTorch
+    accepts (steps, integer arrays, boolean masks, None) becomes a gather of flat positions;
     negative steps are NumPy's (PyTorch refuses them). Every key is checked first (getitem's own
     errors, never NumPy's): integer arrays are read exactly (a uint64 2**64 - 1 is refused, not
     wrapped to -1), a step is never 0."""
@@ -152,11 +164,9 @@ def getitem(x: Tensor, key: Any) -> Tensor:
     if x.ndim >= 1 and isinstance(hk, slice) and hk.step == 1:
         start, stop, _ = hk.indices(x.shape[0])
         return slice0(x, start, max(stop - start, 0))
-    axis = _one_axis(hk, x.shape)
-    if axis is not None:
-        d, start, length, drop = axis
-        out = slice0(x, start, length) if d == 0 else narrow_block(x, d, start, length)
-        return reshape(out, x.shape[:d] + x.shape[d + 1:]) if drop else out
+    axes = _block_axes(hk, x.shape)
+    if axes is not None:
+        return _narrow_blocks(x, axes)
     flat = np.arange(x.numel(), dtype=np.int64).reshape(x.shape)
     return _gather_flat(x, np.asarray(_index_host(flat, hk, x.shape)))
 

@@ -309,6 +309,17 @@ def narrow_block(x: Tensor, d: int, start: int, length: int) -> Tensor:
                            lambda g: (P.narrow_block_bwd(g, outer, size, start, length, inner),))
 
 
+def pad_block(x: Tensor, d: int, lo: int, hi: int) -> Tensor:
+    """A float x with lo >= 0 zeros before and hi >= 0 zeros after it along dim d (checked by the
+    caller): one placement of x, seen as (outer, size, inner), into zeros (narrow_block_bwd); its VJP
+    is the narrow back (narrow_block). F.pad's constant zero mode: no zero pieces, no permutes."""
+    shape = x.shape
+    size, inner, outer = shape[d], numel(shape[d + 1:]), numel(shape[:d])
+    total = size + lo + hi
+    out = new(P.narrow_block_bwd(fbuf("pad", x), outer, total, lo, size, inner), shape[:d] + (total,) + shape[d + 1:])
+    return autograd.record("pad_block", out, (x,), lambda g: (P.narrow_block(g, outer, total, lo, size, inner),))
+
+
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """Concatenate along ``dim`` (dim 0: chained concat1d; other dims: move dim to the front first)."""
     if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):

@@ -1,7 +1,8 @@
 """Layout primitives (concat, slice, broadcast, transpose, axis swaps) and bmm on NumPy arrays.
 
-Large permutations (swap_adjacent_at_depth, permute), concat1d and broadcast_to's repeat loop
-split over Numba's threads (parallel.parts; see "moves" below); small ones stay on NumPy.
+Large permutations (swap_adjacent_at_depth, permute), concat1d, narrow_block(_bwd) and
+broadcast_to's repeat loop split over Numba's threads (parallel.parts; see "moves" below); small
+ones stay on NumPy.
 broadcast_to / reduce_from_broadcast whose broadcast axes form one block (the common case: a
 bias, a per-channel or per-step factor) run as Numba loops over (A, B, C) views, and so does
 reduce_from_broadcast over a leading and a trailing block (a conv's bias gradient); the rest goes
@@ -48,19 +49,50 @@ def slice1d(b, n, start, length):
 
 
 def narrow_block(x, outer, size, start, length, inner):
-    """(outer, size, inner) -> x[:, start:start+length, :]: one strided NumPy copy (always a new
-    array, also at full width)."""
-    return x.reshape(outer, size * inner)[:, start * inner:(start + length) * inner].copy().reshape(-1)
+    """(outer, size, inner) -> x[:, start:start+length, :]: one strided copy (always a new array,
+    also at full width); from 2 * MIN_WORK elements its rows are dealt to Numba's threads."""
+    a, width = start * inner, length * inner
+    t = parallel.parts(outer * width, outer, MIN_WORK)
+    if t == 1:
+        return x.reshape(outer, size * inner)[:, a:a + width].copy().reshape(-1)
+    out = np.empty(outer * width, F32)
+    _rows_par(x, size * inner, a, out, width, 0, width, outer, t)
+    return out
 
 
 def narrow_block_bwd(dy, outer, size, start, length, inner):
-    """(outer, size, inner) zeros with dy at [:, start:start+length, :]: every element written once."""
+    """(outer, size, inner) zeros with dy at [:, start:start+length, :]: every element written once
+    (rows dealt to Numba's threads as narrow_block's)."""
     a, b = start * inner, (start + length) * inner
-    out = np.empty((outer, size * inner), F32)
-    out[:, :a] = 0.0
-    out[:, a:b] = dy.reshape(outer, b - a)
-    out[:, b:] = 0.0
-    return out.reshape(-1)
+    total = size * inner
+    t = parallel.parts(outer * total, outer, MIN_WORK)
+    out = np.empty((outer, total), F32)
+    if t == 1:
+        out[:, :a] = 0.0
+        out[:, a:b] = dy.reshape(outer, b - a)
+        out[:, b:] = 0.0
+        return out.reshape(-1)
+    out = out.reshape(-1)
+    _rows_par(dy, b - a, 0, out, total, a, b - a, outer, t)
+    return out
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _rows_par(src, src_row, src_at, out, out_row, out_at, width, rows, tasks):
+    """For each of rows: out[r * out_row + out_at:][:width] = src[r * src_row + src_at:][:width],
+    the rest of out's row zero; rows dealt to tasks contiguous ranges (a move: same bits on any split)."""
+    for p in prange(tasks):
+        for r in range(rows * p // tasks, rows * (p + 1) // tasks):
+            o = np.uint64(r * out_row)  # unsigned: no wraparound check, the copies vectorize
+            s0 = np.uint64(r * src_row + src_at)
+            for i in range(np.uint64(out_at)):
+                out[o + i] = 0.0
+            o += np.uint64(out_at)
+            for i in range(np.uint64(width)):
+                out[o + i] = src[s0 + i]
+            o += np.uint64(width)
+            for i in range(np.uint64(out_row - out_at - width)):
+                out[o + i] = 0.0
 
 
 def adjacent_union(a, b):

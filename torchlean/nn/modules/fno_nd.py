@@ -53,18 +53,19 @@ def _spectral_conv(op: str, name: str) -> Any:
     return cls
 
 
-def _grid(op: str, x: Tensor, dims: int) -> Tensor:
-    """The reference's ``get_grid``: (batch, *spatial, dims) coordinates linspace(0, 1) per axis."""
+def _check_input(op: str, x: Any, dims: int) -> None:
     if not isinstance(x, Tensor):
         raise ArgumentError(f"{op}: expected a Tensor for input, got {type(x).__module__}.{type(x).__name__}")
     if x.dim() != dims + 2:
         raise ArgumentError(f"{op}: expected input of shape (batch, {', '.join('xyt'[:dims])}, channels) "
                             f"({dims + 2} dims, channels last), got shape {tuple(x.shape)}")
-    sizes = tuple(int(s) for s in x.shape[1:1 + dims])
+
+
+def _grid(batch: int, sizes: tuple[int, ...], device: Any) -> Tensor:
+    """The reference's ``get_grid``: (batch, *spatial, dims) coordinates linspace(0, 1) per axis."""
     axes = np.meshgrid(*[np.linspace(0.0, 1.0, s) for s in sizes], indexing="ij")
     coords = np.stack(axes, axis=-1).astype(np.float32)
-    grid = tensor(np.broadcast_to(coords, (int(x.shape[0]),) + coords.shape).copy(), device=x.device)
-    return grid
+    return tensor(np.broadcast_to(coords, (batch,) + coords.shape).copy(), device=device)
 
 
 class _FNO(Module):
@@ -90,6 +91,16 @@ class _FNO(Module):
                 setattr(self, f"bn{i}", norm(self.width))
         self.fc1 = Linear(self.width, 128)
         self.fc2 = Linear(128, self.out_channels)
+        # the last grid built, keyed by (batch, spatial sizes, device): a constant, so a training loop
+        # at one batch shape builds and uploads it once, not every forward
+        self._grid_cache: tuple[tuple, Tensor] | None = None
+
+    def _cached_grid(self, x: Tensor) -> Tensor:
+        d = self._dims
+        key = (int(x.shape[0]), tuple(int(n) for n in x.shape[1:1 + d]), str(x.device))
+        if self._grid_cache is None or self._grid_cache[0] != key:
+            self._grid_cache = (key, _grid(key[0], key[1], x.device))
+        return self._grid_cache[1]
 
     def _pad(self) -> list[int]:
         raise NotImplementedError
@@ -100,7 +111,8 @@ class _FNO(Module):
     def forward(self, x: Tensor) -> Tensor:
         op = type(self).__name__
         d = self._dims
-        x = ops.cat([x, _grid(op, x, d)], dim=-1)
+        _check_input(op, x, d)
+        x = ops.cat([x, self._cached_grid(x)], dim=-1)
         x = self.fc0(x)
         x = x.permute(0, d + 1, *range(1, d + 1))
         if self.padding:
