@@ -48,8 +48,8 @@ _EPS = 1e-5  # the reference normalizer's eps
 
 
 def default_config() -> dict:
-    """CPU defaults: 32 x 32 (solved on 63 x 63), 200 training pairs, 300 steps: about 1.3 s of
-    data generation and 110 s of training on 2 busy cores, test relative L2 about 0.05."""
+    """CPU defaults: 32 x 32 (solved on 63 x 63), 200 training pairs, 300 steps: a couple of
+    minutes on a 2-core machine (figures: BENCHMARKS.md)."""
     return {
         "steps": 300, "batch_size": 10, "lr": 3e-3, "seed": 0, "weight_decay": 1e-4 / 10,
         "scheduler": "step", "step_size": 100, "gamma": 0.5,
@@ -60,7 +60,7 @@ def default_config() -> dict:
 
 def cuda_config() -> dict:
     """The reference fourier_2d.py: 1000 training and 100 test pairs at 85 x 85 (solved on
-    421 x 421, about 0.7 s of one core's time per pair, spread over the host's cores), width 32,
+    421 x 421, one sparse solve per pair, spread over the host's cores), width 32,
     12 modes, batch 20, Adam lr 1e-3 and weight decay 1e-4 (on the batch's summed loss),
     StepLR(100 epochs, 0.5), 500 epochs."""
     return {

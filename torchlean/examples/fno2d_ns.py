@@ -44,8 +44,8 @@ make_optimizer = fno2d.make_optimizer
 
 
 def default_config() -> dict:
-    """CPU defaults: 32 x 32, 100 training trajectories, 100 steps: about 18 s of data generation
-    and 110 s of training on 2 busy cores, test relative L2 (whole trajectory) about 0.11."""
+    """CPU defaults: 32 x 32, 100 training trajectories, 100 steps: a couple of minutes on a
+    2-core machine (figures: BENCHMARKS.md)."""
     return {
         "steps": 100, "batch_size": 10, "lr": 3e-3, "seed": 0, "weight_decay": 1e-4 / 100,
         "scheduler": "step", "step_size": 35, "gamma": 0.5,
@@ -57,8 +57,8 @@ def default_config() -> dict:
 def cuda_config() -> dict:
     """The reference fourier_2d_time.py at nu = 1e-3: 1000 training and 200 test trajectories on
     64 x 64, 10 -> 10 steps, width 20, 12 modes, batch 20, Adam lr 1e-3 and weight decay 1e-4
-    (on the reference's summed loss), StepLR(100 epochs, 0.5), 500 epochs. The solver takes about
-    2 s of one core's time per trajectory (spread over the host's cores; the data cache keeps it)."""
+    (on the reference's summed loss), StepLR(100 epochs, 0.5), 500 epochs. The trajectories are
+    solved on the host's cores and kept by the data cache."""
     return {
         "steps": 25000, "batch_size": 20, "lr": 1e-3, "weight_decay": 1e-4 / 200, "scheduler": "step",
         "step_size": 5000, "gamma": 0.5, "n_train": 1000, "n_test": 200, "grid": 64, "solve_grid": 64,
