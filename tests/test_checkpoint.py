@@ -15,6 +15,7 @@ import torchlean as tl
 from torchlean import nn, optim
 from torchlean.checkpoint import (CheckpointError, CheckpointFormatError, CheckpointMismatchError, FORMAT_VERSION,
                                   load_checkpoint, save_checkpoint)
+from torchlean.complex_tensor import ComplexTensor
 from torchlean.errors import ArgumentError, ShapeError, TorchLeanError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -150,6 +151,71 @@ def test_resume_is_bitwise_identical(device, tmp_path):
     assert first == full[:10]
     assert second == full[10:]
     assert len(set(full)) > 10  # the loss really changes (dropout + learning)
+
+
+def _fno(device: str):
+    from torchlean.nn.modules.fno_nd import FNO2d
+
+    m = FNO2d(3, 3, 6, padding=2).to(device)
+    opt = optim.Adam(m.parameters(), lr=1e-2, weight_decay=1e-4)
+    return m, opt, optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+
+
+def _train_fno(m, opt, sch, steps: range, device: str) -> list[int]:
+    bits = []
+    for s in steps:
+        r = np.random.RandomState(2000 + s)
+        x = tl.tensor(r.standard_normal((2, 8, 8, 1)).astype(np.float32), device=device)
+        y = tl.tensor(r.standard_normal((2, 8, 8, 1)).astype(np.float32), device=device)
+        opt.zero_grad()
+        loss = tl.ops.mse_loss(m(x), y)
+        loss.backward()
+        opt.step()
+        sch.step()
+        bits.append(int(np.float32(loss.item()).view(np.uint32)))
+    return bits
+
+
+def test_complex_parameters_round_trip_and_resume_bitwise(device, tmp_path):
+    """An FNO's complex64 spectral weights are stored as complex64 (safetensors' C64) and a resumed
+    run repeats the uninterrupted one bit for bit; complex extras come back as complex tensors."""
+    with tl.deterministic(True):
+        tl.manual_seed(7)
+        full = _train_fno(*_fno(device), range(8), device)
+        tl.manual_seed(7)
+        m, opt, sch = _fno(device)
+        first = _train_fno(m, opt, sch, range(4), device)
+        z = tl.randn(3, dtype=tl.cfloat)
+        save_checkpoint(tmp_path / "f.safetensors", m, opt, sch, step=4, extra={"z": z})
+        saved = _host_state(m)
+        tl.manual_seed(99)
+        m, opt, sch = _fno(device)
+        meta = load_checkpoint(tmp_path / "f.safetensors", m, opt, sch)
+        loaded = _host_state(m)
+        second = _train_fno(m, opt, sch, range(meta["step"], 8), device)
+    assert saved["conv0.weights1"].dtype == np.complex64
+    assert all(_bits_equal(saved[k], loaded[k]) for k in saved)
+    assert first + second == full
+    assert isinstance(meta["extra"]["z"], ComplexTensor) and np.array_equal(meta["extra"]["z"].numpy(), z.numpy())
+
+
+def test_complex_checkpoint_is_torch_readable_and_dtype_checked(tmp_path):
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file
+
+    tl.manual_seed(0)
+    m = nn.SpectralConv2d(2, 3, 2, 2)
+    save_checkpoint(tmp_path / "s.safetensors", m)
+    sd = load_file(str(tmp_path / "s.safetensors"))
+    assert sd["weights1"].dtype == torch.complex64
+    np.testing.assert_array_equal(sd["weights2"].numpy(), m.weights2.numpy())
+    # a real model of the same keys and shapes refuses the complex entries and keeps its values
+    real = nn.Module()
+    real.weights1 = nn.Parameter(tl.zeros(*m.weights1.shape))
+    real.weights2 = nn.Parameter(tl.zeros(*m.weights2.shape))
+    with pytest.raises(CheckpointMismatchError, match="weights1.*complex64"):
+        load_checkpoint(tmp_path / "s.safetensors", real)
+    assert not real.weights1.numpy().any()
 
 
 # -- atomic writes -----------------------------------------------------------------------------------

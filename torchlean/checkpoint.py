@@ -3,7 +3,8 @@
 ``save_checkpoint(path, model, optimizer=None, scheduler=None, step=0, extra=None)`` writes
 
 * the model's state dict, each entry a safetensors tensor under its own dotted name (float32
-  parameters and buffers; int64/bool buffers such as ``num_batches_tracked`` keep their dtype),
+  parameters and buffers; complex64 parameters, such as an FNO's spectral weights, as safetensors'
+  C64; int64/bool buffers such as ``num_batches_tracked`` keep their dtype),
   so ``safetensors.torch.load_file(path)`` gives a PyTorch-loadable state dict plus a few extra
   entries under ``optimizer/``, ``scheduler/`` and ``extra/`` (names with a "/", which a module
   state dict never has);
@@ -50,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from ._atomic_file import atomic_write
+from .complex_tensor import ComplexTensor
 from .errors import ArgumentError, ShapeError, TorchLeanError
 from .runtime.rng import get_rng_state, set_rng_state
 from .tensor import Tensor
@@ -81,15 +83,17 @@ class CheckpointMismatchError(CheckpointError, ShapeError):
 
 # -- JSON encoding with tensors by reference ------------------------------------------------
 def _host_array(what: str, path: str, v: Any) -> np.ndarray:
-    if isinstance(v, Tensor):
+    if isinstance(v, (Tensor, ComplexTensor)):
         arr = v.numpy()
     else:
         arr = np.asarray(v)
     if arr.dtype.kind == "f" and arr.dtype != np.float32:
         arr = arr.astype(np.float32)
-    if arr.dtype.kind not in "fiub":
-        raise ArgumentError(f"save_checkpoint: {what} entry {path!r} has dtype {arr.dtype}; only float32, integer "
-                            f"and bool arrays can be stored")
+    if arr.dtype.kind == "c" and arr.dtype != np.complex64:
+        arr = arr.astype(np.complex64)
+    if arr.dtype.kind not in "fciub":
+        raise ArgumentError(f"save_checkpoint: {what} entry {path!r} has dtype {arr.dtype}; only float32, complex64, "
+                            f"integer and bool arrays can be stored")
     return np.ascontiguousarray(arr).reshape(arr.shape)  # ascontiguousarray alone makes 0-d arrays 1-d
 
 
@@ -107,14 +111,14 @@ class _Encoder:
         if isinstance(v, float) or isinstance(v, np.floating):
             v = float(v)
             return v if math.isfinite(v) else {"__float__": repr(v)}
-        if isinstance(v, (Tensor, np.ndarray)):
+        if isinstance(v, (Tensor, ComplexTensor, np.ndarray)):
             name = f"{self.prefix}{path}"
             k = 1
             while name in self.tensors:  # a path with dots could collide; keep names unique
                 name = f"{self.prefix}{path}#{k}"
                 k += 1
             self.tensors[name] = _host_array(self.what, path, v)
-            return {"__tensor__": name, "kind": "torchlean" if isinstance(v, Tensor) else "numpy"}
+            return {"__tensor__": name, "kind": "numpy" if isinstance(v, np.ndarray) else "torchlean"}
         if isinstance(v, tuple):
             return {"__tuple__": [self(x, f"{path}.{i}") for i, x in enumerate(v)]}
         if isinstance(v, list):
@@ -140,6 +144,10 @@ def _decode(v: Any, tensors: dict[str, np.ndarray], torchlean_tensors: bool) -> 
                                         f"does not contain")
         arr = tensors[name]
         if torchlean_tensors and v.get("kind") == "torchlean":
+            if arr.dtype.kind == "c":
+                from .complex_tensor import from_numpy
+
+                return from_numpy(np.array(arr, np.complex64))
             from .tensor import tensor
 
             return tensor(arr)
@@ -336,7 +344,10 @@ def _check_model(op: str, path: str, model: Any, meta: dict, tensors: dict[str, 
         if tuple(saved[k].shape) != tuple(t.shape):
             raise CheckpointMismatchError(f"{op}: model entry {k!r} has shape {tuple(saved[k].shape)} in the "
                                           f"checkpoint, the model expects {tuple(t.shape)}")
-        want = np.dtype(np.float32) if t._buf is not None else t._arr.dtype
+        if isinstance(t, ComplexTensor):
+            want = np.dtype(np.complex64)
+        else:
+            want = np.dtype(np.float32) if t._buf is not None else t._arr.dtype
         if saved[k].dtype != want:
             raise CheckpointMismatchError(f"{op}: model entry {k!r} has dtype {saved[k].dtype} in the checkpoint, "
                                           f"the model holds {want}")
@@ -401,7 +412,8 @@ def _apply(model: Any, model_sd: dict, optimizer: Any, opt_staged: Any, schedule
     """Install everything, or (should anything fail: out of device memory, an interrupt) put the
     model's tensors, the optimizer, the scheduler and the RNG back as they were. Buffers are values,
     so the model's snapshot is references, not copies."""
-    model_snap = [(t, t._buf, t._arr) for t in model.state_dict(keep_vars=True).values()]
+    own = [t.real_view() if isinstance(t, ComplexTensor) else t for t in model.state_dict(keep_vars=True).values()]
+    model_snap = [(t, t._buf, t._arr) for t in own]
     opt_snap = (optimizer.param_groups, optimizer.state) if optimizer is not None else None
     sch_snap = dict(scheduler.__dict__) if scheduler is not None else None
     rng_snap = get_rng_state()
