@@ -195,3 +195,46 @@ def test_few_rows_times_b_transposed_is_numpys_product(m, n, k):
     for nb in (2, 3, 5):
         if m * n * k >= nb * G.BLOCK_MACS and n >= nb * 32:
             assert _same_bits(G.gemm(a, b, 1, m, n, k, False, True, nblocks=nb), ref.reshape(-1))
+
+
+# -- a single row or column (our GEMV) ------------------------------------------------------------------
+@pytest.mark.parametrize("m,n,k", [(20000, 1, 128), (1, 128, 20000), (1, 700, 9000), (9000, 1, 700), (1, 1, 300000)])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_single_row_or_column_products_split_over_threads_without_changing_bits(m, n, k, ta, tb):
+    """A linear layer with one output (fc2 of an FNO: (rows, 128) -> 1), its weight gradient (one
+    row over many rows of k): ours, spread over the pool, the same bits on 1 and 2 threads, with
+    and without a bias, within float32 rounding of the float64 product."""
+    rng = np.random.default_rng(m + 3 * n + k)
+    a, b, bias = _f32(rng, m * k), _f32(rng, k * n), _f32(rng, n)
+    assert m * n * k >= G.GEMV_MIN_MACS
+    runs = _on_threads(lambda: (G.gemm(a, b, 1, m, n, k, ta, tb), G.gemm(a, b, 1, m, n, k, ta, tb, bias=bias)))
+    assert _same_bits(runs[0][0], runs[1][0]) and _same_bits(runs[0][1], runs[1][1])
+    ref = _op(a, m, k, ta).astype(np.float64) @ _op(b, k, n, tb).astype(np.float64)
+    np.testing.assert_allclose(runs[0][0].reshape(m, n), ref, rtol=0, atol=1e-6 * np.abs(ref).max() + 1e-30)
+    assert _same_bits(runs[0][1], (runs[0][0].reshape(m, n) + bias).reshape(-1))  # fl(fl(A B) + bias)
+
+
+def test_single_row_or_column_non_finite_values_propagate():
+    a = np.ones(4096 * 64, np.float32)
+    b = np.ones(64, np.float32)
+    a[5 * 64 + 3], a[9 * 64] = np.inf, np.nan
+    out = G.gemm(a, b, 1, 4096, 1, 64, False, False)
+    assert np.isinf(out[5]) and np.isnan(out[9]) and np.all(out[np.r_[0:5, 6:9, 10:4096]] == 64)
+
+
+@pytest.mark.parametrize("dims,perm", [((20, 47, 47, 32), (0, 3, 1, 2)), ((20, 32, 47, 47), (0, 2, 3, 1)),
+                                       ((3000, 77), (1, 0)), ((77, 3000), (1, 0)), ((6, 1, 50, 130), (3, 1, 0, 2))])
+def test_transposing_permutes_split_over_threads_equal_numpys(dims, perm):
+    """Permutations that are batched 2-D transposes (channels last <-> first) run tiled on the pool."""
+    x = _f32(np.random.default_rng(7), int(np.prod(dims)))
+    ref = np.ascontiguousarray(x.reshape(dims).transpose(perm)).reshape(-1)
+    for (out,) in _on_threads(lambda: layout.permute(x, dims, perm)):
+        assert _same_bits(out, ref)
+
+
+def test_outer_products_split_over_threads_equal_numpys():
+    rng = np.random.default_rng(8)
+    a, b = _f32(rng, 3 * 9000), _f32(rng, 3 * 40)
+    ref = (a.reshape(3, 9000, 1) * b.reshape(3, 1, 40)).reshape(-1)
+    for (out,) in _on_threads(lambda: layout.bmm(a, b, 3, 9000, 1, 40)):
+        assert _same_bits(out, ref)

@@ -21,6 +21,13 @@ The work items of ``batch`` products (m x k) @ (k x n) (``plan``):
   tails do depend on where a block starts) is never split, over k neither. tests check products
   split into 1-5 blocks against the one-block product bitwise, and thread counts 1 and 2.
 
+A product with a single row or column (m == 1 or n == 1: a linear layer with one output, its
+weight gradient, a matrix-vector product) is ours instead (``_gemv``): OpenBLAS's GEMV is one
+thread, and splitting it would change bits. Each output is a float64 dot product of its row (or
+column) with the vector, over k in fixed parts of the shape alone (``_gemv_parts``) added in part
+order and rounded once; rows (or column chunks) and parts are spread over the pool, and no bit
+depends on the thread count. Below GEMV_MIN_MACS multiply-adds OpenBLAS keeps them (one thread, cheap).
+
 fast_gemm's bias is added by the items themselves (after their block's sgemm, or in the sum of the
 inner parts): fl(fl(A B) + bias), one pass over the output on every thread.
 
@@ -48,19 +55,20 @@ _NO_BIAS = np.zeros(1, F32)
 
 
 @njit(inline="always", nogil=True)
-def _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap, scratch):
+def _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap, scratch, a_step):
     """Work item i: block i % nblocks of inner part (i // nblocks) % ks of batch entry
     i // (nblocks ks); rows of C if m >= n, else columns. a (batch, m, k) or its transposes (batch,
     k, m), b likewise, all flat and contiguous; c (batch, m, n) when ks == 1, else the partial
     products (batch, ks, m, n). The bias (ks == 1 only) is added to the block's outputs. swap
-    (A B^T with few rows, ks == 1): see _swapped."""
+    (A B^T with few rows, ks == 1): see _swapped. a_step: a's entries apart (m k, or 0: one A for
+    every entry)."""
     blk = i % nblocks
     s = (i // nblocks) % ks
     e = i // (nblocks * ks)
     k0, k1 = (k * s) // ks, (k * (s + 1)) // ks
     lda = m if ta else k
     ldb = k if tb else n
-    pa = a.ctypes.data + 4 * (e * m * k + k0 * (m if ta else 1))
+    pa = a.ctypes.data + 4 * (e * a_step + k0 * (m if ta else 1))
     pb = b.ctypes.data + 4 * (e * k * n + k0 * (1 if tb else n))
     pc = c.ctypes.data + 4 * (e * ks + s) * m * n
     t_a = TRANS if ta else NO_TRANS
@@ -92,15 +100,15 @@ def _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap
 
 
 @njit(cache=True, nogil=True)
-def _gemm_serial(fn, iz, a, b, c, batch, m, n, k, ta, tb, ks, bias, has_bias, swap, scratch):
+def _gemm_serial(fn, iz, a, b, c, batch, m, n, k, ta, tb, ks, bias, has_bias, swap, scratch, a_step):
     for i in range(batch * ks):
-        _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, 1, i, bias, has_bias, swap, scratch)
+        _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, 1, i, bias, has_bias, swap, scratch, a_step)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _gemm_par(fn, iz, a, b, c, batch, m, n, k, ta, tb, ks, nblocks, bias, has_bias, swap, scratch):
+def _gemm_par(fn, iz, a, b, c, batch, m, n, k, ta, tb, ks, nblocks, bias, has_bias, swap, scratch, a_step):
     for i in prange(batch * ks * nblocks):
-        _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap, scratch)
+        _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap, scratch, a_step)
 
 
 _SUM_CHUNK = 1 << 14  # output elements per task of the partial-product sum
@@ -134,6 +142,73 @@ def _sum_serial(part, c, batch, ks, mn, n, bias, has_bias):
 def _sum_par(part, c, batch, ks, mn, n, bias, has_bias):
     for q in prange(batch * ((mn + _SUM_CHUNK - 1) // _SUM_CHUNK)):
         _sum_chunk(part, c, ks, mn, n, q, bias, has_bias)
+
+
+# -- single row or column ---------------------------------------------------------------------------
+GEMV_MIN_MACS = 1 << 18   # below, OpenBLAS's GEMV on the caller's thread
+_GEMV_ROWS = 256          # output rows per task of the dot form
+_GEMV_COLS = 512          # output columns per task of the axpy form
+_GEMV_K_PART = 4096       # inner length per part of the axpy form at least
+_GEMV_K_PARTS = 16
+
+
+def _gemv_parts(k: int) -> int:
+    """Parts over k of the axpy form: a function of k alone (the bits depend on it)."""
+    return max(1, min(_GEMV_K_PARTS, k // _GEMV_K_PART))
+
+
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy", fastmath={"reassoc"})
+def _gemv_dot(x, v, out, rows, k):
+    """out[i] = sum_k x[i, k] v[k], x (rows, k) row-major: per row a float64 sum whose
+    order the compiled loop fixes (reassoc lets it keep SIMD lanes), independent of the split."""
+    tasks = (rows + _GEMV_ROWS - 1) // _GEMV_ROWS
+    for t in prange(tasks):
+        for i in range(t * _GEMV_ROWS, min(rows, (t + 1) * _GEMV_ROWS)):
+            xr = x[i * k:(i + 1) * k]
+            acc = 0.0
+            for j in range(k):
+                acc += np.float64(xr[j]) * np.float64(v[j])
+            out[i] = np.float32(acc)
+
+
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def _gemv_axpy(x, v, out, k, cols, kparts):
+    """out[j] = sum_k v[k] x[k, j], x (k, cols) row-major: kparts float64 partial
+    sums over consecutive ranges of k (each in k order), added in part order, rounded once."""
+    q = (cols + _GEMV_COLS - 1) // _GEMV_COLS
+    part = np.zeros((kparts, cols))
+    for t in prange(kparts * q):
+        p, c = t // q, t % q
+        c0, c1 = c * _GEMV_COLS, min(cols, (c + 1) * _GEMV_COLS)
+        acc = part[p, c0:c1]
+        for r in range((k * p) // kparts, (k * (p + 1)) // kparts):
+            vr = np.float64(v[r])
+            xr = x[r * cols + c0:r * cols + c1]
+            for j in range(c1 - c0):
+                acc[j] += vr * np.float64(xr[j])
+    for j in prange(cols):
+        s = part[0, j]
+        for p in range(1, kparts):
+            s += part[p, j]
+        out[j] = np.float32(s)
+
+
+def _gemv(a, b, m, n, k, trans_a, trans_b, bias):
+    """op(a) (m, k) @ op(b) (k, n) (+ bias) with m == 1 or n == 1 (one product), as a new flat
+    float32 array; the bias is added to the rounded products, fl(fl(A B) + bias), as the items do."""
+    c = np.empty(m * n, F32)
+    if n == 1:   # y = op(A) v: A (m, k) rows are dot products; A stored (k, m) is an axpy over its rows
+        if trans_a:
+            _gemv_axpy(a, b, c, k, m, _gemv_parts(k))
+        else:
+            _gemv_dot(a, b, c, m, k)
+    elif trans_b:  # y = u op(B): B stored (n, k) rows are dot products; stored (k, n) an axpy
+        _gemv_dot(b, a, c, n, k)
+    else:
+        _gemv_axpy(b, a, c, k, n, _gemv_parts(k))
+    if bias is not None:
+        c += bias
+    return c
 
 
 _SWAP_ROWS = 64  # A B^T with at most this many rows (and 4x as many columns) is computed as (B A^T)^T
@@ -176,23 +251,27 @@ def plan(batch: int, m: int, n: int, k: int) -> tuple[int, int]:
 
 
 def gemm(a, b, batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool, nblocks: int | None = None,
-         bias=None, kparts: int | None = None):
+         bias=None, kparts: int | None = None, shared_a: bool = False):
     """c[i] = op(a[i]) @ op(b[i]) (+ bias on every row) for i < batch, as a new flat float32 array:
-    a holds batch (m, k) matrices (trans_a: (k, m), read transposed), b batch (k, n) (trans_b:
-    (n, k)), all flat and C-contiguous; bias (n,) or None. nblocks and kparts override the split
-    (tests)."""
+    a holds batch (m, k) matrices (trans_a: (k, m), read transposed), or one for every entry
+    (shared_a), b batch (k, n) (trans_b: (n, k)), all flat and C-contiguous; bias (n,) or None.
+    nblocks and kparts override the split (tests)."""
     c = np.empty(batch * m * n, F32)
     if c.size == 0:
         return c
     st = parallel.sgemm_address()
     if k == 0 or st is None or st[1].itemsize == 4 and max(m, n, k) >= 1 << 31:
-        a3 = a.reshape(batch, k, m).transpose(0, 2, 1) if trans_a else a.reshape(batch, m, k)
+        na = 1 if shared_a else batch
+        a3 = a.reshape(na, k, m).transpose(0, 2, 1) if trans_a else a.reshape(na, m, k)
         b3 = b.reshape(batch, n, k).transpose(0, 2, 1) if trans_b else b.reshape(batch, k, n)
         parallel.blas_one_thread()
         np.matmul(a3, b3, out=c.reshape(batch, m, n))
         if bias is not None:
             c.reshape(batch, m, n)[...] += bias
         return c
+    if batch == 1 and min(m, n) == 1 and m * n * k >= GEMV_MIN_MACS:
+        with np.errstate(all="ignore"):
+            return _gemv(a, b, m, n, k, trans_a, trans_b, bias)
     fn, iz = st
     parallel.blas_one_thread()
     ks, nb = plan(batch, m, n, k)
@@ -205,12 +284,13 @@ def gemm(a, b, batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool,
     dest = c if ks == 1 else np.empty(batch * ks * m * n, F32)
     swap = _swapped(trans_a, trans_b, m, n, ks)
     scratch = np.empty(batch * m * n, F32) if swap else _NO_BIAS
+    a_step = 0 if shared_a else m * k
     if nb > 1 or batch * ks > 1 and batch * m * n * k >= 2 * BLOCK_MACS:
         _gemm_par(fn, iz, a, b, dest, batch, m, n, k, trans_a, trans_b, ks, nb, bv, has_bias and ks == 1, swap,
-                  scratch)
+                  scratch, a_step)
     else:
         _gemm_serial(fn, iz, a, b, dest, batch, m, n, k, trans_a, trans_b, ks, bv, has_bias and ks == 1, swap,
-                     scratch)
+                     scratch, a_step)
     if ks > 1:
         chunks = batch * (-(-(m * n) // _SUM_CHUNK))
         (_sum_par if chunks > 1 and parallel.threads() > 1 else _sum_serial)(dest, c, batch, ks, m * n, n, bv,

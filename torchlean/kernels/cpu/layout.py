@@ -480,11 +480,58 @@ def _runs(dims, perm):
     return shape, stride, run
 
 
+_TILE = 32  # the transposes' square tiles: a tile's rows and columns stay in cache between reads and writes
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _transpose_tiles(x, out, batch, rows, cols):
+    """out (batch, cols, rows) = x (batch, rows, cols) transposed, in _TILE x _TILE tiles dealt to
+    the pool (a move: same bits on any split). Within a tile the loop runs along the longer side's
+    rows (reads of x's rows when cols < rows, else writes of out's rows): measured about twice as
+    fast as the other order, and than NumPy's copy, on one core."""
+    tr, tc = (rows + _TILE - 1) // _TILE, (cols + _TILE - 1) // _TILE
+    for t in prange(batch * tr * tc):
+        e, rest = t // (tr * tc), t % (tr * tc)
+        r0, c0 = (rest // tc) * _TILE, (rest % tc) * _TILE
+        r1, c1 = min(rows, r0 + _TILE), min(cols, c0 + _TILE)
+        xb = x[e * rows * cols:(e + 1) * rows * cols]
+        ob = out[e * rows * cols:(e + 1) * rows * cols]
+        if cols < rows:
+            for r in range(r0, r1):
+                xr = xb[r * cols + c0:r * cols + c1]
+                for j in range(c1 - c0):
+                    ob[(c0 + j) * rows + r] = xr[j]
+        else:
+            for c in range(c0, c1):
+                d = ob[c * rows + r0:c * rows + r1]
+                for i in range(r1 - r0):
+                    d[i] = xb[(r0 + i) * cols + c]
+
+
+def _transpose_split(b, shape, stride):
+    """The permutation as a batched 2-D transpose on the pool, where its merged axes (``_runs``, run
+    1) are one: (batch, rows, cols) stored, read as (batch, cols, rows); else None."""
+    n = b.size
+    if len(shape) == 2 and stride[0] == 1 and stride[1] == shape[0]:
+        batch, cols, rows = 1, shape[0], shape[1]
+    elif len(shape) == 3 and stride[1] == 1 and stride[2] == shape[1] and stride[0] == shape[1] * shape[2]:
+        batch, cols, rows = shape
+    else:
+        return None
+    if parallel.parts(n, batch * -(-rows // _TILE) * -(-cols // _TILE), MIN_WORK) == 1:
+        return None
+    out = np.empty(n, F32)
+    _transpose_tiles(b, out, batch, rows, cols)
+    return out
+
+
 def _permute_split(b, dims, perm, t=None):
     """b.reshape(dims).transpose(perm) row-major on parallel.parts(...) (or t) threads; None where
-    the call stays on NumPy (small, or short runs)."""
+    the call stays on NumPy (small, or short runs that are not a batched transpose)."""
     n = b.size
     shape, stride, run = _runs(dims, perm)
+    if shape and run == 1 and t is None:
+        return _transpose_split(b, shape, stride)
     if not shape or run < MIN_RUN:
         return None
     if t is None:
@@ -529,10 +576,25 @@ def _product(a, b, batch, m, n, p, trans_a, trans_b):
         return np.zeros(batch * m * p, dtype=F32)
     with np.errstate(all="ignore"):
         if n == 1 and batch * m * p:  # either layout of an (m, 1) or (1, p) matrix is the same vector
-            out = np.empty((batch, m, p), F32)
-            np.multiply(a.reshape(batch, m, 1), b.reshape(batch, 1, p), out=out)
-            return out.reshape(-1)
+            out = np.empty(batch * m * p, F32)
+            if parallel.parts(out.size, batch * m, MIN_WORK) > 1:
+                _outer_rows(a, b, out, batch, m, p)
+            else:
+                np.multiply(a.reshape(batch, m, 1), b.reshape(batch, 1, p), out=out.reshape(batch, m, p))
+            return out
         return gemm(a, b, batch, m, p, n, trans_a, trans_b)
+
+
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def _outer_rows(a, b, out, batch, m, p):
+    """out[e, i, j] = a[e, i] * b[e, j], rows dealt to the pool (one product each: any split)."""
+    for r in prange(batch * m):
+        e = r // m
+        ai = a[r]
+        o = out[r * p:(r + 1) * p]
+        bv = b[e * p:(e + 1) * p]
+        for j in range(p):
+            o[j] = ai * bv[j]
 
 
 def bmm(a, b, batch, m, n, p):

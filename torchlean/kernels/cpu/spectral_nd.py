@@ -2,11 +2,15 @@
 per-mode channel mixing as one Numba kernel over the kept modes (kernels/cpu/spectral_mix.py), every
 stage on the backend's pool (parallel.py) and no stage's bits depending on the thread count.
 
-Route "fft" (the default), the analysis E x of the kept modes:
+Route "gemm" (the default): the truncated DFT as GEMMs (kernels/spectral_nd_basis.py), the CUDA
+backend's algorithm: the last axis as one GEMM against its truncated basis, each leading axis as a
+batched GEMM with the axis' (2 K_j, 2 n_j) real basis shared by every slice, all through gemm.gemm
+on the backend's one pool (parallel.py), and the mixing kernel between them. Every stage runs on
+Numba's threads and no bit depends on their count.
+
+Route "fft", the analysis E x of the kept modes:
 * the last (real) axis as one GEMM against its truncated DFT basis (n, 2 m_last) [cos | -sin] with the
-  columns interleaved, so the product is the complex64 slab (.., m_last) itself: the rfft would
-  compute all n//2 + 1 bins and keep m_last, at 2-3x the cost per core of the GEMM, which
-  gemm.gemm splits over the pool in blocks that never change a bit;
+  columns interleaved, so the product is the complex64 slab (.., m_last) itself;
 * every leading axis, last to first, as pocketfft's C2C FFT of the slab (scipy.fft, ``workers``
   from parallel.parts; a transform's bits do not depend on its workers: each line is one thread's),
   each axis but the first cut to its kept rows at once, so the next transforms see 2 m_j of n_j.
@@ -18,10 +22,10 @@ leading axis zero-padded to its length and inverted, then the last axis as one G
 convention ignores). The adjoints use the same walks: T^H dy = E dy c_k / N on the kept modes (the
 scale rides in the mixing kernel) and E^H dX = unscaled inverses, then [cos; -sin]^T.
 
-Route "gemm": the truncated DFT as GEMMs (kernels/spectral_nd_basis.py), the CUDA backend's
-algorithm, here in NumPy (the mixing is the same kernel): the tests run it on the CPU so the walk
-the GPU uses is checked here too. Its leading-axis GEMMs cost about twice the FFTs' core time at the
-3-D reference size, hence the split above. ``CONV_ROUTE`` ("fft" or "gemm") picks the route.
+Why GEMMs by default: pocketfft runs its own threads, which fight the pool's workers (they spin
+for a while after each region) on a many-core CPU, and lengths such as 94 (the FNO2d reference's
+85 + 9 padding) are slow FFT sizes. On one core the two routes cost about the same
+(BENCHMARKS.md). ``CONV_ROUTE`` ("gemm" or "fft") picks the route; the tests run both.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ __all__ = ["spectral_conv2d_rfft_fwd", "spectral_conv2d_rfft_bwd_x", "spectral_c
            "spectral_conv3d_rfft_fwd", "spectral_conv3d_rfft_bwd_x", "spectral_conv3d_rfft_bwd_w"]
 
 F32, C64 = np.float32, np.complex64
-CONV_ROUTE = "fft"
+CONV_ROUTE = "gemm"
 _PARALLEL_MIN = 1 << 16
 _cache = ByteLRU("cpu", 64 << 20, max_entries=32)
 
@@ -70,7 +74,7 @@ def _geometry(ns, ms) -> _Geo:
     key = ("spectral_nd", ns, ms, gemm_route)
     hit = _cache.get(key)
     if hit is None:
-        bases = make_bases(ns, ms)
+        bases = Bases(*(tuple(np.array(b) for b in t) for t in make_bases(ns, ms)))  # writeable: Numba's one typing
         corner, local = corner_index(ms)
         ks, m_last = kept_counts(ms), ms[-1]
         if gemm_route:
@@ -137,25 +141,30 @@ def _fft_synthesis(y, lead, ns, ms, geo, adjoint):
 
 # -- the GEMM route (the CUDA algorithm) ------------------------------------------------------------
 def _real_mm(v, basis, p, q):
-    return np.matmul(np.asarray(v, F32).reshape(p, q), basis.T)
+    """v (p, q) @ basis^T, basis (r, q): one GEMM split over the pool (gemm.py)."""
+    return gemm.gemm(np.ascontiguousarray(v, F32).reshape(-1), basis, 1, p, basis.shape[0], q, False, True)
 
 
 def _batched_mm(basis, v, outer, q, inner):
-    return np.matmul(basis, np.asarray(v, F32).reshape(outer, q, inner))
+    """basis (r, q) @ v[o] for each of the outer (q, inner) slices: one batched GEMM with a shared A."""
+    return gemm.gemm(basis, np.ascontiguousarray(v, F32).reshape(-1), outer, basis.shape[0], inner, q, False, False,
+                     shared_a=True)
 
 
 def _gemm_spectrum(v, lead, ns, ms, bases, adjoint):
     ks = kept_counts(ms)
     first, rest = (bases.syn_t[-1], bases.syn_t) if adjoint else (bases.ana[-1], bases.ana)
     s = analysis(v, lead, ns, ks, first, rest, _real_mm, _batched_mm).reshape(lead, 2, -1)
-    return (s[:, 0] + 1j * s[:, 1]).astype(C64)  # (lead, M)
+    out = np.empty((lead, s.shape[2]), C64)
+    out.real, out.imag = s[:, 0], s[:, 1]
+    return out  # (lead, M)
 
 
 def _gemm_synthesis(spec, lead, ns, ms, bases, adjoint):
     ks = kept_counts(ms)
     rest, last = (bases.ana_t, bases.ana_t[-1]) if adjoint else (bases.syn, bases.syn[-1])
-    s = np.stack([spec.real, spec.imag], axis=1).astype(F32)  # (lead, 2, M)
-    return np.ascontiguousarray(synthesis(s, lead, ns, ks, rest, last, _real_mm, _batched_mm), F32).reshape(-1)
+    s = np.stack([spec.real, spec.imag], axis=1)  # (lead, 2, M) float32
+    return synthesis(s, lead, ns, ks, rest, last, _real_mm, _batched_mm).reshape(-1)
 
 
 # -- the primitives ---------------------------------------------------------------------------------
