@@ -360,6 +360,39 @@ def test_cpu_routes_agree_at_benchmark_like_size(monkeypatch):
         assert np.abs(y - ref).max() < 1e-4 * np.abs(ref).max()
 
 
+def test_cpu_dft_route_splits_over_threads_without_changing_bits(monkeypatch):
+    """The DFT route's GEMMs (analysis and synthesis with the basis shared by the batch, the
+    per-mode mixing, the weight gradient) run on the pool: 1 and 2 threads give the same bits."""
+    import numba
+
+    from torchlean.kernels.cpu import gemm, parallel
+    if parallel.max_threads() < 2:
+        pytest.skip("Numba's pool has one thread (NUMBA_NUM_THREADS=1 or the workqueue layer)")
+    monkeypatch.setattr(CPU_SPECTRAL, "CONV_ROUTE", "dft")
+    x, wr, wi = _conv_inputs(rng_for("threads"), 8, 1024, 32, 12)  # 6.3 M multiply-adds per analysis: split
+    dy = rng_for("threads-dy").standard_normal(x.shape).astype(F32)
+    splits = []
+    real_plan = gemm.plan
+    monkeypatch.setattr(gemm, "plan", lambda *a: (lambda r: (splits.append(r), r)[1])(real_plan(*a)))
+
+    def run():
+        args = (x.ravel(), wr.ravel(), wi.ravel())
+        return [CPU_SPECTRAL.spectral_conv1d_rfft_fwd(*args, 1024, 32, 12, 8),
+                CPU_SPECTRAL.spectral_conv1d_rfft_bwd_x(*args, dy.ravel(), 1024, 32, 12, 8),
+                *CPU_SPECTRAL.spectral_conv1d_rfft_bwd_w(*args, dy.ravel(), 1024, 32, 12, 8)]
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = run()
+        numba.set_num_threads(2)
+        two = run()
+    finally:
+        numba.set_num_threads(threads)
+    assert splits  # the GEMMs went through gemm.py's plan
+    for a, b in zip(one, two):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
 def test_results_are_deterministic(device):
     x, wr, wi = _conv_inputs(rng_for("det"), 3, 40, 4, 9)
     dy = rng_for("det-dy").standard_normal(x.shape).astype(F32)

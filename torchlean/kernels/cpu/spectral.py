@@ -7,7 +7,8 @@ of bin 0 and bin n/2 (even n), as the convention asks.
 
 Spectral convolution, two routes (both within the contract, which admits either):
 
-* "dft": the truncated DFT as GEMMs with a cached float32 basis per (grid, modes): forward
+* "dft": the truncated DFT as GEMMs (gemm.py: on the backend's pool, the basis shared by the batch
+  entries) with a cached float32 basis per (grid, modes): forward
   X[b] = Bf (2 modes, grid) @ x[b] (rows 2k, 2k+1 = cos, -sin, so each mode's [Re X | Im X] is one
   contiguous 2 width row), the mixing as one real batched matmul over the modes with the block
   matrices [[w_re, w_im], [-w_im, w_re]], and the inverse y[b] = Bi (grid, 2 modes) @ Y[b]
@@ -34,6 +35,7 @@ import scipy.fft as sfft
 
 from ..caches import ByteLRU
 from ..spectral_basis import make_bases
+from .gemm import gemm
 from .parallel import parts
 
 __all__ = ["rfft1d_packed", "irfft1d_packed", "spectral_conv1d_rfft_fwd", "spectral_conv1d_rfft_bwd_x",
@@ -85,7 +87,7 @@ def _bases(grid: int, modes: int) -> tuple[np.ndarray, np.ndarray]:
     key = (grid, modes)
     hit = _basis_cache.get(key)
     if hit is None:
-        hit = make_bases(grid, modes)
+        hit = tuple(np.array(b) for b in make_bases(grid, modes))  # writeable copies: Numba's one typing
         _basis_cache.put(key, hit, hit[0].nbytes + hit[1].nbytes)
     return hit
 
@@ -111,16 +113,26 @@ def _blocks(w_re, w_im, modes, width):
     return wb
 
 
-def _dft_analysis(basis_t, v3, batch, modes, width):
-    """(modes, batch, 2 width) from v3 (batch, grid, width) and a (2 modes, grid) basis."""
-    s = np.matmul(basis_t, v3)  # (batch, 2 modes, width): rows 2k, 2k+1 = re, im
+def _dft_analysis(basis, stored_t, v3, batch, modes, width):
+    """(modes, batch, 2 width) from v3 (batch, grid, width) and the (2 modes, grid) basis, given as
+    ``basis`` itself or (stored_t) as its (grid, 2 modes) transpose: one batched GEMM with a shared
+    basis on the pool (gemm.py)."""
+    grid = v3.shape[1]
+    s = gemm(basis, np.ascontiguousarray(v3).reshape(-1), batch, 2 * modes, width, grid, stored_t, False, shared_a=True)
     return s.reshape(batch, modes, 2 * width).transpose(1, 0, 2)
 
 
-def _dft_synthesis(basis, s, batch, grid, modes, width):
-    """(batch, grid, width) from s (modes, batch, 2 width) and a (grid, 2 modes) basis."""
-    inter = np.ascontiguousarray(s.transpose(1, 0, 2)).reshape(batch, 2 * modes, width)
-    return np.matmul(basis, inter)
+def _dft_synthesis(basis, stored_t, s, batch, grid, modes, width):
+    """(batch, grid, width) from s (modes, batch, 2 width) and the (grid, 2 modes) basis (or, stored_t,
+    its (2 modes, grid) transpose)."""
+    inter = np.ascontiguousarray(s.transpose(1, 0, 2)).reshape(-1)  # (batch, 2 modes, width)
+    return gemm(basis, inter, batch, grid, width, 2 * modes, stored_t, False, shared_a=True)
+
+
+def _mix(s, wb, modes, batch, width, adjoint):
+    """Per mode (batch, 2 width) @ wb[k] (wb[k]^T for the adjoint): one batched GEMM."""
+    return gemm(np.ascontiguousarray(s).reshape(-1), wb.reshape(-1), modes, batch, 2 * width, 2 * width, False,
+                adjoint).reshape(modes, batch, 2 * width)
 
 
 def _fft_spectrum(v3, modes, workers):
@@ -145,13 +157,11 @@ def _conv(v, w_re, w_im, batch, grid, width, modes, adjoint):
         bf, bi = _bases(grid, modes)
         wb = _blocks(w_re, w_im, modes, width)
         if not adjoint:
-            s = _dft_analysis(bf, v3, batch, modes, width)
-            ys = np.matmul(s, wb)
-            out = _dft_synthesis(bi, ys, batch, grid, modes, width)
+            s = _dft_analysis(bf, False, v3, batch, modes, width)
+            out = _dft_synthesis(bi, False, _mix(s, wb, modes, batch, width, False), batch, grid, modes, width)
         else:
-            s = _dft_analysis(bi.T, v3, batch, modes, width)
-            ys = np.matmul(s, wb.transpose(0, 2, 1))
-            out = _dft_synthesis(bf.T, ys, batch, grid, modes, width)
+            s = _dft_analysis(bi, True, v3, batch, modes, width)
+            out = _dft_synthesis(bf, True, _mix(s, wb, modes, batch, width, True), batch, grid, modes, width)
     else:
         workers = _workers(n)
         wc = (w_re.reshape(modes, width, width) + 1j * w_im.reshape(modes, width, width)).astype(C64)
@@ -177,9 +187,10 @@ def spectral_conv1d_rfft_bwd_w(x, w_re, w_im, dy, grid, width, modes, batch=1):
     x3, d3 = x.reshape(batch, grid, width), dy.reshape(batch, grid, width)
     if _route(grid, modes) == "dft":
         bf, bi = _bases(grid, modes)
-        xs = _dft_analysis(bf, x3, batch, modes, width)      # (modes, batch, 2 width)
-        gs = _dft_analysis(bi.T, d3, batch, modes, width)    # (c_k/grid) rfft(dy), same layout
-        p = np.matmul(xs.transpose(0, 2, 1), gs)             # (modes, 2 width, 2 width)
+        xs = _dft_analysis(bf, False, x3, batch, modes, width)  # (modes, batch, 2 width)
+        gs = _dft_analysis(bi, True, d3, batch, modes, width)   # (c_k/grid) rfft(dy), same layout
+        p = gemm(np.ascontiguousarray(xs).reshape(-1), np.ascontiguousarray(gs).reshape(-1), modes, 2 * width,
+                 2 * width, batch, True, False).reshape(modes, 2 * width, 2 * width)  # xs^T gs per mode
         dwr = p[:, :width, :width] + p[:, width:, width:]
         dwi = p[:, :width, width:] - p[:, width:, :width]
     else:
