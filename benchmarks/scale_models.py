@@ -4,10 +4,11 @@ Every builder takes ``fw``, a namespace holding the framework's modules (``torch
 ``optim``) as PyTorch spells them, so the SAME source builds the torchlean model (``import
 torchlean as torch`` ...) and its PyTorch twin. Some pieces differ by side, and ``fw`` carries them:
 
-* ``fw.SpectralConv1d``: torchlean has no ``torch.fft`` (no complex tensors yet), so our FNO uses
-  ``torchlean.nn.SpectralConv1d`` (real DFT matrices, ``ops.spectral_conv1d``) and torch's uses the
-  reference rfft -> einsum over the kept modes -> irfft (``torch_models.TorchSpectralConv1d``). Both
-  hold ``weight_re``/``weight_im`` of shape (modes, in, out) and compute the same map.
+* ``fw.SpectralConv1d``: the channels-last layer of torchlean's FNO1d: ours is
+  ``torchlean.nn.SpectralConv1dChannelsLast`` (the fused ``ops.spectral_conv1d``), torch's the
+  reference rfft -> einsum over the kept modes -> irfft on the same layout
+  (``torch_models.TorchSpectralConv1d``). Both hold ``weight_re``/``weight_im`` of shape (modes, in,
+  out) and compute the same map.
 * ``fw.selective_scan``: ours is ``torchlean.ops.selective_scan``; torch's is mamba_ssm's
   ``selective_scan_ref`` (a Python loop over time: what PyTorch eager runs without mamba_ssm's CUDA
   extension; ``torch_models.selective_scan_ref``). Same semantics and layouts.
@@ -682,7 +683,7 @@ def framework(side: str) -> SimpleNamespace:
         import torchlean.optim as optim
         from torchlean import ops
 
-        return SimpleNamespace(side=side, torch=torch, nn=nn, F=F, optim=optim, SpectralConv1d=nn.SpectralConv1d,
+        return SimpleNamespace(side=side, torch=torch, nn=nn, F=F, optim=optim, SpectralConv1d=nn.SpectralConv1dChannelsLast,
                                selective_scan=ops.selective_scan, FNO2d=nn.FNO2d)
     import torch
     import torch.nn as nn

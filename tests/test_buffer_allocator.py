@@ -246,7 +246,7 @@ def _spectral_forward(device: str, grid: int, modes: int) -> None:
     import torchlean as tl
     from torchlean import nn
 
-    layer = nn.SpectralConv1d(4, 4, modes, device=device)
+    layer = nn.SpectralConv1dChannelsLast(4, 4, modes, device=device)
     with tl.no_grad():
         layer(tl.ones(2, grid, 4, device=device))
 

@@ -16,7 +16,7 @@ import pytest
 import torchlean
 from torchlean.errors import ArgumentError, ShapeError
 from torchlean.examples import fno1d, mlp
-from torchlean.nn.modules.fno import FNO1d, SpectralConv1d
+from torchlean.nn.modules.fno import FNO1d, SpectralConv1d, SpectralConv1dChannelsLast
 
 EXAMPLES = [fno1d, mlp]
 API = ["NAME", "DESCRIPTION", "METRIC", "LOWER_IS_BETTER", "default_config", "cuda_config", "tiny_config",
@@ -161,9 +161,9 @@ def test_fno1d_data_shapes():
 
 # -- the modules ------------------------------------------------------------------------------
 
-def test_spectral_conv1d_module(device):
+def test_spectral_conv1d_channels_last_module(device):
     torchlean.manual_seed(0)
-    m = SpectralConv1d(6, 6, 5).to(device)
+    m = SpectralConv1dChannelsLast(6, 6, 5).to(device)
     assert dict((k, tuple(v.shape)) for k, v in m.named_parameters()) == {"weight_re": (5, 6, 6),
                                                                           "weight_im": (5, 6, 6)}
     for p in (m.weight_re, m.weight_im):
@@ -183,16 +183,79 @@ def test_spectral_conv1d_module(device):
     assert "modes=5" in repr(m)
 
 
-def test_spectral_conv1d_errors():
-    with pytest.raises(ArgumentError, match="SpectralConv1d.*out_channels"):
-        SpectralConv1d(4, 6, 3)
-    with pytest.raises(ArgumentError, match="SpectralConv1d.*modes"):
-        SpectralConv1d(4, 4, 0)
-    m = SpectralConv1d(4, 4, 9)
+def test_spectral_conv1d_channels_last_errors():
+    with pytest.raises(ArgumentError, match="SpectralConv1dChannelsLast.*out_channels"):
+        SpectralConv1dChannelsLast(4, 6, 3)
+    with pytest.raises(ArgumentError, match="SpectralConv1dChannelsLast.*modes"):
+        SpectralConv1dChannelsLast(4, 4, 0)
+    m = SpectralConv1dChannelsLast(4, 4, 9)
     with pytest.raises(ArgumentError, match="modes"):
         m(torchlean.randn(2, 8, 4))  # grid 8 has 5 modes
     with pytest.raises(ShapeError):
         m(torchlean.randn(2, 16, 3))
+
+
+class _TorchReferenceSpectralConv1d:
+    """fourier_1d.py's SpectralConv1d, written in torch as the reference writes it."""
+
+    @staticmethod
+    def build(torch, cin, cout, modes):
+        class SpectralConv1dRef(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.in_channels, self.out_channels, self.modes1 = cin, cout, modes
+                self.scale = 1 / (cin * cout)
+                self.weights1 = torch.nn.Parameter(self.scale * torch.rand(cin, cout, modes, dtype=torch.cfloat))
+
+            def forward(self, x):
+                x_ft = torch.fft.rfft(x)
+                out_ft = torch.zeros(x.shape[0], self.out_channels, x.size(-1) // 2 + 1, device=x.device,
+                                     dtype=torch.cfloat)
+                out_ft[:, :, :self.modes1] = torch.einsum("bix,iox->box", x_ft[:, :, :self.modes1], self.weights1)
+                return torch.fft.irfft(out_ft, n=x.size(-1))
+        return SpectralConv1dRef()
+
+
+@pytest.mark.parametrize("cin,cout,grid,modes", [(6, 6, 32, 9), (6, 6, 31, 16), (3, 5, 20, 11), (4, 2, 16, 3)])
+def test_spectral_conv1d_is_the_reference_layer(device, cin, cout, grid, modes):
+    """nn.SpectralConv1d has fourier_1d.py's signature, layout (channels first) and complex weights1:
+    a torch state dict loads as it is, and output and gradients match torch's (fused path when
+    in == out, the rfft-einsum-irfft composition otherwise)."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    ref = _TorchReferenceSpectralConv1d.build(torch, cin, cout, modes)
+    m = SpectralConv1d(cin, cout, modes).to(device)
+    assert [(k, tuple(v.shape), str(v.dtype)) for k, v in m.state_dict().items()] == [
+        ("weights1", (cin, cout, modes), "torchlean.complex64")]
+    w = m.weights1.numpy()
+    assert w.real.min() >= 0 and w.real.max() < 1 / (cin * cout) and w.imag.max() > 0  # the reference's draw
+    m.load_state_dict(ref.state_dict())
+    x = np.random.default_rng(1).standard_normal((3, cin, grid)).astype(np.float32)
+    g = np.random.default_rng(2).standard_normal((3, cout, grid)).astype(np.float32)
+    tx = torch.tensor(x, requires_grad=True)
+    ty = ref(tx)
+    (ty * torch.tensor(g)).sum().backward()
+    lx = torchlean.tensor(x, device=device, requires_grad=True)
+    ly = m(lx)
+    (ly * torchlean.tensor(g, device=device)).sum().backward()
+    assert ly.shape == (3, cout, grid)
+    scale = float(ty.detach().abs().max())
+    np.testing.assert_allclose(ly.numpy(), ty.detach().numpy(), rtol=0, atol=2e-6 * scale)
+    np.testing.assert_allclose(lx.grad.numpy(), tx.grad.numpy(), rtol=0, atol=2e-6 * float(tx.grad.abs().max()))
+    dw_ref = ref.weights1.grad.numpy()
+    np.testing.assert_allclose(m.weights1.grad.numpy(), dw_ref, rtol=0, atol=2e-6 * float(np.abs(dw_ref).max()))
+
+
+def test_spectral_conv1d_errors():
+    m = SpectralConv1d(4, 4, 9)
+    with pytest.raises(ArgumentError, match="SpectralConv1d: modes1=9 exceeds the 5 frequencies"):
+        m(torchlean.randn(2, 4, 8))
+    with pytest.raises(ShapeError, match=r"SpectralConv1d: x must be .*\(batch, in_channels=4, grid\)"):
+        m(torchlean.randn(2, 16, 4 + 1))
+    with pytest.raises(ShapeError, match="SpectralConv1d"):
+        m(torchlean.randn(4, 16))
+    with pytest.raises(ArgumentError, match="SpectralConv1d.*modes1"):
+        SpectralConv1d(4, 4, 0)
 
 
 def test_fno1d_module(device):

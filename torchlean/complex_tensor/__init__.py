@@ -30,6 +30,7 @@ from ._core import SUPPORTED_METHODS, ComplexTensor, is_complex_tensor
 from ._create import (as_tensor, empty, empty_like, from_numpy, full, full_like, is_cfloat, ones, ones_like,
                       rand, rand_like, randn, randn_like, tensor, view_as_complex, view_as_real, zeros,
                       zeros_like)
+from ._einsum import einsum  # (not in __all__: torchlean.einsum routes complex operands here itself)
 from ._math import angle, complex, polar, real, imag
 from ._reduce import vector_norm
 

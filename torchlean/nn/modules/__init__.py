@@ -7,7 +7,7 @@ from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Seq
 from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .distance import CosineSimilarity, PairwiseDistance
 from .flatten import Flatten, Unflatten
-from .fno import FNO1d, SpectralConv1d, SpectralConv2d, SpectralConv3d
+from .fno import FNO1d, SpectralConv1d, SpectralConv1dChannelsLast, SpectralConv2d, SpectralConv3d
 from .fno_nd import FNO2d, FNO3d
 from .fold import Fold, Unfold
 from .linear import Identity, Linear
@@ -33,7 +33,7 @@ __all__ = ["Module", "IncompatibleKeys", "RemovableHandle", "Sequential", "Modul
            "ParameterDict", "Identity", "Linear", "Flatten", "Unflatten", "MultiheadAttention", "Conv1d", "Conv2d",
            "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "LayerNorm", "BatchNorm1d",
            "BatchNorm2d", "BatchNorm3d", "GroupNorm", "RMSNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
-           "Embedding", "Mamba", "SpectralConv1d", "SpectralConv2d", "SpectralConv3d", "FNO1d", "FNO2d", "FNO3d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
+           "Embedding", "Mamba", "SpectralConv1d", "SpectralConv1dChannelsLast", "SpectralConv2d", "SpectralConv3d", "FNO1d", "FNO2d", "FNO3d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
            "PixelShuffle", "PixelUnshuffle", "Fold", "Unfold", "CosineSimilarity", "PairwiseDistance",
            "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
            "Transformer", "TransformerEncoder", "TransformerDecoder", "TransformerEncoderLayer",

@@ -1,22 +1,19 @@
-"""Fourier Neural Operator modules (Li et al., ICLR 2021): ``SpectralConv1d`` and ``FNO1d`` (channels
-LAST, NOT the reference layout), ``SpectralConv2d`` and ``SpectralConv3d`` (channels FIRST, the
-reference layout and parameters).
+"""Fourier Neural Operator modules (Li et al., ICLR 2021).
 
-1-D, channels last: ``SpectralConv1d`` and ``FNO1d`` take x of shape (batch, grid, channels) (or
-(grid, channels) unbatched), the layout of ``torchlean.ops.spectral_conv1d``. The reference
-``fourier_1d.py`` passes channels FIRST to its ``SpectralConv1d`` (x (batch, in, grid), after a
-``permute``) and keeps one complex ``weights1`` of shape (in, out, modes); these modules differ on
-both counts: the caller's x must be (batch, grid, channels), and the weight is stored as two real
-tensors ``weight_re``, ``weight_im`` of shape (modes, in, out), i.e.
-``weight_re = weights1.real.permute(2, 0, 1)`` and ``weight_im = weights1.imag.permute(2, 0, 1)``,
-so a reference state dict does not load into them as it is (map its keys that way). Every 1x1
+Channels FIRST, the reference layout and parameters: ``SpectralConv1d``, ``SpectralConv2d`` and
+``SpectralConv3d`` have the signatures of the reference ``fourier_1d.py`` / ``fourier_2d.py`` /
+``fourier_3d.py`` classes, take x (batch, in_channels, grid..) and hold complex parameters
+``weights1`` .. ``weights{2^(d-1)}`` of shape (in_channels, out_channels, modes..) drawn as the
+reference draws them, so reference state dicts load as they are (see ``_SpectralConvNd``).
+
+Channels LAST, torchlean's own 1-D layout: ``SpectralConv1dChannelsLast`` and ``FNO1d`` take x of
+shape (batch, grid, channels) (or (grid, channels) unbatched), the layout of
+``torchlean.ops.spectral_conv1d``, and keep the weight as two real tensors ``weight_re``,
+``weight_im`` of shape (modes, in, out): ``weight_re = weights1.real.permute(2, 0, 1)`` and
+``weight_im = weights1.imag.permute(2, 0, 1)`` map a reference state dict onto them. Every 1x1
 convolution of the reference is a ``Linear`` over the last axis in ``FNO1d``, the same map. The
 initialization is the reference's: each part uniform in [0, scale), scale = 1 / (in * out), as
 ``scale * torch.rand(in, out, modes, dtype=cfloat)`` draws them.
-
-2-D and 3-D, channels first: ``SpectralConv2d``/``SpectralConv3d`` have the reference's
-signature, layout and complex parameters ``weights1`` .. ``weights4`` (see ``_SpectralConvNd``):
-reference state dicts load as they are.
 """
 
 from __future__ import annotations
@@ -26,7 +23,8 @@ from typing import Any
 
 from ... import ops
 from ...complex_tensor import ComplexTensor
-from ...errors import ArgumentError
+from ...complex_tensor import einsum as complex_einsum
+from ...errors import ArgumentError, ShapeError
 from ...tensor import Tensor, rand, zeros
 from .. import functional as F
 from .. import init
@@ -35,7 +33,7 @@ from .container import ModuleList
 from .linear import Linear
 from .module import Module
 
-__all__ = ["SpectralConv1d", "FNO1d", "SpectralConv2d", "SpectralConv3d"]
+__all__ = ["SpectralConv1dChannelsLast", "FNO1d", "SpectralConv1d", "SpectralConv2d", "SpectralConv3d"]
 
 
 def _positive_int(op: str, name: str, v: Any) -> int:
@@ -44,11 +42,11 @@ def _positive_int(op: str, name: str, v: Any) -> int:
     return int(v)
 
 
-class SpectralConv1d(Module):
+class SpectralConv1dChannelsLast(Module):
     """y = irfft(R . rfft(x)) along the grid axis, keeping the lowest ``modes`` frequencies.
 
-    Channels LAST, unlike the reference ``fourier_1d.py`` SpectralConv1d (channels first, complex
-    ``weights1`` (in, out, modes)): x is (batch, grid, in_channels) or (grid, in_channels), and
+    Channels LAST (for the reference layout, channels first with complex ``weights1``, use
+    ``SpectralConv1d``): x is (batch, grid, in_channels) or (grid, in_channels), and
     R[k] = weight_re[k] + i weight_im[k], each (modes, in_channels, out_channels), indexed
     [k, in, out] (= the reference's weights1.permute(2, 0, 1)). The grid must have
     grid // 2 + 1 >= modes. ``ops.spectral_conv1d`` maps a width to the same width, so
@@ -57,7 +55,7 @@ class SpectralConv1d(Module):
 
     def __init__(self, in_channels: int, out_channels: int, modes: int, device: Any = None) -> None:
         super().__init__()
-        op = "SpectralConv1d"
+        op = "SpectralConv1dChannelsLast"
         self.in_channels = _positive_int(op, "in_channels", in_channels)
         self.out_channels = _positive_int(op, "out_channels", out_channels)
         self.modes = _positive_int(op, "modes", modes)
@@ -93,7 +91,7 @@ class FNO1d(Module):
     * ``proj1`` Linear(width, 128) -> GELU -> ``proj2`` Linear(128, out_channels) (``fc1``, ``fc2``).
 
     The grid needs grid // 2 + 1 >= modes. Default initialization: PyTorch's for the Linear layers,
-    the reference's for the spectral weights (see ``SpectralConv1d``).
+    the reference's for the spectral weights (see ``SpectralConv1dChannelsLast``).
     """
 
     def __init__(self, modes: int, width: int, in_channels: int = 2, out_channels: int = 1, n_layers: int = 4,
@@ -106,7 +104,7 @@ class FNO1d(Module):
         self.out_channels = _positive_int(op, "out_channels", out_channels)
         self.n_layers = _positive_int(op, "n_layers", n_layers)
         self.lift = Linear(self.in_channels, self.width, device=device)
-        self.spectral = ModuleList([SpectralConv1d(self.width, self.width, self.modes, device=device)
+        self.spectral = ModuleList([SpectralConv1dChannelsLast(self.width, self.width, self.modes, device=device)
                                     for _ in range(self.n_layers)])
         self.pointwise = ModuleList([Linear(self.width, self.width, device=device) for _ in range(self.n_layers)])
         self.proj1 = Linear(self.width, 128, device=device)
@@ -126,7 +124,7 @@ class FNO1d(Module):
 
 
 class _SpectralConvNd(Module):
-    """The reference ``SpectralConv2d`` / ``SpectralConv3d`` (``fourier_2d.py`` / ``fourier_3d.py``):
+    """The reference ``SpectralConv1d`` / ``SpectralConv2d`` / ``SpectralConv3d`` (``fourier_1d.py`` ..):
     channels first, complex parameters ``weights1`` .. ``weights{2^(d-1)}`` of shape
     (in_channels, out_channels, modes1, .., modes_d), drawn as the reference draws them,
     ``scale * torch.rand(..., dtype=torch.cfloat)`` with scale = 1 / (in_channels * out_channels), so a
@@ -162,6 +160,41 @@ class _SpectralConvNd(Module):
     def extra_repr(self) -> str:
         modes = ", ".join(f"modes{j + 1}={m}" for j, m in enumerate(self._modes()))
         return f"in_channels={self.in_channels}, out_channels={self.out_channels}, {modes}"
+
+
+class SpectralConv1d(_SpectralConvNd):
+    """y = irfft(R . rfft(x), n=grid) keeping the modes [:modes1] (``weights1``, complex (in_channels,
+    out_channels, modes1)), as the reference ``fourier_1d.py``. x: (batch, in_channels, grid); needs
+    modes1 <= grid // 2 + 1. With in_channels == out_channels (every FNO layer) the forward is the
+    fused ``ops.spectral_conv1d`` between two transposes; otherwise rfft, a complex einsum over the
+    kept modes and irfft (torchlean.fft), the reference's own composition."""
+
+    _DIMS = 1
+
+    def __init__(self, in_channels: int, out_channels: int, modes1: int, device: Any = None) -> None:
+        super().__init__(in_channels, out_channels, modes1, device=device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        op = "SpectralConv1d"
+        if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[1] != self.in_channels:
+            raise ShapeError(f"{op}: x must be a float32 tensor (batch, in_channels={self.in_channels}, grid), got "
+                             f"{_describe(x)}")
+        grid = x.shape[2]
+        if self.modes1 > grid // 2 + 1:
+            raise ArgumentError(f"{op}: modes1={self.modes1} exceeds the {grid // 2 + 1} frequencies of a grid of "
+                                f"{grid} (grid // 2 + 1)")
+        w = self.weights1.real_view()  # (in, out, modes, 2)
+        if self.in_channels == self.out_channels:
+            w_re, w_im = w[..., 0].permute(2, 0, 1), w[..., 1].permute(2, 0, 1)  # (modes, in, out)
+            return ops.spectral_conv1d(x.permute(0, 2, 1), w_re, w_im, self.modes1).permute(0, 2, 1)
+        x_ft = ComplexTensor.from_real_view(ops.fft.rfftn_r2c(x, 1, 1.0))  # (batch, in, grid // 2 + 1)
+        out_ft = ComplexTensor.from_real_view(zeros(x.shape[0], self.out_channels, grid // 2 + 1, 2, device=x.device))
+        out_ft[:, :, :self.modes1] = complex_einsum("bix,iox->box", x_ft[:, :, :self.modes1], self.weights1)
+        return ops.fft.irfftn_c2r(out_ft.real_view(), 1, grid, 1.0 / grid)
+
+
+def _describe(x: Any) -> str:
+    return f"shape {tuple(x.shape)}" if isinstance(x, Tensor) else f"a {type(x).__name__}"
 
 
 class SpectralConv2d(_SpectralConvNd):
