@@ -208,3 +208,41 @@ def test_transposed_conv_from_one_pixel_takes_the_blocks(monkeypatch):
                        ("conv_transpose", [dy, w, tb, n, co, ci, (1, 1), kn, st, pd, (0, 0)])):
         verdict = run_case(TABLE[name], args, "cpu")[0]
         assert verdict.ok, f"{name}: {verdict.detail}"
+
+
+@pytest.mark.parametrize("dims", [(20, 32, 32, (47, 47), (1, 1), (1, 1), (0, 0)),   # FNO2d's w0..w3, scaled
+                                  (3, 5, 7, (6, 5, 4), (1, 1, 1), (1, 1, 1), (0, 0, 0)),
+                                  (1, 1, 4, (300,), (1,), (1,), (0,)),
+                                  (2, 64, 1, (9, 9), (1, 1), (1, 1), (0, 0))])
+def test_pointwise_convs_are_batched_gemms_within_the_contract(dims):
+    """1x1 (any rank), stride 1, no padding: the pointwise route (one GEMM per image with the weight
+    shared, the weight gradient summed in image order) against the float64 spec, same bits on 1 and 2
+    threads, non-finite inputs propagating as the spec's do."""
+    assert CPU_CONV._pointwise(conv_plan_of(*dims))
+    rng = np.random.default_rng(sum(dims[:3]))
+    x, w, b, dy, _, _ = _case(rng, dims)
+    x[3], w[-1] = np.inf, np.nan  # an inf input and a NaN weight: the spec's sums carry them
+    plan = conv_plan_of(*dims)
+    outs = []
+    old = numba.get_num_threads()
+    try:
+        for t in ((1, 2) if CPU_PARALLEL.max_threads() >= 2 else (1,)):
+            numba.set_num_threads(t)
+            outs.append([cpu_backend.conv(x, w, b, plan), cpu_backend.conv_bwd_input(dy, w, plan),
+                         cpu_backend.conv_bwd_weight(x, dy, plan)])
+    finally:
+        numba.set_num_threads(old)
+    for a, c in zip(outs[0], outs[-1]):
+        assert np.array_equal(a.view(np.uint32), c.view(np.uint32))
+    n, ci, co, sp = dims[:4]
+    p = math.prod(sp)
+    x3, g3, w2 = (x.astype(np.float64).reshape(n, ci, p), dy.astype(np.float64).reshape(n, co, p),
+                  w.astype(np.float64).reshape(co, ci))
+    with np.errstate(all="ignore"):
+        refs = [(np.einsum("oc,ncp->nop", w2, x3) + b.astype(np.float64)[:, None]).reshape(-1),
+                np.einsum("oc,nop->ncp", w2, g3).reshape(-1), np.einsum("nop,ncp->oc", g3, x3).reshape(-1)]
+    for got, ref in zip(outs[0], refs):
+        assert np.array_equal(np.isnan(got), np.isnan(ref)) and np.array_equal(np.isinf(got), np.isinf(ref))
+        fin = np.isfinite(ref)
+        scale = np.abs(ref[fin]).max() if fin.any() else 1.0
+        np.testing.assert_allclose(got[fin], ref[fin], rtol=0, atol=1e-5 * scale)

@@ -22,7 +22,10 @@ no scatter-adds); else it takes dcol = W^T dy and col2im (a fixed-order sum of t
 slices), which is as fast at stride > 1 and the only choice with an inf/NaN weight (a padded 0
 times an inf weight is no term of the adjoint). conv_transpose is conv_bwd_input with the channel
 roles swapped, plus the bias.
-Grouped or dilated plans (``plan.plain`` False) run conv_groups.py's kernels instead.
+Grouped or dilated plans (``plan.plain`` False) run conv_groups.py's kernels instead. A pointwise
+plan (every kernel extent 1, stride 1, no padding: an FNO's or a ResNet's 1x1 layers) is a batched
+GEMM with the weight shared by the images (``_pointwise``), through gemm.py, with no copies and none
+of the 2-D path's kernels to compile.
 In the 2-D path a strided conv whose output is the input divided by the stride reads (and its
 input gradient writes) the input through its phase planes, and GEMMs with a short inner dimension
 run as column slices (see "Strided convs" and _sgemm_nn_cols): the same values and bits, fewer
@@ -1204,11 +1207,50 @@ def _scatter_axes(d5: np.ndarray, axes, spatial, kernel, stride, padding, out) -
     return np.ascontiguousarray(d5)
 
 
+def _pointwise(plan: ConvPlan) -> bool:
+    """Every kernel extent 1, stride 1, no padding (groups and dilation are not plain: excluded)."""
+    batch, in_c, out_c, spatial, kernel, stride, padding = plan[:7]
+    return (plan.plain and all(k == 1 for k in kernel) and all(s == 1 for s in stride) and not any(padding)
+            and batch * in_c * out_c * math.prod(spatial) > 0)
+
+
+def _pointwise_conv(x, w, b, plan: ConvPlan):
+    """y[n] = W (O, C) @ x[n] (C, P) (+ b per output channel): fl(fl(W x) + b)."""
+    batch, in_c, out_c, spatial = plan[:4]
+    p_n = math.prod(spatial)
+    y = gemm(w, np.ascontiguousarray(x, F32), batch, out_c, p_n, in_c, False, False, shared_a=True)
+    if b is not None:
+        y.reshape(batch, out_c, p_n)[...] += b[:, None]
+    return y
+
+
+def _pointwise_bwd_input(dy, w, plan: ConvPlan):
+    """dx[n] = W^T (C, O) @ dy[n] (O, P)."""
+    batch, in_c, out_c, spatial = plan[:4]
+    return gemm(w, np.ascontiguousarray(dy, F32), batch, in_c, math.prod(spatial), out_c, True, False,
+                shared_a=True)
+
+
+def _pointwise_bwd_weight(x, dy, plan: ConvPlan):
+    """dW = sum over the images of dy[n] (O, P) @ x[n]^T (P, C): one product per image (gemm.py splits
+    each over the pool by the shape alone), added in image order."""
+    batch, in_c, out_c, spatial = plan[:4]
+    per = gemm(np.ascontiguousarray(dy, F32), np.ascontiguousarray(x, F32), batch, out_c, in_c, math.prod(spatial),
+               False, True).reshape(batch, out_c * in_c)
+    dw = per[0].copy()
+    for n in range(1, batch):
+        dw += per[n]
+    return dw
+
+
 def conv(x, w, b, plan: ConvPlan):
     if not plan.plain:  # groups or dilation: conv_groups.py
         return conv_groups.conv(x, w, b, plan)
     parallel.blas_one_thread()  # every GEMM below, NumPy's included, at one OpenBLAS thread
     batch, in_c, out_c, spatial, kernel, stride, padding, out = plan[:8]
+    if _pointwise(plan):
+        with np.errstate(all="ignore"):
+            return _pointwise_conv(x, w, b, plan)
     sparse = _sparse_axes(kernel, stride, padding)
     if sparse and batch * in_c:
         x5, spatial, stride, padding = _gather_axes(x.reshape((batch, in_c) + tuple(spatial)), sparse, spatial,
@@ -1278,6 +1320,9 @@ def conv_bwd_input(dy, w, plan: ConvPlan):
     if not plan.plain:
         return conv_groups.conv_bwd_input(dy, w, plan)
     parallel.blas_one_thread()  # every GEMM below, NumPy's included, at one OpenBLAS thread
+    if _pointwise(plan):
+        with np.errstate(all="ignore"):
+            return _pointwise_bwd_input(dy, w, plan)
     batch, in_c, out_c, spatial, kernel, stride, padding, out = plan[:8]
     sparse = _sparse_axes(kernel, stride, padding)
     if sparse and batch * in_c * math.prod(spatial) and out_c:
@@ -1366,6 +1411,9 @@ def conv_bwd_weight(x, dy, plan: ConvPlan):
     if not plan.plain:
         return conv_groups.conv_bwd_weight(x, dy, plan)
     parallel.blas_one_thread()  # every GEMM below, NumPy's included, at one OpenBLAS thread
+    if _pointwise(plan):
+        with np.errstate(all="ignore"):
+            return _pointwise_bwd_weight(x, dy, plan)
     batch, in_c, out_c, spatial, kernel, stride, padding, out = plan[:8]
     sparse = _sparse_axes(kernel, stride, padding)
     if sparse and batch * in_c:

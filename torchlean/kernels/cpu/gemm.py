@@ -259,6 +259,7 @@ def gemm(a, b, batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool,
     c = np.empty(batch * m * n, F32)
     if c.size == 0:
         return c
+    a, b = a.reshape(-1), b.reshape(-1)  # flat: one compiled signature of the kernels below for every caller
     st = parallel.sgemm_address()
     if k == 0 or st is None or st[1].itemsize == 4 and max(m, n, k) >= 1 << 31:
         na = 1 if shared_a else batch
