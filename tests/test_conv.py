@@ -843,14 +843,25 @@ def test_cpu_conv_runs_on_numbas_threads_only(monkeypatch, geom):
 # -- reduce_from_broadcast over (A, K, C) summed over A and C: the conv bias gradient's CPU kernel --
 @pytest.mark.parametrize("dims", [(3, 4, 5), (2, 3, 16), (5, 2, 17), (7, 3, 64), (3, 2, 2 * 2048 + 5), (4, 9, 300),
                                   (2, 1, 1, 3, 1, 40), (0, 3, 20), (3, 2, 0), (64, 4, 1)])
-@pytest.mark.parametrize("outer_max", [None, 0])
-def test_cpu_reduce_over_outer_blocks_meets_the_contract(monkeypatch, dims, outer_max):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cpu_reduce_over_outer_blocks_meets_the_contract(monkeypatch, dims, threads):
     """The lane-sum kernel (rows of C <= _LANES summed in order; longer ones in lanes, in chunks
-    of _CHUNK; several rows per group) and NumPy's add.reduce above _OUTER_MAX (forced to 0):
-    within the contract, exact on integers, bitwise repeatable."""
+    of _CHUNK; several rows per group; the groups dealt to 1 or 2 threads, MIN_WORK forced low so
+    that small inputs split too): within the contract, exact on integers, bitwise repeatable, the
+    same bits on any number of threads."""
+    import numba
+
     layout = sys.modules["torchlean.kernels.cpu.layout"]
-    if outer_max is not None:
-        monkeypatch.setattr(layout, "_OUTER_MAX", outer_max)
+    monkeypatch.setattr(layout, "MIN_WORK", 1)
+    old = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        _check_outer_blocks(dims)
+    finally:
+        numba.set_num_threads(old)
+
+
+def _check_outer_blocks(dims):
     rng = np.random.default_rng(math.prod(dims) + len(dims))
     kept = [i for i, d in enumerate(dims) if i not in (0, len(dims) - 1) and (d != 1 or len(dims) == 3)]
     in_dims = tuple(dims[i] for i in kept)
@@ -862,6 +873,14 @@ def test_cpu_reduce_over_outer_blocks_meets_the_contract(monkeypatch, dims, oute
         assert out.tobytes() == cpu_backend.reduce_from_broadcast(d, in_dims, dims, amap).tobytes()
     ints = d.astype(np.float64).reshape(dims).sum(axis=tuple(i for i in range(len(dims)) if i not in kept))
     np.testing.assert_array_equal(out, ints.reshape(-1).astype(F32))
+    # and the bits of one thread, whatever the split
+    import numba
+
+    if numba.get_num_threads() > 1:
+        d = rng.standard_normal(math.prod(dims)).astype(F32)
+        many = cpu_backend.reduce_from_broadcast(d, in_dims, dims, amap)
+        numba.set_num_threads(1)
+        assert many.tobytes() == cpu_backend.reduce_from_broadcast(d, in_dims, dims, amap).tobytes()
 
 
 # -- the checked-once caches: odd argument types keep their own result or error ------------------

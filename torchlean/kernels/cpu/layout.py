@@ -277,13 +277,12 @@ def _one_summed_block(out_dims, axes):
 # independent, so this vectorizes too), the lanes added left to right (C <= _LANES: t summed left
 # to right). t is built for a group of whole rows k (C <= _CHUNK) or _CHUNK entries of one row at a
 # time (the lanes carry over, so the order is the same), so that it stays in cache while each
-# slab a is read in long runs. Inputs of more than _OUTER_MAX elements go to NumPy's add.reduce
-# (which streams d faster once it is far out of cache). A fixed order of the A*C terms (bitwise repeatable, one thread),
-# within the contract's gamma bound like any order; NumPy's add.reduce over the two axes costs
-# several times more at the CNN's sizes.
+# slab a is read in long runs. A fixed order of the A*C terms per output, a function of C alone
+# (bitwise repeatable, on any number of threads: the row groups are dealt to the pool whole), within
+# the contract's gamma bound like any order; NumPy's add.reduce over the two axes costs several
+# times more at the CNN's sizes, and as much on one thread at an FNO2d's (20 x 32 x 94^2).
 _LANES = 16
 _CHUNK = 2048  # a multiple of _LANES
-_OUTER_MAX = 1 << 21  # larger inputs (out of cache): NumPy's add.reduce streams them faster
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
@@ -305,15 +304,16 @@ def _fold_lanes(t, t0, m, acc, first):
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _sum_outer_blocks(d, na, nk, nc, out):
-    """out (nk,) = d (na, nk, nc) flat summed over a and c (see above); na, nc >= 1. Unsigned
-    indices: no wraparound check, the loops vectorize."""
+def _sum_outer_groups(d, na, nk, nc, out, g0, g1):
+    """out[k] for the row groups g0:g1 of d (na, nk, nc) flat, summed over a and c (see above); na,
+    nc >= 1. Unsigned indices: no wraparound check, the loops vectorize."""
     u = np.uint64
     kc = u(nk * nc)
     rows = max(1, _CHUNK // nc)  # whole rows per group (1 when a row is longer than _CHUNK)
     t = np.empty(min(rows * nc, _CHUNK), dtype=np.float32)
     acc = np.empty(_LANES, dtype=np.float32)
-    for k0 in range(0, nk, rows):
+    for g in range(g0, g1):
+        k0 = g * rows
         k1 = min(nk, k0 + rows)
         for c0 in range(0, nc, _CHUNK):
             # t = the rows k0:k1, columns c0:c0+m, summed over a
@@ -341,6 +341,23 @@ def _sum_outer_blocks(d, na, nk, nc, out):
                     for j in range(1, _LANES):
                         s += acc[j]
                     out[k0 + k] = s
+
+
+@njit(cache=True, error_model="numpy", nogil=True, parallel=True)
+def _sum_outer_par(d, na, nk, nc, out, groups, tasks):
+    for p in prange(tasks):
+        _sum_outer_groups(d, na, nk, nc, out, groups * p // tasks, groups * (p + 1) // tasks)
+
+
+def _sum_outer_blocks(d, na, nk, nc, out):
+    """out (nk,) = d (na, nk, nc) summed over a and c: each output's order is fixed by nc alone, its
+    row groups dealt to the pool (any split gives the same bits)."""
+    groups = -(-nk // max(1, _CHUNK // nc))
+    t = parallel.parts(na * nk * nc, groups, MIN_WORK)
+    if t > 1:
+        _sum_outer_par(d, na, nk, nc, out, groups, t)
+    else:
+        _sum_outer_groups(d, na, nk, nc, out, 0, groups)
 
 
 def _outer_summed_blocks(out_dims, axes):
@@ -385,7 +402,7 @@ def reduce_from_broadcast(dout, in_dims, out_dims, axis_map):
                 with np.errstate(all="ignore"):
                     _sum_mid_seq(dout.reshape(na, nb, nc), o2)
             return o2.reshape(-1)
-        akc = _outer_summed_blocks(out_dims, axes) if dout.size <= _OUTER_MAX else None
+        akc = _outer_summed_blocks(out_dims, axes)
         if akc is not None:  # R.. K.. R..
             na, nk, nc = akc
             if na * nc == 0:  # an empty summed axis: no terms
