@@ -44,6 +44,8 @@ from .ops.creation import (argsort, bincount, bucketize, eye, linspace, logspace
                            multinomial, rand_like, randint_like, randn_like, randperm, searchsorted, sort, topk,
                            unique)
 clip, fix, sgn, ger, moveaxis, swapdims = clamp, trunc, sign, outer, movedim, swapaxes
+from .ops.math import acos, acosh, asin, asinh, atan, atan2, atanh  # noqa: E402
+arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh = acos, acosh, asin, asinh, atan, atan2, atanh
 from . import fast_kernels  # noqa: E402
 from .fast_kernels import (Options, fast_matmul, get_options, gpu_matmul_fp64, matmul, options,  # noqa: E402
                            set_options)

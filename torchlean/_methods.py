@@ -335,6 +335,9 @@ def _install_more() -> None:
         "isnan": M.isnan, "isinf": M.isinf, "isfinite": M.isfinite, "isposinf": M.isposinf,
         "isneginf": M.isneginf, "nan_to_num": M.nan_to_num, "lerp": M.lerp, "addcmul": M.addcmul,
         "addcdiv": M.addcdiv, "hypot": M.hypot, "float_power": M.float_power,
+        "atan": M.atan, "arctan": M.atan, "asin": M.asin, "arcsin": M.asin, "acos": M.acos, "arccos": M.acos,
+        "asinh": M.asinh, "arcsinh": M.asinh, "acosh": M.acosh, "arccosh": M.acosh, "atanh": M.atanh,
+        "arctanh": M.atanh, "atan2": M.atan2, "arctan2": M.atan2,
         # reductions with dim
         "max": R.max, "min": R.min, "argmax": R.argmax, "argmin": R.argmin, "amax": R.amax, "amin": R.amin,
         "aminmax": R.aminmax, "norm": R.norm, "var": R.var, "std": R.std, "logsumexp": R.logsumexp,
@@ -371,6 +374,9 @@ def _install_more() -> None:
         "addcdiv_": M.addcdiv, "scatter_": S.scatter, "scatter_add_": S.scatter_add, "tril_": S.tril,
         "triu_": S.triu, "nan_to_num_": M.nan_to_num, "erf_": M.erf, "log1p_": M.log1p, "expm1_": M.expm1,
         "frac_": M.frac, "masked_fill_": getattr(ops, "masked_fill", None),
+        "atan_": M.atan, "arctan_": M.atan, "asin_": M.asin, "arcsin_": M.asin, "acos_": M.acos,
+        "arccos_": M.acos, "asinh_": M.asinh, "arcsinh_": M.asinh, "acosh_": M.acosh, "arccosh_": M.acosh,
+        "atanh_": M.atanh, "arctanh_": M.atanh, "atan2_": M.atan2, "arctan2_": M.atan2,
     }
     for name, fn in inplace.items():
         if fn is not None and name not in T.__dict__:

@@ -191,12 +191,13 @@ def abs(z: ComplexTensor) -> Tensor:  # noqa: A001  (PyTorch's name)
 
 
 def angle(z: ComplexTensor) -> Tensor:
-    """atan2(y, x), with PyTorch's gradient (-y, x) / |z|^2 (0 at z = 0). torchlean has no atan2
-    op: the value comes from NumPy and the gradient from a term that is exactly zero in value,
-    (c_x * x + c_y * y) - (c_x * x0 + c_y * y0) with the coefficients and x0, y0 held constant."""
+    """atan2(y, x) (the atan2 primitive, on z's device), with PyTorch's gradient (-y, x) / |z|^2 (0 at
+    z = 0) taken from a term that is exactly zero in value, (c_x * x + c_y * y) - (c_x * x0 + c_y * y0)
+    with the coefficients and x0, y0 held constant: computed from the scaled parts, it neither
+    overflows nor underflows where atan2's own VJP (1 / (x^2 + y^2)) would."""
     re, im = parts(z)
-    vals = z.numpy()
-    theta = tensor(np.angle(vals).astype(np.float32), device=re.device)
+    with autograd.no_grad():
+        theta = ops_math.atan2(im, re)
     if not (autograd.is_grad_enabled() and z.requires_grad):
         return theta
     with autograd.no_grad():

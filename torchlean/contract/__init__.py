@@ -61,6 +61,16 @@ register("log", "library log: |err| <= 8u |ref| + TINY", _rel(8))
 for _n in ("sin", "cos", "erf", "log1p", "expm1"):
     register(_n, f"library {_n}: |err| <= 8u |ref| + TINY", _rel(8))
 register("pow_scalar", "library pow: |err| <= 8u |ref| + TINY", _rel(8))
+# The inverse trigonometric and hyperbolic functions. Float32 library results within k ulp of the
+# correctly rounded one are within (k + 1/2) ulp(ref) <= (2k + 1) u |ref| of the exact value for a
+# normal ref (ulp(r) <= 2u|r|); TINY covers results in the subnormal range (atan(x) = x there).
+# The worst k among the kernels: CUDA's documented maxima (CUDA C++ Programming Guide, "Mathematical
+# Functions" appendix, single-precision table: atanf, asinf, acosf 2 ulp, atan2f 3, asinhf 3,
+# atanhf 3, acoshf 4; from extensive, not exhaustive, tests); NumPy's float32 loops are its SIMD
+# (SVML-derived, within 4 ulp on AVX-512) or scalar libm routines (glibc: at most a few ulp). k = 4
+# gives 9u; 12u (6 ulp) leaves room for the CUDA figures being measured rather than proven.
+for _n in ("atan", "asin", "acos", "asinh", "acosh", "atanh", "atan2"):
+    register(_n, f"library {_n}: within 6 ulp, |err| <= 12u |ref| + TINY", _rel(12))
 register("tanh", "library tanh: |err| <= 8u |ref| + TINY", _rel(8))
 register("sigmoid", "exp, add, divide: |err| <= 16u |ref| + TINY", _rel(16))
 register("softplus", "max + log1p(exp(-|x|)): |err| <= 24u |ref| + TINY", _rel(24))

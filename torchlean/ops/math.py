@@ -2,7 +2,8 @@
 non-finite values and the fused PyTorch helpers (lerp, addcmul, addcdiv, hypot, nan_to_num).
 
 New primitives (spec, contract, CPU and CUDA kernels): sin, cos, erf, log1p, expm1, floor, ceil,
-round, trunc, sign and pow_scalar. Everything else is composed from primitives where that is exact
+round, trunc, sign, pow_scalar and the inverse trigonometric and hyperbolic functions (atan, asin,
+acos, asinh, acosh, atanh, atan2). Everything else is composed from primitives where that is exact
 (square = x * x, frac = x - trunc(x), the 0/1 masks of isnan/isfinite) or within a couple of
 roundings of PyTorch's own formula (rsqrt, log2, log10, tan, erfc, lerp, hypot).
 """
@@ -17,14 +18,15 @@ from .._validate import real_arg, type_name
 from ..errors import ArgumentError, DTypeError
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer, full as full_buffer, zeros as zeros_buffer
-from ._base import Tensor, fbuf, new, operand, tensor_arg
+from ._base import Tensor, broadcast_shapes, fbuf, new, operand, same_device, tensor_arg
 from .elementwise import add, clamp, div, log, maximum, minimum, mul, neg, reciprocal, sqrt, sub
 from .results import bool_result
+from .shape import expand
 
 __all__ = ["sin", "cos", "tan", "erf", "erfc", "log1p", "expm1", "log2", "log10", "floor", "ceil", "round",
            "trunc", "frac", "sign", "rsqrt", "square", "pow", "float_power", "clamp_min", "clamp_max", "clamp_t",
            "isnan", "isinf", "isfinite", "isposinf", "isneginf", "nan_to_num", "lerp", "addcmul", "addcdiv",
-           "hypot", "exp2"]
+           "hypot", "exp2", "atan", "asin", "acos", "asinh", "acosh", "atanh", "atan2"]
 
 
 def _unary(name: str, x: Any, fwd, vjp_of) -> Tensor:
@@ -72,6 +74,70 @@ def log1p(x: Tensor) -> Tensor:
 
 def expm1(x: Tensor) -> Tensor:
     return _unary("expm1", x, P.expm1, lambda xb, yb, g: P.mul(g, P.add_scalar(yb, 1.0)))
+
+
+# -- inverse trigonometric and hyperbolic functions --------------------------------------------
+# The VJPs are PyTorch's derivative formulas, operation for operation, so the edges agree: asin and
+# acos give +-inf at |x| = 1, atanh +-inf at +-1, acosh g * rsqrt(x^2 - 1) (finite below -1, NaN
+# inside (-1, 1), as PyTorch's), and NaN wherever the formula gives it.
+def _one_minus_sq(xb: Buffer) -> Buffer:
+    return P.add_scalar(P.scale(P.mul(xb, xb), -1.0), 1.0)  # -x*x + 1 (exact negation, one rounding each)
+
+
+def _rsqrt(b: Buffer) -> Buffer:
+    return P.inv(P.sqrt(b))
+
+
+def atan(x: Tensor) -> Tensor:
+    # d atan = g / (x*x + 1)
+    return _unary("atan", x, P.atan, lambda xb, yb, g: P.div(g, P.add_scalar(P.mul(xb, xb), 1.0)))
+
+
+def asin(x: Tensor) -> Tensor:
+    # d asin = g * rsqrt(1 - x*x)
+    return _unary("asin", x, P.asin, lambda xb, yb, g: P.mul(g, _rsqrt(_one_minus_sq(xb))))
+
+
+def acos(x: Tensor) -> Tensor:
+    # d acos = g * -rsqrt(1 - x*x)
+    return _unary("acos", x, P.acos, lambda xb, yb, g: P.mul(g, P.scale(_rsqrt(_one_minus_sq(xb)), -1.0)))
+
+
+def asinh(x: Tensor) -> Tensor:
+    # d asinh = g * rsqrt(x*x + 1)
+    return _unary("asinh", x, P.asinh, lambda xb, yb, g: P.mul(g, _rsqrt(P.add_scalar(P.mul(xb, xb), 1.0))))
+
+
+def acosh(x: Tensor) -> Tensor:
+    # d acosh = g * rsqrt(x*x - 1)
+    return _unary("acosh", x, P.acosh, lambda xb, yb, g: P.mul(g, _rsqrt(P.add_scalar(P.mul(xb, xb), -1.0))))
+
+
+def atanh(x: Tensor) -> Tensor:
+    # d atanh = g / (1 - x*x)
+    return _unary("atanh", x, P.atanh, lambda xb, yb, g: P.div(g, _one_minus_sq(xb)))
+
+
+def atan2(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002  (PyTorch's argument name)
+    """torch.atan2(input, other): the angle of the point (other, input), the two broadcast."""
+    a, b = tensor_arg("atan2", "input", input), tensor_arg("atan2", "other", other)
+    a, b = operand("atan2", a, a), operand("atan2", b, a)  # integer and bool tensors compute in float32
+    same_device("atan2", a, b)
+    if a.shape != b.shape:
+        shape = broadcast_shapes("atan2", a.shape, b.shape)
+        a, b = expand(a, shape), expand(b, shape)
+    ab, bb = fbuf("atan2", a), fbuf("atan2", b)
+    return autograd.record("atan2", new(P.atan2(ab, bb), a.shape), (a, b), lambda g: _atan2_vjp(ab, bb, g))
+
+
+def _atan2_vjp(ab: Buffer, bb: Buffer, g: Buffer) -> tuple[Buffer, Buffer]:
+    # PyTorch's: r = 1 / (a*a + b*b), taken as 0 where a*a + b*b is 0 (both squares underflow);
+    # da = (g * b) * r, db = (g * -a) * r. With s = sign(d) (0 or 1; d >= 0 or NaN, and NaN gives 0),
+    # r = inv(d + (1 - s)) * s: exactly 1/d where d > 0, 0 where d == 0, NaN where d is NaN.
+    d = P.add(P.mul(ab, ab), P.mul(bb, bb))
+    s = P.sign(d)
+    r = P.mul(P.inv(P.add(d, P.add_scalar(P.scale(s, -1.0), 1.0))), s)
+    return P.mul(P.mul(g, bb), r), P.mul(P.mul(g, P.scale(ab, -1.0)), r)
 
 
 def exp2(x: Tensor) -> Tensor:

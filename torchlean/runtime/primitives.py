@@ -41,6 +41,8 @@ __all__ = [
     "safe_log", "safe_log_bwd",
     # more elementwise math: library functions, rounding, sign, x ** c
     "sin", "cos", "erf", "log1p", "expm1", "floor", "ceil", "round", "trunc", "sign", "pow_scalar",
+    # inverse trigonometric and hyperbolic functions
+    "atan", "asin", "acos", "asinh", "acosh", "atanh", "atan2",
     # reductions
     "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",
     "reduce_max_axis1", "reduce_sum_axis",
@@ -157,6 +159,36 @@ def expm1(x: Buffer) -> Buffer:
     return _unary("expm1", x)
 
 
+def atan(x: Buffer) -> Buffer:
+    """arctan(x) in [-pi/2, pi/2]; +-pi/2 at +-inf, -0 at -0."""
+    return _unary("atan", x)
+
+
+def asin(x: Buffer) -> Buffer:
+    """arcsin(x) in [-pi/2, pi/2]; NaN outside [-1, 1]."""
+    return _unary("asin", x)
+
+
+def acos(x: Buffer) -> Buffer:
+    """arccos(x) in [0, pi]; NaN outside [-1, 1]."""
+    return _unary("acos", x)
+
+
+def asinh(x: Buffer) -> Buffer:
+    """arsinh(x); +-inf at +-inf."""
+    return _unary("asinh", x)
+
+
+def acosh(x: Buffer) -> Buffer:
+    """arcosh(x) >= 0; NaN below 1."""
+    return _unary("acosh", x)
+
+
+def atanh(x: Buffer) -> Buffer:
+    """artanh(x); +-inf at +-1, NaN outside [-1, 1]."""
+    return _unary("atanh", x)
+
+
 def floor(x: Buffer) -> Buffer:
     """The largest integer <= x (exact)."""
     return _unary("floor", x)
@@ -245,6 +277,11 @@ def sub(a: Buffer, b: Buffer) -> Buffer:
 def mul(a: Buffer, b: Buffer) -> Buffer:
     """a * b."""
     return _binary("mul", "a", "b", a, b)
+
+
+def atan2(a: Buffer, b: Buffer) -> Buffer:
+    """The angle of the point (b, a) in [-pi, pi] (C's atan2: signed zeros and infinities)."""
+    return _binary("atan2", "a", "b", a, b)
 
 
 def _pair_bwd(name: str, a: Buffer, b: Buffer, dy: Buffer) -> tuple[Buffer, Buffer]:

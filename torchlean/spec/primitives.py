@@ -20,6 +20,7 @@ __all__ = [
     "scale", "copy", "axpy", "add_scalar", "sigmoid", "sigmoid_bwd", "tanh", "tanh_bwd",
     "softplus", "softplus_bwd", "safe_log", "safe_log_bwd",
     "sin", "cos", "erf", "log1p", "expm1", "floor", "ceil", "round", "trunc", "sign", "pow_scalar",
+    "atan", "asin", "acos", "asinh", "acosh", "atanh", "atan2",
     "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",
     "reduce_max_axis1", "reduce_sum_axis", "concat1d", "slice1d", "narrow_block", "narrow_block_bwd",
     "broadcast_vec_to_rows",
@@ -171,6 +172,43 @@ def log1p(x):
 def expm1(x):
     with np.errstate(over="ignore"):
         return np.expm1(_f(x))
+
+
+def atan(x):
+    return np.arctan(_f(x))
+
+
+def asin(x):
+    """NaN outside [-1, 1]."""
+    with np.errstate(invalid="ignore"):
+        return np.arcsin(_f(x))
+
+
+def acos(x):
+    """NaN outside [-1, 1]."""
+    with np.errstate(invalid="ignore"):
+        return np.arccos(_f(x))
+
+
+def asinh(x):
+    return np.arcsinh(_f(x))
+
+
+def acosh(x):
+    """NaN below 1."""
+    with np.errstate(invalid="ignore"):
+        return np.arccosh(_f(x))
+
+
+def atanh(x):
+    """+-inf at +-1, NaN outside [-1, 1]."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.arctanh(_f(x))
+
+
+def atan2(a, b):
+    """The angle of the point (b, a) in [-pi, pi], signed zeros and infinities as C's atan2."""
+    return np.arctan2(_f(a), _f(b))
 
 
 def floor(x):

@@ -60,6 +60,34 @@ for _n in _BINARY:
                     [SPECIALS.copy(), SPECIALS[::-1].copy()],
                     [np.array([1.0, 2.0, np.nan, 3.0], F32), np.array([1.0, np.nan, 5.0, -3.0], F32)]],
         max_dim=64))
+# -- inverse trigonometric and hyperbolic functions -----------------------------------------
+# "normal" draws land mostly inside the domain ([-1, 1]; >= 1 for acosh) and a few outside it (NaN);
+# the other kinds are the shared ones. Edge cases: the domain's ends, just inside and outside them,
+# signed zeros, subnormals, infinities and NaN.
+_DOMAIN = {"asin": (-1.2, 1.2), "acos": (-1.2, 1.2), "atanh": (-1.2, 1.2), "acosh": (0.8, 30.0)}
+
+
+def _inv_trig_args(rng, d, kind, lo_hi=None):
+    if kind == "normal" and lo_hi is not None:
+        return [rng.uniform(*lo_hi, d[0]).astype(F32)]
+    return [values(rng, d[0], kind)]
+
+
+_ONE_MINUS, _ONE_PLUS = float(np.nextafter(F32(1), F32(0))), float(np.nextafter(F32(1), F32(2)))
+_INV_TRIG_EDGES = [[np.zeros(0, F32)], [SPECIALS.copy()],
+                   [np.array([-0.0, 0.0, 1.0, -1.0, _ONE_MINUS, -_ONE_MINUS, _ONE_PLUS, -_ONE_PLUS, 1e-30, -1e-45,
+                              0.5, -0.5, 1e20, -1e20, 3.4e38, 1.0 + 2.0**-10], F32)]]
+for _n in ("atan", "asin", "acos", "asinh", "acosh", "atanh"):
+    add(PrimitiveInfo(_n, lambda rng, d, kind, r=_DOMAIN.get(_n): _inv_trig_args(rng, d, kind, r), 1,
+                      edge_cases=_INV_TRIG_EDGES, max_dim=64))
+_ATAN2_EDGE = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-45, 3.4e38], F32)
+add(PrimitiveInfo(
+    "atan2", lambda rng, d, kind: [values(rng, d[0], kind), values(rng, d[0], kind)], 1,
+    edge_cases=[[np.zeros(0, F32), np.zeros(0, F32)],
+                # every pair of the specials: the quadrants, signed zeros, infinities, NaN
+                [np.repeat(_ATAN2_EDGE, _ATAN2_EDGE.size), np.tile(_ATAN2_EDGE, _ATAN2_EDGE.size)],
+                [SPECIALS.copy(), SPECIALS[::-1].copy()]],
+    max_dim=64))
 for _n in ("max_bwd", "min_bwd"):
     add(PrimitiveInfo(
         _n, lambda rng, d, kind: [values(rng, d[0], "int"), values(rng, d[0], "int"), values(rng, d[0], kind)], 1,

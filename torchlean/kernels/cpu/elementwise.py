@@ -30,6 +30,7 @@ __all__ = [
     "axpy", "add_scalar", "sigmoid", "sigmoid_bwd", "tanh", "tanh_bwd", "softplus",
     "softplus_bwd", "safe_log", "safe_log_bwd",
     "sin", "cos", "erf", "log1p", "expm1", "floor", "ceil", "round", "trunc", "sign", "pow_scalar",
+    "atan", "asin", "acos", "asinh", "acosh", "atanh", "atan2",
 ]
 
 def _ufunc(f, *args):
@@ -448,6 +449,36 @@ def log1p(x):
 
 def expm1(x):
     return _ufunc(np.expm1, x)
+
+
+# The inverse trigonometric and hyperbolic functions: NumPy's float32 loops (computed in float32),
+# on the calling thread like the other library functions.
+def atan(x):
+    return _ufunc(np.arctan, x)
+
+
+def asin(x):
+    return _ufunc(np.arcsin, x)
+
+
+def acos(x):
+    return _ufunc(np.arccos, x)
+
+
+def asinh(x):
+    return _ufunc(np.arcsinh, x)
+
+
+def acosh(x):
+    return _ufunc(np.arccosh, x)
+
+
+def atanh(x):
+    return _ufunc(np.arctanh, x)
+
+
+def atan2(a, b):
+    return _ufunc(np.arctan2, a, b)
 
 
 def floor(x):

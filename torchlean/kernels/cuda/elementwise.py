@@ -13,6 +13,7 @@ __all__ = [
     "axpy", "add_scalar", "sigmoid", "sigmoid_bwd", "tanh", "tanh_bwd", "softplus",
     "softplus_bwd", "safe_log", "safe_log_bwd", "fill",
     "sin", "cos", "erf", "log1p", "expm1", "floor", "ceil", "round", "trunc", "sign", "pow_scalar",
+    "atan", "asin", "acos", "asinh", "acosh", "atanh", "atan2",
 ]
 
 _FILE = "elementwise.cu"
@@ -113,6 +114,12 @@ cos = _unary("tl_cos")
 erf = _unary("tl_erf")
 log1p = _unary("tl_log1p")
 expm1 = _unary("tl_expm1")
+atan = _unary("tl_atan")
+asin = _unary("tl_asin")
+acos = _unary("tl_acos")
+asinh = _unary("tl_asinh")
+acosh = _unary("tl_acosh")
+atanh = _unary("tl_atanh")
 floor = _unary("tl_floor")
 ceil = _unary("tl_ceil")
 round = _unary("tl_round")
@@ -133,6 +140,7 @@ add = _binary("tl_add")
 sub = _binary("tl_sub")
 mul = _binary("tl_mul")
 div = _binary("tl_div")
+atan2 = _binary("tl_atan2")
 max = _binary("tl_max")
 min = _binary("tl_min")
 
