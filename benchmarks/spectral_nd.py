@@ -4,7 +4,7 @@ irfftn; backward by autograd), forward + backward, at the issue's reference size
 
     FNO2d: batch 20, width 32, 64 x 64, 12 modes     FNO3d: batch 10, width 20, 64 x 64 x 40, 8 modes
 
-    PYTHONPATH=. python3 benchmarks/spectral_nd.py --device cuda [--reps 20] [--only 2d|3d] [--route fft|gemm]
+    PYTHONPATH=. python3 benchmarks/spectral_nd.py --device cuda [--reps 20] [--only 2d|3d]
     PYTHONPATH=. python3 benchmarks/spectral_nd.py --device cpu  [--reps 5] [--threads N] [--stages]
 
 For each size: a check first (our y, dx, dw against torch float64 on the same device: max error
@@ -12,8 +12,7 @@ relative to max |ref|), then the median wall time of --reps forward+backward ste
 after warm-up; Python overhead included on both sides, as a training step sees it), ours / torch
 (the issue's bar: <= 0.67 on the GPU, < 1 on the CPU), and on CUDA the peak memory of one step
 (torch.cuda.max_memory_allocated for torch; for ours only the growth of CuPy's pool over one step, a
-rough figure: torchlean's free list reuses blocks). TF32 off on
-both sides. --route picks the CPU kernel's route (kernels/cpu/spectral_nd.CONV_ROUTE).
+rough figure: torchlean's free list reuses blocks). TF32 off on both sides.
 """
 
 from __future__ import annotations
@@ -137,15 +136,13 @@ def run(which, device, reps):
 
 
 def stages(which, reps):
-    """The CPU kernel's stages on their own (fft route), median ms of --reps runs each: where a step's
-    time goes at this thread count. One step runs 4 analyses, 2 mixings, 1 weight gradient and 2
-    syntheses."""
+    """The CPU kernel's stages on their own, median ms of --reps runs each: where a step's time goes at
+    this thread count. One step runs 4 analyses, 2 mixings, 1 weight gradient and 2 syntheses."""
     import math
 
-    import scipy.fft as sfft
-
     import torchlean.kernels.cpu.spectral_nd as K
-    from torchlean.kernels.cpu import gemm, spectral_mix
+    from torchlean.kernels.cpu import spectral_mix
+    from torchlean.kernels.spectral_nd_basis import kept_counts
 
     batch, cin, cout, ns, ms = SIZES[which]
     rng = np.random.default_rng(0)
@@ -153,20 +150,18 @@ def stages(which, reps):
     w = rng.random((2 ** (len(ns) - 1), cin, cout) + ms + (2,)).astype(np.float32).reshape(-1)
     geo = K._geometry(ns, ms)
     lead, mm, p = batch * cin, math.prod(ms), batch * cin * math.prod(ns[:-1])
-    spec = K._fft_spectrum(x, lead, ns, ms, geo)
-    y = K._slab(lead, ns, ms)
-    ffts = (lead,) + tuple(ns[:-1]) + (ms[-1],)
-    z = np.ones(ffts, np.complex64)
-    rows = [("analysis (all)", lambda: K._fft_spectrum(x, lead, ns, ms, geo)),
-            ("  last-axis GEMM", lambda: gemm.gemm(x, geo.ana_last, 1, p, 2 * ms[-1], ns[-1], False, False)),
-            ("  one leading FFT, full slab", lambda: sfft.fft(z, axis=1, workers=K._workers(z.size))),
+    spec = K._spectrum(x, lead, ns, ms, geo.bases, False)
+    y = np.empty((lead, geo.off.size), np.complex64)
+    k_last = kept_counts(ms)[-1]
+    rows = [("analysis (all)", lambda: K._spectrum(x, lead, ns, ms, geo.bases, False)),
+            ("  last-axis GEMM", lambda: K._real_mm(x, geo.bases.ana[-1], p, ns[-1])),
             ("mixing", lambda: spectral_mix.mix(spec, geo.off, w, geo.corner, geo.local, mm, cin, cout, False, geo.unit,
                                                 y, geo.off, batch)),
             ("weight gradient", lambda: spectral_mix.weight_grad(spec, spec, geo.off, geo.unit, batch, cin, cout,
                                                                  geo.corner, geo.local, mm)),
-            ("synthesis (all)", lambda: K._fft_synthesis(y.copy(), lead, ns, ms, geo, False)),
-            ("  last-axis GEMM", lambda: gemm.gemm(z.view(np.float32).reshape(-1), geo.syn_last, 1, p, ns[-1],
-                                                   2 * ms[-1], False, False))]
+            ("synthesis (all)", lambda: K._synth(spec, lead, ns, ms, geo.bases, False)),
+            ("  last-axis GEMM", lambda: K._real_mm(np.ones(p * 2 * k_last, np.float32), geo.bases.syn[-1], p,
+                                                   2 * k_last))]
     for name, fn in rows:
         print(f"  stage {which} {name:30s} {_median_time(fn, lambda: None, reps) * 1e3:9.3f} ms")
 
@@ -176,7 +171,6 @@ def main():
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--only", choices=["2d", "3d"])
-    ap.add_argument("--route", choices=["fft", "gemm"])
     ap.add_argument("--stages", action="store_true", help="CPU: also time the kernel's stages on their own")
     ap.add_argument("--threads", type=int, help="CPU threads of both (torch's and torchlean's set_num_threads)")
     args = ap.parse_args()
@@ -190,10 +184,6 @@ def main():
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    if args.route:
-        import torchlean.kernels.cpu.spectral_nd as cpu_nd
-
-        cpu_nd.CONV_ROUTE = args.route
     header = "| size | device | shape | torch fwd+bwd | ours fwd+bwd | ours / torch |"
     if args.device == "cuda":
         header += " torch peak | ours peak |"

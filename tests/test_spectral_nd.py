@@ -2,8 +2,8 @@
 
 * The spec against numpy.fft's composition (rfft2/rfftn, corner einsums, irfft2/irfftn) in float64.
 * Every primitive against the spec through the table (edge cases and random geometries), on each
-  device; on the CPU through both routes (pocketfft, and the truncated-DFT GEMM walk the CUDA
-  backend runs, so the GPU's stage layout is checked here too).
+  device; the CPU runs the truncated-DFT GEMM walk the CUDA backend runs, so the GPU's stage
+  layout is checked here too.
 * The op against torch autograd of the reference composition (values and gradients), the VJPs
   against finite differences, only the requested gradients computed.
 * nn.SpectralConv2d/3d against the reference modules written in torch, with the same complex
@@ -139,16 +139,6 @@ def test_primitives_meet_their_contracts(name, device):
     for args in cases:
         verdict, _, _ = run_case(info, [a.copy() if isinstance(a, np.ndarray) else a for a in args], device)
         assert verdict.ok, f"{name} on {device}: {verdict.detail}"
-
-
-@pytest.mark.parametrize("route", ["fft", "gemm"])
-@pytest.mark.parametrize("name", NAMES)
-def test_cpu_routes_meet_the_contracts(monkeypatch, route, name):
-    monkeypatch.setattr(CPU_ND, "CONV_ROUTE", route)
-    info, cases = _table_cases(name, 6)
-    for args in cases:
-        verdict, _, _ = run_case(info, [a.copy() if isinstance(a, np.ndarray) else a for a in args], "cpu")
-        assert verdict.ok, f"{name} ({route}): {verdict.detail}"
 
 
 def test_results_are_deterministic(device):
@@ -457,46 +447,38 @@ def _cpu_outputs(geom):
 
 
 @pytest.mark.parametrize("geom", BIG, ids=["2d", "3d"])
-@pytest.mark.parametrize("route", ["fft", "gemm"])
-def test_cpu_bits_do_not_depend_on_the_thread_count(monkeypatch, route, geom):
-    """Every stage (the GEMMs, pocketfft on the fft route, the mixing) splits at 2 threads, and the
-    bits are those of 1 thread."""
+def test_cpu_bits_do_not_depend_on_the_thread_count(monkeypatch, geom):
+    """Every stage (the GEMMs, the mixing) splits at 2 threads, and the bits are those of 1 thread."""
     import numba
 
     from torchlean.kernels.cpu import gemm, parallel, spectral_mix
     if parallel.max_threads() < 2:
         pytest.skip("Numba's pool has one thread (NUMBA_NUM_THREADS=1 or the workqueue layer)")
-    monkeypatch.setattr(CPU_ND, "CONV_ROUTE", route)
-    seen = {"mix": [], "gemm": [], "fft": []}
+    seen = {"mix": [], "gemm": []}
     for name, key in (("_mix_par", "mix"), ("_grad_par", "mix")):
         real = getattr(spectral_mix, name)
         monkeypatch.setattr(spectral_mix, name, lambda k, *a, _r=real, _k=key: (seen[_k].append(k), _r(k, *a))[1])
     real_plan = gemm.plan
     monkeypatch.setattr(gemm, "plan", lambda *a: (lambda r: (seen["gemm"].append(r[1]), r)[1])(real_plan(*a)))
-    real_workers = CPU_ND._workers
-    monkeypatch.setattr(CPU_ND, "_workers", lambda n: (lambda r: (seen["fft"].append(r), r)[1])(real_workers(n)))
     threads = numba.get_num_threads()
     try:
         numba.set_num_threads(1)
         one = _cpu_outputs(geom)
-        assert seen["mix"] == [] and set(seen["gemm"]) == {1} and set(seen["fft"]) <= {1}
+        assert seen["mix"] == [] and set(seen["gemm"]) == {1}
         numba.set_num_threads(2)
         two = _cpu_outputs(geom)
     finally:
         numba.set_num_threads(threads)
-    # at 2 threads the mixing ran in parts, the GEMMs in blocks and pocketfft on 2 workers
-    assert set(seen["mix"]) == {2} and 2 in seen["gemm"] and (route == "gemm" or 2 in seen["fft"]), seen
+    # at 2 threads the mixing ran in parts and the GEMMs in blocks
+    assert set(seen["mix"]) == {2} and 2 in seen["gemm"], seen
     for a, b in zip(one, two):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
 @pytest.mark.parametrize("geom", [(3, 5, 4, (12, 10), (3, 4)), (2, 3, 4, (6, 8, 10), (2, 3, 4))], ids=["2d", "3d"])
-@pytest.mark.parametrize("route", ["fft", "gemm"])
-def test_cpu_mixing_bits_do_not_depend_on_its_split(monkeypatch, route, geom):
-    """The mixing kernels and the corner copies in 1, 3 and 7 parts (more parts than threads is
-    allowed) give the same bits."""
+def test_cpu_mixing_bits_do_not_depend_on_its_split(monkeypatch, geom):
+    """The mixing kernels in 1, 3 and 7 parts (more parts than threads is allowed) give the same bits."""
     from torchlean.kernels.cpu import spectral_mix
-    monkeypatch.setattr(CPU_ND, "CONV_ROUTE", route)
     runs = []
     for k in (1, 3, 7):
         monkeypatch.setattr(spectral_mix, "parts", lambda work, items, min_work, _k=k: _k)

@@ -8,8 +8,7 @@ a complex copy of the weights in per-mode order and a scatter back. Here one ker
 spectra where the transforms left them (``*_off[m]``: mode m's offset in a channel's plane), the
 weights in their own layout (corners, cin, cout, m.., 2) through ``corner``/``local``
 (spectral_nd_basis.corner_index), scales mode m by ``scale[m]`` and writes straight into the next
-transform's input (or the weights' gradient layout). ``copy_corners`` cuts the two corners of a
-spectrum out of a transformed axis, or places them into zeros, split over the pool likewise.
+transform's input (or the weights' gradient layout).
 
 Bits: every output element is computed by one thread as the same float32 chain (products, then the
 sum over input channels, or over the batch for dw, in ascending order; no fast-math, so no FMA
@@ -18,18 +17,15 @@ contraction or reassociation), so the result does not depend on how the modes ar
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import njit, prange
 
 from .parallel import parts
 
-__all__ = ["mix", "weight_grad", "copy_corners"]
+__all__ = ["mix", "weight_grad"]
 
 F32 = np.float32
 _MIN_MACS = 1 << 15  # complex multiply-adds per part at least: below, one region costs more than it saves
-_MIN_COPY = 1 << 16  # floats per part of a corner copy at least
 
 
 @njit(cache=True, nogil=True)
@@ -113,33 +109,6 @@ def _grad_par(nparts, n_modes, xs, gs, off, s_pl, scale, batch, cin, cout, corne
     for t in prange(nparts):
         _grad_range(n_modes * t // nparts, n_modes * (t + 1) // nparts, xs, gs, off, s_pl, scale, batch, cin, cout,
                     corner, local, mm, dw)
-
-
-@njit(cache=True, parallel=True, nogil=True)
-def _corners_par(src, dst, outer, n_src, n_dst, run, nparts):
-    """Per outer slice: the first and the last ``run`` floats of src's n_src go to the first and the
-    last of dst's n_dst."""
-    for t in prange(nparts):
-        for o in range(outer * t // nparts, outer * (t + 1) // nparts):
-            a, b = o * n_src, o * n_dst
-            dst[b:b + run] = src[a:a + run]
-            dst[b + n_dst - run:b + n_dst] = src[a + n_src - run:a + n_src]
-
-
-def copy_corners(src, dst, axis, m):
-    """dst[.., :m, ..] = src[.., :m, ..] and the last m along ``axis`` likewise: the two corners of a
-    spectrum cut out (src the longer) or placed into zeros (dst the longer), both contiguous
-    complex64 of the same shape but along axis; split over the pool for large copies."""
-    outer = math.prod(src.shape[:axis])
-    inner = 2 * math.prod(src.shape[axis + 1:])
-    k = parts(dst.size * 2, outer, _MIN_COPY)
-    if k == 1:
-        pre = (slice(None),) * axis
-        dst[pre + (slice(0, m),)] = src[pre + (slice(0, m),)]
-        dst[pre + (slice(dst.shape[axis] - m, None),)] = src[pre + (slice(src.shape[axis] - m, None),)]
-        return
-    _corners_par(_f32(src), dst.view(F32).reshape(-1), outer, src.shape[axis] * inner, dst.shape[axis] * inner,
-                 m * inner, k)
 
 
 def _f32(a: np.ndarray) -> np.ndarray:
