@@ -64,6 +64,14 @@ UNARY = {
     "pow_complex": (lambda z: z ** (0.5 - 1.25j), lambda t: t ** (0.5 - 1.25j)),
     "rpow": (lambda z: 2 ** z, lambda t: 2 ** t),
     "rpow_complex": (lambda z: (1 - 2j) ** z, lambda t: (1 - 2j) ** t),
+    "log1p": (lambda z: tl.log1p(z), lambda t: torch.log1p(t)),
+    "expm1": (lambda z: z.expm1(), lambda t: t.expm1()),
+    "asin": (lambda z: tl.asin(z), lambda t: torch.asin(t)),
+    "acos": (lambda z: z.acos(), lambda t: t.acos()),
+    "atan": (lambda z: tl.arctan(z), lambda t: torch.arctan(t)),
+    "asinh": (lambda z: z.arcsinh(), lambda t: t.arcsinh()),
+    "acosh": (lambda z: tl.acosh(z), lambda t: torch.acosh(t)),
+    "atanh": (lambda z: tl.atanh(z), lambda t: torch.atanh(t)),
 }
 
 # where float32 rounding of an ill-conditioned map makes a relative tolerance meaningless
@@ -115,6 +123,27 @@ def test_non_finite_inputs_match_torch(name, keep):
     f, g = UNARY[name]
     a = NONFINITE[list(keep)]
     close(f(tl.tensor(a)), g(torch.tensor(a)), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("name", ["log1p", "expm1", "asin", "acos", "atan", "asinh", "acosh", "atanh"])
+def test_inverse_functions_log1p_expm1_near_their_delicate_points(name):
+    """Small arguments (log1p, expm1, asin, atan, asinh, atanh keep their digits), the branch points
+    +-1 and +-i approached off the cuts, and large arguments, against torch."""
+    f, g = UNARY[name]
+    a = np.array([1e-4 + 2e-5j, -3e-6 - 1e-6j, 1e-20 + 1e-21j, 0.999 + 1e-3j, -1.001 - 2e-3j, 1e-3 + 0.999j,
+                  -2e-3 - 1.002j, 2.5 + 0.5j, -0.5 + 3j, 100 - 200j, 3e5 + 4e5j], np.complex64)
+    if name == "expm1":
+        a = a[np.abs(a) < 80]  # e^x overflows beyond, in torch too
+    out, ref = f(tl.tensor(a)), g(torch.tensor(a))
+    np.testing.assert_allclose(as_np(out), as_np(ref), rtol=3e-6, atol=0)
+
+
+def test_inverse_functions_route_real_tensors_to_the_real_primitives():
+    x = np.array([0.25, -0.5, 0.75], np.float32)
+    for name in ("asin", "acos", "atan", "asinh", "atanh", "log1p", "expm1", "arcsin", "arctanh"):
+        out = getattr(tl, name)(tl.tensor(x))
+        assert out.dtype is tl.float32
+        np.testing.assert_allclose(out.numpy(), getattr(torch, name)(torch.tensor(x)).numpy(), rtol=2e-6)
 
 
 def test_non_finite_predicates_and_nan_to_num():
@@ -305,12 +334,10 @@ def test_what_stays_unsupported_says_so():
         tl.sign(z)
     with pytest.raises(NotSupportedError, match=r"^sign: .*use sgn"):
         z.sign()
-    with pytest.raises(NotSupportedError, match=r"^expm1: complex tensors are not supported by expm1"):
-        tl.expm1(z)
     with pytest.raises(NotSupportedError, match=r"^erf: complex tensors are not supported by erf"):
-        tl.erf(z)
-    with pytest.raises(NotSupportedError, match=r"ComplexTensor\.asin: not supported on complex tensors"):
-        z.asin()
+        tl.erf(z)  # (torch has no complex erf either)
+    with pytest.raises(NotSupportedError, match=r"ComplexTensor\.erf: not supported on complex tensors"):
+        z.erf()
     with pytest.raises(DTypeError, match=r"^pow: expected a number or a Tensor for exponent, got str"):
         tl.pow(z, "2")
     with pytest.raises(DTypeError, match=r"^prod: dtype"):

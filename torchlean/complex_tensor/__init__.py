@@ -115,6 +115,9 @@ def _bind() -> None:
         "exp": _funcs.exp, "log": _funcs.log, "log2": _funcs.log2, "log10": _funcs.log10, "sqrt": _funcs.sqrt,
         "rsqrt": _funcs.rsqrt, "square": _funcs.square, "sin": _funcs.sin, "cos": _funcs.cos, "tan": _funcs.tan,
         "sinh": _funcs.sinh, "cosh": _funcs.cosh, "tanh": _funcs.tanh, "sigmoid": _funcs.sigmoid,
+        "log1p": _funcs.log1p, "expm1": _funcs.expm1,
+        **{alias: getattr(_funcs, name) for name in ("asin", "acos", "atan", "asinh", "acosh", "atanh")
+           for alias in (name, "arc" + name[1:])},
         "sgn": _funcs.sgn, "sign": _sign, "isnan": _funcs.isnan, "isinf": _funcs.isinf,
         "isfinite": _funcs.isfinite, "nan_to_num": _funcs.nan_to_num, "prod": _reduce.prod, "var": _reduce.var,
         "std": _reduce.std, "norm": _reduce.norm, "dot": _reduce.dot, "vdot": _reduce.vdot,
@@ -221,6 +224,14 @@ def _binary(name: str, real_fn, complex_fn):
 
 # the torchlean names that take complex tensors too (torchlean's __init__ installs them over the
 # real ones; each costs a real call one isinstance test)
+def _inverse_routes() -> dict[str, Any]:
+    """asin .. atanh routed, each alias (arcsin ..) the same function, as torch's."""
+    out = {}
+    for name in ("asin", "acos", "atan", "asinh", "acosh", "atanh"):
+        out[name] = out["arc" + name[1:]] = routed(name, getattr(ops_math, name), getattr(_funcs, name))
+    return out
+
+
 PUBLIC_ROUTES: dict[str, Any] = {
     "abs": routed("abs", ops.abs, _math.abs),
     "absolute": routed("absolute", ops.abs, _math.abs),
@@ -237,6 +248,9 @@ PUBLIC_ROUTES: dict[str, Any] = {
     "sqrt": routed("sqrt", ops.sqrt, _funcs.sqrt),
     "rsqrt": routed("rsqrt", ops_math.rsqrt, _funcs.rsqrt),
     "square": routed("square", ops_math.square, _funcs.square),
+    "log1p": routed("log1p", ops_math.log1p, _funcs.log1p),
+    "expm1": routed("expm1", ops_math.expm1, _funcs.expm1),
+    **_inverse_routes(),
     "sin": routed("sin", ops_math.sin, _funcs.sin),
     "cos": routed("cos", ops_math.cos, _funcs.cos),
     "tan": routed("tan", ops_math.tan, _funcs.tan),

@@ -12,10 +12,18 @@ Numerical care, in float32:
 * where a finite formula would give inf * 0 = nan for an exactly-zero imaginary part
   (exp(inf + 0j), sinh(100 + 0j)) the part is 0, as PyTorch's.
 
+The inverse functions follow Kahan ("Branch cuts for complex elementary functions", 1987): asin,
+acos and acosh from the square roots of 1 -+ z (or z -+ 1) and the real atan2 and asinh, with no
+cancellation near the branch points; asinh(z) = -i asin(iz), atanh from log1p, atan(z) = -i atanh(iz).
+log1p(z) = log|1 + z| + i arg(1 + z) with log|1 + z| = log1p(x (2 + x) + y^2) / 2 for small z;
+expm1(z) = expm1(x) cos y - 2 sin^2(y/2) + i e^x sin y, likewise.
+
 Known deviations from PyTorch: exp/sinh/cosh/sin/cos overflow as soon as e^|part| does (exp
 matches PyTorch there; PyTorch's sinh/cosh stay finite up to |x| ~ 89.4); a few C99 special values
 with an infinite imaginary part differ (sin(0 + inf j) is nan + nan j, PyTorch 0 + inf j);
-sigmoid(-inf + yj) is 0 (PyTorch nan).
+sigmoid(-inf + yj) is 0 (PyTorch nan); log1p, atanh and atan overflow for |z| above about 1.8e19
+(the square in log|1 + z|), asin/acos/acosh above about 3.4e38 / 2; on the branch cuts themselves
+the side a signed zero picks may differ from PyTorch's.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from ._math import pow as int_pow
 
 __all__ = ["exp", "log", "log2", "log10", "sqrt", "rsqrt", "square", "pow", "rpow", "sin", "cos", "tan",
            "sinh", "cosh", "tanh", "sigmoid", "sgn", "isnan", "isinf", "isfinite", "nan_to_num", "real_sinh",
-           "real_cosh"]
+           "real_cosh", "log1p", "expm1", "asin", "acos", "atan", "asinh", "acosh", "atanh"]
 
 
 def _c(op: str, z: Any) -> ComplexTensor:
@@ -198,6 +206,26 @@ def rpow(base: Any, z: ComplexTensor) -> ComplexTensor:
     return exp(mul(z, lb if lb.imag != 0.0 else lb.real))
 
 
+def log1p(z: ComplexTensor) -> ComplexTensor:
+    """log(1 + z): log|1 + z| as log1p(x (2 + x) + y^2) / 2 for |z| < 1/2 (small z keep their digits),
+    else as log|w| of w = 1 + z (exact in x for x in [-2, -1/2] by Sterbenz: no cancellation near -1)."""
+    x, y = parts(_c("log1p", z))
+    w = ops.add(x, 1.0)
+    t = ops.add(ops.mul(x, ops.add(x, 2.0)), ops.mul(y, y))
+    with autograd.no_grad():
+        small = ops.add(ops.mul(x, x), ops.mul(y, y)) < 0.25
+    re = ops_extra.where(small, ops.mul(ops_math.log1p(t), 0.5), _log_abs(pack(w, y, "log1p")))
+    return pack(re, ops_math.atan2(y, w), "log1p")
+
+
+def expm1(z: ComplexTensor) -> ComplexTensor:
+    """exp(z) - 1, accurate for small z: expm1(x) cos y - 2 sin^2(y/2) + i e^x sin y."""
+    x, y = parts(_c("expm1", z))
+    h = ops_math.sin(ops.mul(y, 0.5))
+    re = ops.sub(_times(ops_math.expm1(x), ops_math.cos(y)), ops.mul(ops.mul(h, h), 2.0))
+    return pack(re, _times(ops.exp(x), ops_math.sin(y)), "expm1")
+
+
 # -- trigonometric and hyperbolic ----------------------------------------------------------
 def _sinh_cosh(x: Tensor) -> tuple[Tensor, Tensor]:
     """sinh and cosh of a real tensor from expm1 of +-x: accurate near 0, no cancellation."""
@@ -311,3 +339,61 @@ def nan_to_num(z: ComplexTensor, nan: float = 0.0, posinf: float | None = None,
     r = ops_math.nan_to_num(_c("nan_to_num", z).real_view(), nan, posinf, neginf)
     return ComplexTensor.from_real_view(r, "nan_to_num")
 
+
+
+# -- inverse trigonometric and hyperbolic (Kahan's formulas; see the module docstring) -------------
+def _sqrt_parts(x: Any, y: Tensor) -> tuple[Tensor, Tensor]:
+    return parts(sqrt(pack(x, y, "sqrt")))
+
+
+def _asin_parts(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """asin(x + iy) = atan2(x, Re(s1 s2)) + i asinh(Im(conj(s1) s2)), s1 = sqrt(1 - z), s2 = sqrt(1 + z)."""
+    a, b = _sqrt_parts(ops.sub(1.0, x), ops.neg(y))
+    c, d = _sqrt_parts(ops.add(x, 1.0), y)
+    re = ops_math.atan2(x, ops.sub(ops.mul(a, c), ops.mul(b, d)))
+    return re, ops_math.asinh(ops.sub(ops.mul(a, d), ops.mul(b, c)))
+
+
+def asin(z: ComplexTensor) -> ComplexTensor:
+    return pack(*_asin_parts(*parts(_c("asin", z))), "asin")
+
+
+def acos(z: ComplexTensor) -> ComplexTensor:
+    """2 atan2(Re s1, Re s2) + i asinh(Im(conj(s2) s1)), s1 = sqrt(1 - z), s2 = sqrt(1 + z)."""
+    x, y = parts(_c("acos", z))
+    a, b = _sqrt_parts(ops.sub(1.0, x), ops.neg(y))
+    c, d = _sqrt_parts(ops.add(x, 1.0), y)
+    return pack(ops.mul(ops_math.atan2(a, c), 2.0), ops_math.asinh(ops.sub(ops.mul(c, b), ops.mul(d, a))), "acos")
+
+
+def acosh(z: ComplexTensor) -> ComplexTensor:
+    """asinh(Re(conj(s1) s2)) + 2i atan2(Im s1, Re s2), s1 = sqrt(z - 1), s2 = sqrt(z + 1)."""
+    x, y = parts(_c("acosh", z))
+    a, b = _sqrt_parts(ops.sub(x, 1.0), y)
+    c, d = _sqrt_parts(ops.add(x, 1.0), y)
+    return pack(ops_math.asinh(ops.add(ops.mul(a, c), ops.mul(b, d))), ops.mul(ops_math.atan2(b, c), 2.0), "acosh")
+
+
+def asinh(z: ComplexTensor) -> ComplexTensor:
+    """-i asin(iz): with asin(-y + ix) = u + iv, asinh(z) = v - iu."""
+    x, y = parts(_c("asinh", z))
+    u, v = _asin_parts(ops.neg(y), x)
+    return pack(v, ops.neg(u), "asinh")
+
+
+def _atanh_parts(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """(log1p(z) - log1p(-z)) / 2."""
+    p, q = parts(log1p(pack(x, y, "atanh")))
+    r, s = parts(log1p(pack(ops.neg(x), ops.neg(y), "atanh")))
+    return ops.mul(ops.sub(p, r), 0.5), ops.mul(ops.sub(q, s), 0.5)
+
+
+def atanh(z: ComplexTensor) -> ComplexTensor:
+    return pack(*_atanh_parts(*parts(_c("atanh", z))), "atanh")
+
+
+def atan(z: ComplexTensor) -> ComplexTensor:
+    """-i atanh(iz): with atanh(-y + ix) = u + iv, atan(z) = v - iu."""
+    x, y = parts(_c("atan", z))
+    u, v = _atanh_parts(ops.neg(y), x)
+    return pack(v, ops.neg(u), "atan")
