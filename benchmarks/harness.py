@@ -335,7 +335,17 @@ def cpu_model() -> str:
 
 
 def git_commit(cwd: str | None = None) -> str:
+    """The checkout's short commit (+ a note when it has uncommitted changes). A tree exported with
+    ``git archive`` (no .git of its own, perhaps inside another checkout) says so instead of naming
+    the enclosing checkout's commit; TORCHLEAN_COMMIT, when set, names the export's commit."""
+    if os.environ.get("TORCHLEAN_COMMIT"):
+        return os.environ["TORCHLEAN_COMMIT"] + " (export)"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd or root, capture_output=True, text=True,
+                             timeout=10)
+        if top.returncode != 0 or os.path.realpath(top.stdout.strip()) != os.path.realpath(root):
+            return "unknown (not a git checkout; set TORCHLEAN_COMMIT)"
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True, text=True,
                              timeout=10)
         rev = out.stdout.strip() if out.returncode == 0 else "unknown"
