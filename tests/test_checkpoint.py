@@ -40,11 +40,12 @@ def _batch(step: int, device: str):
     return tl.tensor(x, device=device), tl.tensor(y, device=device)
 
 
-def _train(m, opt, sch, steps: range, device: str) -> list[int]:
-    """Loss of each step as its float32 bit pattern (bitwise comparison)."""
+def _train(m, opt, sch, steps: range, device: str, batch=None) -> list[int]:
+    """Loss of each step as its float32 bit pattern (bitwise comparison); batch(step, device) gives
+    (x, y), _batch by default."""
     bits = []
     for s in steps:
-        x, y = _batch(s, device)
+        x, y = (batch or _batch)(s, device)
         opt.zero_grad()
         loss = tl.ops.mse_loss(m(x), y)
         loss.backward()
@@ -161,19 +162,13 @@ def _fno(device: str):
     return m, opt, optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
 
 
+def _fno_batch(step: int, device: str):
+    r = np.random.RandomState(2000 + step)
+    return tuple(tl.tensor(r.standard_normal((2, 8, 8, 1)).astype(np.float32), device=device) for _ in range(2))
+
+
 def _train_fno(m, opt, sch, steps: range, device: str) -> list[int]:
-    bits = []
-    for s in steps:
-        r = np.random.RandomState(2000 + s)
-        x = tl.tensor(r.standard_normal((2, 8, 8, 1)).astype(np.float32), device=device)
-        y = tl.tensor(r.standard_normal((2, 8, 8, 1)).astype(np.float32), device=device)
-        opt.zero_grad()
-        loss = tl.ops.mse_loss(m(x), y)
-        loss.backward()
-        opt.step()
-        sch.step()
-        bits.append(int(np.float32(loss.item()).view(np.uint32)))
-    return bits
+    return _train(m, opt, sch, steps, device, _fno_batch)
 
 
 def test_complex_parameters_round_trip_and_resume_bitwise(device, tmp_path):
