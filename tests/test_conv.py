@@ -701,12 +701,14 @@ def test_cpu_fast_2d_path_on_numba_threads_gives_the_matmul_bits(monkeypatch, co
     monkeypatch.setattr(CPU_CONV, "_DW_BLOCK_COLS", block_cols)
     monkeypatch.setattr(CPU_CONV, "_DW_TILE_ROWS", tile_rows)
     calls = []
-    for name in ("_conv2d_items_ser", "_conv2d_items_par", "_bwd_input2d_items_ser", "_bwd_input2d_items_par",
-                 "_dw_items_ser", "_dw_items_par"):
-        def spy(*a, _f=getattr(CPU_CONV, name), _n=name):
-            calls.append(_n)
-            return _f(*a)
-        monkeypatch.setattr(CPU_CONV, name, spy)
+    names = {id(task): name for name, pair in (("conv", CPU_CONV._FW_TASKS), ("dx", CPU_CONV._DX_TASKS),
+                                                ("dw", CPU_CONV._DW_TASKS)) for task in pair}
+    real_run = CPU_CONV.tasks.run
+
+    def spy(task, args, t):  # which 2-D region ran, on the pool (t > 1) or the caller's thread
+        calls.append(f"{names[id(task)]}_{'par' if t > 1 else 'ser'}")
+        return real_run(task, args, t)
+    monkeypatch.setattr(CPU_CONV.tasks, "run", spy)
 
     def run(x, w, b, dy, dims):
         plan = conv_plan_of(*dims)
@@ -730,8 +732,7 @@ def test_cpu_fast_2d_path_on_numba_threads_gives_the_matmul_bits(monkeypatch, co
             for what, a, e in zip(("conv", "conv without bias", "conv_bwd_input", "conv_bwd_weight"), got, want):
                 assert a == e, f"{what} {geom} in {t} parts"
     used = set(calls)
-    assert {"_conv2d_items_ser", "_conv2d_items_par", "_bwd_input2d_items_ser", "_bwd_input2d_items_par",
-            "_dw_items_ser", "_dw_items_par"} <= used, used
+    assert {"conv_ser", "conv_par", "dx_ser", "dx_par", "dw_ser", "dw_par"} <= used, used
 
 
 def test_cpu_fast_2d_path_parts_follow_size_and_threads(monkeypatch):

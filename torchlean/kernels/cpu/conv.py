@@ -45,11 +45,11 @@ import itertools
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import carray, njit, prange
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from ..plans import ConvPlan, ConvTransposePlan, conv_plan_of
-from . import conv_groups, parallel
+from . import conv_groups, parallel, tasks
 from .cblas import NO_TRANS, TRANS, sgemm
 from .gemm import gemm
 
@@ -795,19 +795,28 @@ def _fw_part(fn, iz, x, wb, y, cs, os, t, i, items, n_tiles, tile, g, batch, in_
             _fw_tile_out(ob, y, n0, n1, o0, o1, out_c, p_n)
 
 
-@njit(cache=True, nogil=True)
-def _conv2d_items_ser(fn, iz, x, wb, y, cs, os, items, n_tiles, tile, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
-                      pw, oh_n, ow_n, bias_row):
-    _fw_part(fn, iz, x, wb, y, cs, os, 1, 0, items, n_tiles, tile, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
-             oh_n, ow_n, bias_row)
+# The three 2-D regions run as tasks (tasks.py: each part body compiles once, as a cached callback,
+# instead of once per parallel wrapper); one task per BLAS integer type (_I32, _I64).
+_I32, _I64 = np.int32(0), np.int64(0)
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _conv2d_items_par(fn, iz, x, wb, y, cs, os, t, items, n_tiles, tile, g, batch, in_c, out_c, h, w, kh, kw, sh, sw,
-                      ph, pw, oh_n, ow_n, bias_row):
-    for i in prange(t):
-        _fw_part(fn, iz, x, wb, y, cs, os, t, i, items, n_tiles, tile, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
-                 pw, oh_n, ow_n, bias_row)
+@njit(inline="always", nogil=True)
+def _fw_body(i, p, iz):
+    a = carray(p, 32)
+    _fw_part(a[0], iz, tasks.as_f32(a[2], a[3]), tasks.as_f32(a[4], a[5]), tasks.as_f32(a[6], a[7]),
+             tasks.as_f32(a[8], (a[9], a[10])), tasks.as_f32(a[11], (a[12], a[13])), a[1], i, a[14], a[15], a[16],
+             a[17], a[18], a[19], a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28], a[29], a[30], a[31])
+
+
+def _fw_task32(i, p):
+    _fw_body(i, p, _I32)
+
+
+def _fw_task64(i, p):
+    _fw_body(i, p, _I64)
+
+
+_FW_TASKS = (tasks.Task(_fw_task32), tasks.Task(_fw_task64))
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
@@ -849,19 +858,23 @@ def _dx_part(fn, iz, w2, ta, dy, dx, ds, cs, t, i, items, n_tiles, g, batch, in_
         _col2im2d(cb, dx, n0, n1, c0, c1, in_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, p_n, cols, margin)
 
 
-@njit(cache=True, nogil=True)
-def _bwd_input2d_items_ser(fn, iz, w2, ta, dy, dx, ds, cs, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw,
-                           ph, pw, oh_n, ow_n, margin):
-    _dx_part(fn, iz, w2, ta, dy, dx, ds, cs, 1, 0, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
-             oh_n, ow_n, margin)
+@njit(inline="always", nogil=True)
+def _dx_body(i, p, iz):
+    a = carray(p, 32)
+    _dx_part(a[0], iz, tasks.as_f32(a[2], a[3]), a[4], tasks.as_f32(a[5], a[6]), tasks.as_f32(a[7], a[8]),
+             tasks.as_f32(a[9], (a[10], a[11])), tasks.as_f32(a[12], (a[13], a[14])), a[1], i, a[15], a[16], a[17],
+             a[18], a[19], a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28], a[29], a[30], a[31])
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _bwd_input2d_items_par(fn, iz, w2, ta, dy, dx, ds, cs, t, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh,
-                           sw, ph, pw, oh_n, ow_n, margin):
-    for i in prange(t):
-        _dx_part(fn, iz, w2, ta, dy, dx, ds, cs, t, i, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
-                 pw, oh_n, ow_n, margin)
+def _dx_task32(i, p):
+    _dx_body(i, p, _I32)
+
+
+def _dx_task64(i, p):
+    _dx_body(i, p, _I64)
+
+
+_DX_TASKS = (tasks.Task(_dx_task32), tasks.Task(_dx_task64))
 
 
 # -- the 2-D weight gradient: blocks of images x tiles of channels -------------------------------
@@ -918,19 +931,23 @@ def _dw_part(fn, iz, x, dyt, sums, col, t, i, items, b0, n_tiles, g, batch, in_c
               out_c)
 
 
-@njit(cache=True, nogil=True)
-def _dw_items_ser(fn, iz, x, dyt, sums, col, items, b0, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
-                  oh_n, ow_n):
-    _dw_part(fn, iz, x, dyt, sums, col, 1, 0, items, b0, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
-             oh_n, ow_n)
+@njit(inline="always", nogil=True)
+def _dw_body(i, p, iz):
+    a = carray(p, 29)
+    _dw_part(a[0], iz, tasks.as_f32(a[2], a[3]), tasks.as_f32(a[4], a[5]), tasks.as_f32(a[6], (a[7], a[8])),
+             tasks.as_f32(a[9], (a[10], a[11])), a[1], i, a[12], a[13], a[14], a[15], a[16], a[17], a[18], a[19],
+             a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28])
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _dw_items_par(fn, iz, x, dyt, sums, col, t, items, b0, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
-                  pw, oh_n, ow_n):
-    for i in prange(t):
-        _dw_part(fn, iz, x, dyt, sums, col, t, i, items, b0, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
-                 pw, oh_n, ow_n)
+def _dw_task32(i, p):
+    _dw_body(i, p, _I32)
+
+
+def _dw_task64(i, p):
+    _dw_body(i, p, _I64)
+
+
+_DW_TASKS = (tasks.Task(_dw_task32), tasks.Task(_dw_task64))
 
 
 @njit(inline="always", nogil=True)
@@ -1026,13 +1043,10 @@ def _conv2d_fast(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, 
     t = parallel.parts(batch * out_c * rows * p_n, items, _PART_MACS) if fits else 1
     cs = np.empty((t, rows * g * p_n), F32)
     os = np.empty((t, min(tile, out_c) * g * p_n if g > 1 else 1), F32)
-    if fits and t > 1:
-        _conv2d_items_par(st[0], st[1], x, wb, y, cs, os, t, items, n_tiles, tile, g, batch, in_c, out_c, h, wd, kh, kw,
-                          sh, sw, ph, pw, oh, ow, bias_row)
-        return y
     if fits:
-        _conv2d_items_ser(st[0], st[1], x, wb, y, cs, os, items, n_tiles, tile, g, batch, in_c, out_c, h, wd, kh, kw,
-                          sh, sw, ph, pw, oh, ow, bias_row)
+        tasks.run(tasks.blas_task(_FW_TASKS, st[1]),
+                  tasks.pack(st[0], t, x, x.size, wb, wb.size, y, y.size, cs, *cs.shape, os, *os.shape, items, n_tiles,
+                             tile, g, batch, in_c, out_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow, bias_row), t)
         return y
     y3 = y.reshape(batch, out_c, p_n)
     for blk in range(n_blocks):
@@ -1083,12 +1097,10 @@ def _bwd_input2d_col2im(dy, w, batch, in_c, out_c, spatial, kernel, stride, padd
     t = parallel.parts(batch * out_c * ck * p_n, items, _PART_MACS) if fits else 1
     ds = np.empty((t, out_c * g * p_n if g > 1 else 1), F32)
     cs = np.empty((t, tile_rows * g * p_n + 2 * margin), F32)
-    if fits and t > 1:
-        _bwd_input2d_items_par(st[0], st[1], wa, ta, dy, dx, ds, cs, t, items, n_tiles, g, batch, in_c, out_c, h, wd,
-                               kh, kw, sh, sw, ph, pw, oh, ow, margin)
-    elif fits:
-        _bwd_input2d_items_ser(st[0], st[1], wa, ta, dy, dx, ds, cs, items, n_tiles, g, batch, in_c, out_c, h, wd, kh,
-                               kw, sh, sw, ph, pw, oh, ow, margin)
+    if fits:
+        tasks.run(tasks.blas_task(_DX_TASKS, st[1]),
+                  tasks.pack(st[0], t, wa, wa.size, ta, dy, dy.size, dx, dx.size, ds, *ds.shape, cs, *cs.shape, items,
+                             n_tiles, g, batch, in_c, out_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow, margin), t)
     else:
         g3 = dy.reshape(batch, out_c, p_n)
         for j in range(items):
@@ -1132,12 +1144,9 @@ def _bwd_weight2d_fast(x, dy, batch, in_c, out_c, spatial, kernel, stride, paddi
         if fits:
             n_imgs = min(batch, (b0 + nb) * g) - b0 * g
             t = min(t_max, parallel.parts(n_imgs * out_c * ck * p_n, items, _PART_MACS))
-            if t > 1:
-                _dw_items_par(st[0], st[1], x, dyt, sums, col, t, items, b0, n_tiles, g, batch, in_c, out_c, h, wd,
-                              kh, kw, sh, sw, ph, pw, oh, ow)
-            else:
-                _dw_items_ser(st[0], st[1], x, dyt, sums, col, items, b0, n_tiles, g, batch, in_c, out_c, h, wd, kh,
-                              kw, sh, sw, ph, pw, oh, ow)
+            tasks.run(tasks.blas_task(_DW_TASKS, st[1]),
+                      tasks.pack(st[0], t, x, x.size, dyt, dyt.size, sums, *sums.shape, col, *col.shape, items, b0,
+                                 n_tiles, g, batch, in_c, out_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow), t)
         else:
             for j in range(items):
                 b, n0, n1, c0, c1 = _dw_item_span(j, b0, n_tiles, g, batch, in_c)

@@ -1,0 +1,116 @@
+"""Parallel regions that compile once: a kernel's body as a cached C callback, run over Numba's pool
+by one generic pair of wrappers.
+
+Why: a ``parallel=True`` function whose prange body calls a compiled njit function does not reuse
+that compilation. Numba links the callee's LLVM module into the region's gufunc and optimizes it
+again, so each parallel wrapper costs seconds on a cold start (the CNN's three 2-D conv wrappers
+took 22 s of its 46 s first run on 2 cores), and every wrapper pays again for the same callees.
+Called through its address instead, a body is compiled once, as a ``cfunc`` cached on disk like any
+``cache=True`` function, and the two wrappers here (``_run_par``, ``_run_ser``) are tiny and shared
+by every kernel that uses them: a body costs its own compilation and nothing more.
+
+A task body is ``body(i, args)``: part i of the region, ``args`` a pointer to int64 words that carry
+the kernel's integers and its arrays' addresses (``as_f32(word, shape)`` views one). ``Task(fn)``
+builds the callback on first use, so importing the backend compiles nothing. Threads follow
+parallel.py's policy: the caller decides the part count (``parallel.parts``) and whether to split.
+The caller keeps the arrays alive for the call; the bits are the body's alone, whatever the split.
+A body that calls cblas_sgemm fixes the BLAS integer type at compile time, so such kernels keep one
+task per type (``blas_task``) and the cache never holds a callback of the wrong ABI.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from llvmlite import ir
+from numba import carray, cfunc, njit, prange, types
+from numba.extending import intrinsic
+
+__all__ = ["Task", "run", "as_f32", "pack", "blas_task"]
+
+SIG = types.void(types.int64, types.CPointer(types.int64))
+
+
+@intrinsic
+def _call(typingctx, fptr, i, args):
+    """fptr(i, args) for a ``void(int64, int64*)`` callback at address fptr (an int64)."""
+    if not isinstance(args, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        f_, i_, a_ = llargs
+        i64 = ir.IntType(64)
+        fnty = ir.FunctionType(ir.VoidType(), [i64, i64.as_pointer()])
+        builder.call(builder.inttoptr(f_, fnty.as_pointer()), [i_, builder.inttoptr(a_, i64.as_pointer())])
+        return context.get_dummy_value()
+
+    return types.void(types.int64, types.int64, types.int64), codegen
+
+
+@intrinsic
+def _f32_pointer(typingctx, addr):
+    """The float32 pointer at byte address addr (an int64)."""
+    if not isinstance(addr, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        return builder.inttoptr(llargs[0], ir.FloatType().as_pointer())
+
+    return types.CPointer(types.float32)(types.int64), codegen
+
+
+@njit(inline="always", nogil=True)
+def as_f32(addr, shape):
+    """The float32 array of ``shape`` (an int or a tuple) at byte address ``addr``: no copy."""
+    return carray(_f32_pointer(addr), shape)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _run_par(fptr, args, t):
+    for i in prange(t):
+        _call(fptr, i, args.ctypes.data)
+
+
+@njit(cache=True, nogil=True)
+def _run_ser(fptr, args, t):
+    for i in range(t):
+        _call(fptr, i, args.ctypes.data)
+
+
+class Task:
+    """A task body (a module-level Python function ``body(i, args)``, njit-compatible), compiled to
+    a cached C callback on its first run."""
+
+    def __init__(self, body) -> None:
+        self._body = body
+        self._address = 0
+        self._lock = threading.Lock()
+        self._keep = None
+
+    def address(self) -> int:
+        if not self._address:
+            with self._lock:
+                if not self._address:
+                    cb = cfunc(SIG, cache=True, nogil=True, error_model="numpy")(self._body)
+                    self._keep = cb
+                    self._address = cb.address
+        return self._address
+
+
+def pack(*words) -> np.ndarray:
+    """The int64 words of a task's arguments: ints, bools and arrays (their data addresses)."""
+    return np.array([w.ctypes.data if isinstance(w, np.ndarray) else int(w) for w in words], dtype=np.int64)
+
+
+def run(task: Task, args: np.ndarray, t: int) -> None:
+    """task's body for parts 0 .. t-1: on Numba's threads when t > 1, else on the caller's."""
+    if t > 1:
+        _run_par(task.address(), args, t)
+    else:
+        _run_ser(task.address(), args, 1)
+
+
+def blas_task(tasks: tuple, iz) -> Task:
+    """Of (task for 32-bit BLAS integers, task for 64-bit ones), the one for iz's type."""
+    return tasks[1] if np.dtype(type(iz)).itemsize == 8 else tasks[0]
