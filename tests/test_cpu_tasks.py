@@ -27,6 +27,17 @@ def _scale_parts(i, p):
 _TASK = tasks.Task(_scale_parts)
 
 
+def _mixed_words(i, p):
+    """out[0] = float word * sum of the int64 array + the bool word."""
+    a = carray(p, 6)
+    ints = tasks.as_i64(a[0], a[1])
+    out = tasks.as_f32(a[2], a[3])
+    out[0] = tasks.as_float(a[4]) * ints.sum() + (a[5] != 0)
+
+
+_MIXED = tasks.Task(_mixed_words)
+
+
 @pytest.mark.parametrize("t", [1, 2, 3, 7])
 def test_every_part_runs_once_and_the_split_does_not_matter(t):
     x = np.arange(1000, dtype=np.float32)
@@ -63,3 +74,11 @@ def test_blas_tasks_follow_the_integer_type():
     pair = ("int32 task", "int64 task")
     assert tasks.blas_task(pair, np.int64(0)) == "int64 task"
     assert tasks.blas_task(pair, np.int32(0)) == "int32 task"
+
+
+def test_words_carry_floats_ints_bools_and_int64_arrays():
+    ints = np.array([1, 2, 3, 4], np.int64)
+    out = np.zeros(1, np.float32)
+    tasks.run(_MIXED, tasks.pack(ints, ints.size, out, out.size, 0.25, True), 1)
+    assert out[0] == np.float32(0.25 * 10 + 1)
+    assert tasks.pack(-1.5)[0] == np.float64(-1.5).view(np.int64)

@@ -42,10 +42,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from numba import njit, prange
+from numba import carray, njit
 
 from ..caches import memo
 from . import attention_tiles as tiles
+from . import tasks
 from .classify import exp32
 
 __all__ = ["flash_attention_packed_fwd", "flash_attention_packed_bwd",
@@ -247,20 +248,18 @@ def _fwd_block(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal,
     _lanes_out(ot, out, geo, _GO, heads, b0)
 
 
-@njit(cache=True, error_model="numpy")
-def _fwd_serial(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse, block):
-    batch = lse.shape[0]
-    for b0 in range(0, batch, block):
-        _fwd_block(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse, b0,
-                   min(batch, b0 + block))
+# The lane kernels run as tasks (tasks.py: a block body compiles once, as a cached callback, rather
+# than again inside a parallel wrapper); part i is block i of ``block`` batch entries.
+def _fwd_task(i, p):
+    w = carray(p, 23)
+    batch, n_q, block = w[21], w[9], w[22]
+    _fwd_block(tasks.as_f32(w[0], w[1]), tasks.as_f32(w[2], w[3]), tasks.as_f32(w[4], w[5]),
+               tasks.as_i64(w[6], (w[7], 4)), w[8], n_q, w[10], w[11], tasks.as_f32(w[12], w[13]), w[14],
+               tasks.as_i64(w[15], 5), tasks.as_float(w[16]), w[17] != 0, tasks.as_f32(w[18], w[19]),
+               tasks.as_f32(w[20], (batch, n_q)), i * block, min(batch, (i + 1) * block))
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def _fwd_par(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse, block):
-    batch = lse.shape[0]
-    for t in prange((batch + block - 1) // block):
-        _fwd_block(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse, t * block,
-                   min(batch, (t + 1) * block))
+_FWD_TASK = tasks.Task(_fwd_task)
 
 
 _WANT_Q, _WANT_KV, _WANT_QKV = 1, 2, 3  # the backward kernels' passes: dq, (dk, dv), or all three
@@ -351,22 +350,17 @@ def _bwd_block(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal,
         _lanes_out(av, dv, geo, _GDV, heads, b0)
 
 
-@njit(cache=True, error_model="numpy")
-def _bwd_serial(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse2, g, want, dq, dk, dv,
-                block):
-    batch = lse2.shape[0]
-    for b0 in range(0, batch, block):
-        _bwd_block(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse2, g, want, dq, dk, dv,
-                   b0, min(batch, b0 + block))
+def _bwd_task(i, p):
+    w = carray(p, 32)
+    batch, n_q, block = w[21], w[9], w[31]
+    _bwd_block(tasks.as_f32(w[0], w[1]), tasks.as_f32(w[2], w[3]), tasks.as_f32(w[4], w[5]),
+               tasks.as_i64(w[6], (w[7], 4)), w[8], n_q, w[10], w[11], tasks.as_f32(w[12], w[13]), w[14],
+               tasks.as_i64(w[15], 5), tasks.as_float(w[16]), w[17] != 0, tasks.as_f32(w[18], w[19]),
+               tasks.as_f32(w[20], (batch, n_q)), tasks.as_f32(w[22], w[23]), w[24], tasks.as_f32(w[25], w[26]),
+               tasks.as_f32(w[27], w[28]), tasks.as_f32(w[29], w[30]), i * block, min(batch, (i + 1) * block))
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def _bwd_par(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse2, g, want, dq, dk, dv,
-             block):
-    batch = lse2.shape[0]
-    for t in prange((batch + block - 1) // block):
-        _bwd_block(q, k, v, geo, heads, n_q, n_k, d, mask, mode, lay, scale, causal, out, lse2, g, want, dq, dk, dv,
-                   t * block, min(batch, (t + 1) * block))
+_BWD_TASK = tasks.Task(_bwd_task)
 
 
 def _small(batch, n_q, n_k, d) -> bool:
@@ -410,9 +404,10 @@ def _fwd_geo(q, k, v, geo, heads, mask, batch, n_q, n_k, d, scale, causal, mask_
     if not _small(batch, n_q, n_k, d):
         tiles.fwd(q, k, v, geo, heads, *margs, batch, n_q, n_k, d, scale, causal, out, lse)
         return
-    args = (q, k, v, geo, heads, n_q, n_k, d) + margs + (float(scale), bool(causal), out, lse.reshape(batch, n_q),
-                                                         LANES)
-    (_fwd_par if _parallel(batch, n_q, n_k, d) else _fwd_serial)(*args)
+    mk, mode, lay = margs
+    words = tasks.pack(q, q.size, k, k.size, v, v.size, geo, geo.shape[0], heads, n_q, n_k, d, mk, mk.size, mode,
+                       lay, float(scale), bool(causal), out, out.size, lse, batch, LANES)
+    tasks.run(_FWD_TASK, words, -(-batch // LANES), _parallel(batch, n_q, n_k, d))
 
 
 def _bwd_geo(want, q, k, v, geo, heads, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mask_mode,
@@ -423,9 +418,11 @@ def _bwd_geo(want, q, k, v, geo, heads, mask, out, lse, dout, batch, n_q, n_k, d
     if not _small(batch, n_q, n_k, d):
         tiles.bwd(want, q, k, v, geo, heads, *margs, out, lse, dout, batch, n_q, n_k, d, scale, causal, dq, dk, dv)
         return
-    args = (q, k, v, geo, heads, n_q, n_k, d) + margs + (
-        float(scale), bool(causal), out, lse.reshape(batch, n_q), dout, want, dq, dk, dv, LANES)
-    (_bwd_par if _parallel(batch, n_q, n_k, d) else _bwd_serial)(*args)
+    mk, mode, lay = margs
+    words = tasks.pack(q, q.size, k, k.size, v, v.size, geo, geo.shape[0], heads, n_q, n_k, d, mk, mk.size, mode,
+                       lay, float(scale), bool(causal), out, out.size, lse, batch, dout, dout.size, want, dq, dq.size,
+                       dk, dk.size, dv, dv.size, LANES)
+    tasks.run(_BWD_TASK, words, -(-batch // LANES), _parallel(batch, n_q, n_k, d))
 
 
 def _fwd_numba(q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout):

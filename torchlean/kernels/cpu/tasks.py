@@ -10,7 +10,8 @@ Called through its address instead, a body is compiled once, as a ``cfunc`` cach
 by every kernel that uses them: a body costs its own compilation and nothing more.
 
 A task body is ``body(i, args)``: part i of the region, ``args`` a pointer to int64 words that carry
-the kernel's integers and its arrays' addresses (``as_f32(word, shape)`` views one). ``Task(fn)``
+the kernel's integers, its floats' bits (``as_float(word)``) and its arrays' addresses
+(``as_f32(word, shape)`` / ``as_i64(word, shape)`` view one). ``Task(fn)``
 builds the callback on first use, so importing the backend compiles nothing. Threads follow
 parallel.py's policy: the caller decides the part count (``parallel.parts``) and whether to split.
 The caller keeps the arrays alive for the call; the bits are the body's alone, whatever the split.
@@ -27,7 +28,7 @@ from llvmlite import ir
 from numba import carray, cfunc, njit, prange, types
 from numba.extending import intrinsic
 
-__all__ = ["Task", "run", "as_f32", "pack", "blas_task"]
+__all__ = ["Task", "run", "as_f32", "as_i64", "as_float", "pack", "blas_task"]
 
 SIG = types.void(types.int64, types.CPointer(types.int64))
 
@@ -60,10 +61,40 @@ def _f32_pointer(typingctx, addr):
     return types.CPointer(types.float32)(types.int64), codegen
 
 
+@intrinsic
+def _i64_pointer(typingctx, addr):
+    """The int64 pointer at byte address addr (an int64)."""
+    if not isinstance(addr, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        return builder.inttoptr(llargs[0], ir.IntType(64).as_pointer())
+
+    return types.CPointer(types.int64)(types.int64), codegen
+
+
+@intrinsic
+def as_float(typingctx, word):
+    """The float64 whose bits are the int64 word (``pack`` stores a float that way)."""
+    if not isinstance(word, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        return builder.bitcast(llargs[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
 @njit(inline="always", nogil=True)
 def as_f32(addr, shape):
     """The float32 array of ``shape`` (an int or a tuple) at byte address ``addr``: no copy."""
     return carray(_f32_pointer(addr), shape)
+
+
+@njit(inline="always", nogil=True)
+def as_i64(addr, shape):
+    """The int64 array of ``shape`` at byte address ``addr``: no copy."""
+    return carray(_i64_pointer(addr), shape)
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -98,17 +129,27 @@ class Task:
         return self._address
 
 
+def _word(w) -> int:
+    if isinstance(w, np.ndarray):
+        return w.ctypes.data
+    if isinstance(w, (float, np.floating)):
+        return int(np.float64(w).view(np.int64))
+    return int(w)
+
+
 def pack(*words) -> np.ndarray:
-    """The int64 words of a task's arguments: ints, bools and arrays (their data addresses)."""
-    return np.array([w.ctypes.data if isinstance(w, np.ndarray) else int(w) for w in words], dtype=np.int64)
+    """The int64 words of a task's arguments: ints and bools as themselves, floats as their float64
+    bits (``as_float``), arrays as their data addresses."""
+    return np.array([_word(w) for w in words], dtype=np.int64)
 
 
-def run(task: Task, args: np.ndarray, t: int) -> None:
-    """task's body for parts 0 .. t-1: on Numba's threads when t > 1, else on the caller's."""
-    if t > 1:
+def run(task: Task, args: np.ndarray, t: int, on_pool: bool | None = None) -> None:
+    """task's body for parts 0 .. t-1: on Numba's threads (``on_pool``; by default when t > 1), else
+    one after another on the caller's."""
+    if t > 1 if on_pool is None else on_pool:
         _run_par(task.address(), args, t)
     else:
-        _run_ser(task.address(), args, 1)
+        _run_ser(task.address(), args, t)
 
 
 def blas_task(tasks: tuple, iz) -> Task:
