@@ -28,8 +28,8 @@ products, dS = P (dP - D) (0 where filled), dQ = (sum_j dS k_j) scale in key ord
 (q scale) and dV = sum_i P dout in query order (one pass for all three when all are wanted: the
 same sums as separate dq and (dk, dv) passes). Each lane's operations are the same whatever its
 block, the vector width or the thread (no fastmath: nothing is reassociated or contracted), so the
-bits depend neither on LANES nor on the path (serial below PAR_WORK multiply-adds, prange over
-blocks above) nor on the thread count. NaN and infinity follow the spec: a row with a NaN or +inf
+bits depend neither on LANES nor on the path (serial below PAR_WORK multiply-adds, the blocks dealt
+to the pool above, as tasks.py tasks) nor on the thread count. NaN and infinity follow the spec: a row with a NaN or +inf
 allowed score gives NaN, a row without a finite allowed score 0 and -inf; a key without weight
 (blocked by a hard or add mask, causally excluded) gets P and dS exactly 0 whatever its score (an
 add mask's -inf blocks a NaN or +inf score too) and whatever dP - D, as in the spec (every path;

@@ -3,8 +3,8 @@ by one generic pair of wrappers.
 
 Why: a ``parallel=True`` function whose prange body calls a compiled njit function does not reuse
 that compilation. Numba links the callee's LLVM module into the region's gufunc and optimizes it
-again, so each parallel wrapper costs seconds on a cold start (the CNN's three 2-D conv wrappers
-took 22 s of its 46 s first run on 2 cores), and every wrapper pays again for the same callees.
+again, so each parallel wrapper costs seconds on a cold start (BENCHMARKS.md), and every wrapper
+pays again for the same callees.
 Called through its address instead, a body is compiled once, as a ``cfunc`` cached on disk like any
 ``cache=True`` function, and the two wrappers here (``_run_par``, ``_run_ser``) are tiny and shared
 by every kernel that uses them: a body costs its own compilation and nothing more.
