@@ -238,3 +238,28 @@ def test_outer_products_split_over_threads_equal_numpys():
     ref = (a.reshape(3, 9000, 1) * b.reshape(3, 1, 40)).reshape(-1)
     for (out,) in _on_threads(lambda: layout.bmm(a, b, 3, 9000, 1, 40)):
         assert _same_bits(out, ref)
+
+
+@pytest.mark.parametrize("n", [reduce_.SUM_SPLIT, reduce_.SUM_SPLIT + 12345, 3 * reduce_.SUM_SPLIT + 1])
+def test_long_sums_split_over_threads_same_bits_and_within_contract(n):
+    """reduce_sum / reduce_mean of SUM_SPLIT elements or more run in fixed chunks on the pool: the same
+    bits on 1 and 2 threads, the float64 sum rounded once (a gradient's squared norm in clip_grad_norm_)."""
+    x = _f32(np.random.default_rng(9), n, 3.0) + np.float32(0.25)
+    outs = _on_threads(lambda: (reduce_.reduce_sum(x), reduce_.reduce_mean(x)))
+    assert all(_same_bits(a, b) for a, b in zip(outs[0], outs[1]))
+    exact = np.sum(x.astype(np.float64))
+    assert outs[0][0][0] == np.float32(exact)  # chunk sums in float64: within an ulp of float32's rounding
+    assert outs[0][1][0] == np.float32(exact) / np.float32(n)
+
+
+def test_long_sums_propagate_non_finite_values():
+    n = reduce_.SUM_SPLIT + 7
+    x = np.ones(n, np.float32)
+    x[n - 1] = np.inf
+    assert np.isposinf(reduce_.reduce_sum(x)[0])
+    x[3] = -np.inf
+    assert np.isnan(reduce_.reduce_sum(x)[0])
+    x[3], x[n - 1] = np.nan, 1.0
+    assert np.isnan(reduce_.reduce_mean(x)[0])
+    big = np.full(n, np.float32(3e38))
+    assert np.isposinf(reduce_.reduce_sum(big)[0])

@@ -132,6 +132,20 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def _cpu_scalar(x: Any, c: Any) -> float | None:
+    """c's value where ``x op c`` can run as the scalar primitive with the same bits (scale,
+    add_scalar: c rounded to float32, which c already is): c a one-element float tensor, x a float
+    tensor of the broadcast shape, both on the CPU, nothing to record. Expanding c instead writes
+    and reads a tensor of x's size (clip_grad_norm_'s coefficient on an embedding's gradient). On
+    CUDA, reading c would wait for the device, so the broadcast stays there."""
+    if (isinstance(x, Tensor) and isinstance(c, Tensor) and x._buf is not None and c._buf is not None
+            and x._device == "cpu" and c._device == "cpu" and c._buf.size == 1 and x._buf.size > 1
+            and len(c._shape) <= len(x._shape)
+            and not (autograd.is_grad_enabled() and (x.requires_grad or c.requires_grad))):
+        return float(c._buf.to_numpy()[0])
+    return None
+
+
 def add(a: Any, b: Any) -> Tensor:
     if isinstance(a, Tensor) and _is_number(b):
         if a._buf is None and (out := integer.arith("add", a, b)) is not None:
@@ -139,6 +153,10 @@ def add(a: Any, b: Any) -> Tensor:
         return _unary("add_scalar", a, lambda xb: P.add_scalar(xb, b), lambda xb, yb, g: g, "")
     if isinstance(b, Tensor) and _is_number(a):
         return add(b, a)
+    if (c := _cpu_scalar(a, b)) is not None:
+        return add(a, c)
+    if (c := _cpu_scalar(b, a)) is not None:
+        return add(b, c)
     return _binary("add", a, b, P.add, lambda ab, bb, yb, g: (g, g), "")
 
 
@@ -151,6 +169,8 @@ def sub(a: Any, b: Any) -> Tensor:
         if b._buf is None and (out := integer.arith("sub", a, b)) is not None:
             return out
         return add(neg(b), a)
+    if (c := _cpu_scalar(a, b)) is not None:
+        return add(a, -c)  # x - c and x + (-c) round alike (c - x does not: the sign of a zero result)
     return _binary("sub", a, b, P.sub, lambda ab, bb, yb, g: (g, P.scale(g, -1.0)), "")
 
 
@@ -162,6 +182,10 @@ def mul(a: Any, b: Any) -> Tensor:
         return _unary("scale", a, lambda xb: P.scale(xb, c), lambda xb, yb, g: P.scale(g, c), "")
     if isinstance(b, Tensor) and _is_number(a):
         return mul(b, a)
+    if (c := _cpu_scalar(a, b)) is not None:
+        return mul(a, c)
+    if (c := _cpu_scalar(b, a)) is not None:
+        return mul(b, c)
     return _binary("mul", a, b, P.mul, lambda ab, bb, yb, g: (P.mul(g, bb), P.mul(g, ab)), "ab")
 
 
