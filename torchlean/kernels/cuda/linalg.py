@@ -1,5 +1,7 @@
 """bmm, bmm_nt, bmm_tn through cuBLAS: one strided-batched GEMM each (cublasGemmStridedBatchedEx),
-with the transposes as GEMM flags (no copies); TF32 only on request. ``gemm`` is the general
+with the transposes as GEMM flags (no copies); TF32 only on request. A single product (batch 1,
+every linear layer's) goes to cublasGemmEx instead: for the same product the strided-batched entry
+point picks kernels up to 8% slower on Hopper (BENCHMARKS.md), and a product of one is no batch. ``gemm`` is the general
 row-major form (leading dimensions, batch strides, beta) that other kernels (conv) build on."""
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ def _gemm(a, b, batch, m, n, p, op_b, ld_b, op_a, ld_a, name):
     handle = cupy.cuda.device.get_cublas_handle()
     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
     cublas.setMathMode(handle, _DEFAULT_MATH)  # a TF32 math mode left by other code would override 32F
+    compute = _COMPUTE_32F_FAST_TF32 if allow_tf32() else _COMPUTE_32F
+    if batch == 1:
+        cublas.gemmEx(handle, op_b, op_a, p, m, n, _ONE_PTR, b.data.ptr, _R_32F, ld_b, a.data.ptr, _R_32F, ld_a,
+                      _ZERO_PTR, c.data.ptr, _R_32F, p, compute, _GEMM_DEFAULT)
+        return c
     cublas.gemmStridedBatchedEx(
         handle, op_b, op_a, p, m, n,
         _ONE_PTR,
@@ -46,7 +53,7 @@ def _gemm(a, b, batch, m, n, p, op_b, ld_b, op_a, ld_a, name):
         a.data.ptr, _R_32F, ld_a, m * n,
         _ZERO_PTR,
         c.data.ptr, _R_32F, p, m * p,
-        batch, _COMPUTE_32F_FAST_TF32 if allow_tf32() else _COMPUTE_32F, _GEMM_DEFAULT)
+        batch, compute, _GEMM_DEFAULT)
     return c
 
 
@@ -95,6 +102,10 @@ def gemm(a, b, c, m, n, k, lda, ldb, ldc, trans_a=False, trans_b=False, batch=1,
     # with row stride ld is its transpose, column-major with leading dim ld.
     op_b, op_a = (_T if trans_b else _N), (_T if trans_a else _N)
     pa, pb, pc = a.data.ptr, b.data.ptr, c.data.ptr
+    if batch == 1:
+        cublas.gemmEx(handle, op_b, op_a, n, m, k, _ONE_PTR, pb, _R_32F, ldb, pa, _R_32F, lda, beta_ptr, pc, _R_32F,
+                      ldc, compute, _GEMM_DEFAULT)
+        return c
     for i0 in range(0, batch, _MAX_BATCH):
         nb = min(_MAX_BATCH, batch - i0)
         cublas.gemmStridedBatchedEx(
