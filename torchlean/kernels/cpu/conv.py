@@ -440,61 +440,66 @@ def _phase_margin(kernel, stride, padding, out) -> int:
     return max(dys) * ow + max(dxs)
 
 
-@njit(cache=True, error_model="numpy", nogil=True)
-def _im2col_rows(x, n0, n1, c0, c1, c_n, h, w, col, sn, sr, kh, kw, sh, sw, ph, pw, oh_n, ow_n):
-    """The rows of channels c0:c1 of images n0:n1's column matrices into col (flat):
-    col[(n-n0)*sn + ((c-c0)*kh*kw + ky*kw + kx)*sr + (oh*ow_n + ow)] = x[n, c, oh*sh + ky - ph,
-    ow*sw + kx - pw] (0 outside the image). sn = rows * P, sr = P: each image's (C*K, P) matrix
-    after the last; sn = P, sr = images * P: one (C*K, images * P) matrix, columns (image, position).
-    Where _phased holds, x is in the phase layout (_phase_input), not (batch, C, h, w)."""
+@njit(inline="always", error_model="numpy", nogil=True)
+def _im2col_phased(x, n0, n1, c0, c1, c_n, h, w, col, sn, sr, kh, kw, sh, sw, ph, pw, oh_n, ow_n):
+    """_im2col_body where _phased holds: x in the phase layout."""
     p_n = oh_n * ow_n
     kk = kh * kw
-    if _phased(h, w, kh, kw, sh, sw, oh_n, ow_n):
-        # x in the phase layout (see _phased): each tap one shifted run over its phase plane
-        m = _phase_masks(kh, kw, ph, pw, sh, sw, oh_n, ow_n, 1)
-        for n in range(n0, n1):
-            cb = (n - n0) * sn
-            for c in range(c0, c1):
-                for k in range(kk):
-                    ky = k // kw
-                    kx = k - ky * kw
-                    phy, phx = (ky - ph) % sh, (kx - pw) % sw
-                    rb = _U(cb + ((c - c0) * kk + k) * sr)
-                    lo = (((n * c_n + c) * sh + phy) * sw + phx) * p_n + (ky - ph - phy) // sh * ow_n \
-                        + (kx - pw - phx) // sw
-                    mk = m[k]
-                    if lo >= 0 and lo + p_n <= x.size:
-                        s0 = _U(lo)
-                        for q in range(_U(p_n)):
-                            v = x[s0 + q]
-                            col[rb + q] = v if mk[q] else _ZERO32
-                    else:
-                        for q in range(p_n):
-                            col[rb + _U(q)] = x[_U(lo + q)] if mk[q] else _ZERO32
-        return
-    if sh == 1 and sw == 1 and ow_n == w:
-        # each row is the plane shifted by (ky - ph) rows and (kx - pw) columns: one run over the
-        # whole row, with a select against the tap's mask (entries off the image read a neighbour
-        # in x and are replaced by 0; a row whose run would leave x takes the careful loop)
-        m = _shift_masks(kh, kw, ph, pw, h, w, oh_n)
-        for n in range(n0, n1):
-            cb = (n - n0) * sn
-            for c in range(c0, c1):
-                xb = (n * c_n + c) * h * w
-                for k in range(kk):
-                    ky = k // kw
-                    rb = _U(cb + ((c - c0) * kk + k) * sr)
-                    lo = xb + (ky - ph) * w + (k - ky * kw) - pw
-                    mk = m[k]
-                    if lo >= 0 and lo + p_n <= x.size:
-                        s0 = _U(lo)
-                        for q in range(_U(p_n)):
-                            v = x[s0 + q]
-                            col[rb + q] = v if mk[q] else _ZERO32
-                    else:
-                        for q in range(p_n):
-                            col[rb + _U(q)] = x[_U(lo + q)] if mk[q] else _ZERO32
-        return
+    # x in the phase layout (see _phased): each tap one shifted run over its phase plane
+    m = _phase_masks(kh, kw, ph, pw, sh, sw, oh_n, ow_n, np.int64(1))  # int64: one compilation for both signs
+    for n in range(n0, n1):
+        cb = (n - n0) * sn
+        for c in range(c0, c1):
+            for k in range(kk):
+                ky = k // kw
+                kx = k - ky * kw
+                phy, phx = (ky - ph) % sh, (kx - pw) % sw
+                rb = _U(cb + ((c - c0) * kk + k) * sr)
+                lo = (((n * c_n + c) * sh + phy) * sw + phx) * p_n + (ky - ph - phy) // sh * ow_n \
+                    + (kx - pw - phx) // sw
+                mk = m[k]
+                if lo >= 0 and lo + p_n <= x.size:
+                    s0 = _U(lo)
+                    for q in range(_U(p_n)):
+                        v = x[s0 + q]
+                        col[rb + q] = v if mk[q] else _ZERO32
+                else:
+                    for q in range(p_n):
+                        col[rb + _U(q)] = x[_U(lo + q)] if mk[q] else _ZERO32
+
+
+@njit(inline="always", error_model="numpy", nogil=True)
+def _im2col_shift(x, n0, n1, c0, c1, c_n, h, w, col, sn, sr, kh, kw, sh, sw, ph, pw, oh_n, ow_n):
+    """_im2col_body at stride 1 with ow_n == w: masked shifted runs."""
+    p_n = oh_n * ow_n
+    kk = kh * kw
+    # each row is the plane shifted by (ky - ph) rows and (kx - pw) columns: one run over the
+    # whole row, with a select against the tap's mask (entries off the image read a neighbour
+    # in x and are replaced by 0; a row whose run would leave x takes the careful loop)
+    m = _shift_masks(kh, kw, ph, pw, h, w, oh_n)
+    for n in range(n0, n1):
+        cb = (n - n0) * sn
+        for c in range(c0, c1):
+            xb = (n * c_n + c) * h * w
+            for k in range(kk):
+                ky = k // kw
+                rb = _U(cb + ((c - c0) * kk + k) * sr)
+                lo = xb + (ky - ph) * w + (k - ky * kw) - pw
+                mk = m[k]
+                if lo >= 0 and lo + p_n <= x.size:
+                    s0 = _U(lo)
+                    for q in range(_U(p_n)):
+                        v = x[s0 + q]
+                        col[rb + q] = v if mk[q] else _ZERO32
+                else:
+                    for q in range(p_n):
+                        col[rb + _U(q)] = x[_U(lo + q)] if mk[q] else _ZERO32
+
+
+@njit(inline="always", error_model="numpy", nogil=True)
+def _im2col_walk(x, n0, n1, c0, c1, c_n, h, w, col, sn, sr, kh, kw, sh, sw, ph, pw, oh_n, ow_n):
+    """_im2col_body otherwise: row by row."""
+    kk = kh * kw
     for n in range(n0, n1):
         cb = (n - n0) * sn
         for c in range(c0, c1):
@@ -524,6 +529,21 @@ def _im2col_rows(x, n0, n1, c0, c1, c_n, h, w, col, sn, sr, kh, kw, sh, sw, ph, 
                                 col[_U(ro + ow)] = x[_U(xr + ow * sw)]
 
 
+@njit(inline="always", error_model="numpy", nogil=True)
+def _im2col_body(x, n0, n1, c0, c1, c_n, h, w, col, sn, sr, kh, kw, sh, sw, ph, pw, oh_n, ow_n):
+    """The rows of channels c0:c1 of images n0:n1's column matrices into col (flat):
+    col[(n-n0)*sn + ((c-c0)*kh*kw + ky*kw + kx)*sr + (oh*ow_n + ow)] = x[n, c, oh*sh + ky - ph,
+    ow*sw + kx - pw] (0 outside the image). sn = rows * P, sr = P: each image's (C*K, P) matrix
+    after the last; sn = P, sr = images * P: one (C*K, images * P) matrix, columns (image, position).
+    Where _phased holds, x is in the phase layout (_phase_input), not (batch, C, h, w)."""
+    if _phased(h, w, kh, kw, sh, sw, oh_n, ow_n):
+        _im2col_phased(x, n0, n1, c0, c1, c_n, h, w, col, sn, sr, kh, kw, sh, sw, ph, pw, oh_n, ow_n)
+    elif sh == 1 and sw == 1 and ow_n == w:
+        _im2col_shift(x, n0, n1, c0, c1, c_n, h, w, col, sn, sr, kh, kw, sh, sw, ph, pw, oh_n, ow_n)
+    else:
+        _im2col_walk(x, n0, n1, c0, c1, c_n, h, w, col, sn, sr, kh, kw, sh, sw, ph, pw, oh_n, ow_n)
+
+
 @njit(cache=True, error_model="numpy", nogil=True)
 def _dx_masks(kh, kw, ph, pw, h, w, oh_n):
     """For stride 1 with ow_n == w: mask[ky*kw + kx, i] whether input i (flat) receives the tap
@@ -549,70 +569,67 @@ def _col2im_margin(h, w, kh, kw, ph, pw, oh_n, ow_n) -> int:
     return max(0, (kh - 1 - ph) * w + kw - 1 - pw, h * w + ph * w + pw - oh_n * ow_n)
 
 
-@njit(cache=True, error_model="numpy", nogil=True)
-def _col2im2d(dcol, dx, n0, n1, c0, c1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, sn, sr, margin):
-    """dx[n0:n1, c0:c1] (dx flat (batch, c_n, h, w)) = the adjoint of im2col applied to dcol, whose
-    entry (image n, channel c, tap k = ky*kw + kx, position q) is dcol[margin + (n-n0)*sn +
-    ((c-c0)*kh*kw + k)*sr + q] (the layouts of _im2col_rows): each dx element gets, from +0, the
-    entries of the taps that land on it, added in row-major order of (ky, kx) and then (oh, ow);
-    taps in the padding are dropped. With stride 1 and ow_n == w (sh == sw == 1 required) each
-    tap's row is gathered over the whole plane, dx[i] += row[i - shift] where the tap lands on i and
-    +0 elsewhere (a select against the mask; the reads elsewhere fall in neighbouring rows or
-    images, or the margins, and are not used): a +0 term leaves a sum that started from +0
-    unchanged, bit for bit (such a sum is never -0). Each dx element is read and written at the same
-    place by every tap (no shifted stores). Where _phased_dx holds, dx is written in the phase layout
-    (_phase_output puts it back): each phase plane gets its taps, in the same row-major order of
-    (ky, kx), each tap one shifted run over the plane, as at stride 1."""
+@njit(inline="always", error_model="numpy", nogil=True)
+def _col2im_phased(dcol, dx, n0, n1, c0, c1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, sn, sr, margin):
+    """_col2im_body where _phased_dx holds: dx in the phase layout."""
     kk = kh * kw
-    if _phased_dx(h, w, kh, kw, sh, sw, oh_n, ow_n):
-        p_n = oh_n * ow_n
-        m = _phase_masks(kh, kw, ph, pw, sh, sw, oh_n, ow_n, -1)
-        for n in range(n0, n1):
-            cb = margin + (n - n0) * sn
-            for c in range(c0, c1):
-                for phy in range(sh):
-                    for phx in range(sw):
-                        d = _U((((n * c_n + c) * sh + phy) * sw + phx) * p_n)
-                        first = True
-                        for k in range(kk):
-                            ky = k // kw
-                            kx = k - ky * kw
-                            if (ky - ph) % sh != phy or (kx - pw) % sw != phx:
-                                continue
-                            shift = (ky - ph - phy) // sh * ow_n + (kx - pw - phx) // sw
-                            r = _U(cb + ((c - c0) * kk + k) * sr - shift)
-                            mk = m[k]
-                            if first:
-                                for i in range(_U(p_n)):
-                                    v = dcol[r + i]
-                                    dx[d + i] = _ZERO32 + (v if mk[i] else _ZERO32)
-                                first = False
-                            else:
-                                for i in range(_U(p_n)):
-                                    v = dcol[r + i]
-                                    dx[d + i] += v if mk[i] else _ZERO32
-        return
-    if sh == 1 and sw == 1 and ow_n == w:
-        m = _dx_masks(kh, kw, ph, pw, h, w, oh_n)
-        hw = _U(h * w)
-        for n in range(n0, n1):
-            cb = margin + (n - n0) * sn
-            for c in range(c0, c1):
-                d = _U((n * c_n + c) * h * w)
-                for k in range(kk):
-                    ky = k // kw
-                    shift = (ky - ph) * w + (k - ky * kw) - pw
-                    r = _U(cb + ((c - c0) * kk + k) * sr - shift)
-                    mk = m[k]
-                    if k == 0:
-                        for i in range(hw):
-                            v = dcol[r + i]
-                            dx[d + i] = _ZERO32 + (v if mk[i] else _ZERO32)
-                    else:
-                        for i in range(hw):
-                            v = dcol[r + i]
-                            dx[d + i] += v if mk[i] else _ZERO32
-        return
+    p_n = oh_n * ow_n
+    m = _phase_masks(kh, kw, ph, pw, sh, sw, oh_n, ow_n, np.int64(-1))
+    for n in range(n0, n1):
+        cb = margin + (n - n0) * sn
+        for c in range(c0, c1):
+            for phy in range(sh):
+                for phx in range(sw):
+                    d = _U((((n * c_n + c) * sh + phy) * sw + phx) * p_n)
+                    first = True
+                    for k in range(kk):
+                        ky = k // kw
+                        kx = k - ky * kw
+                        if (ky - ph) % sh != phy or (kx - pw) % sw != phx:
+                            continue
+                        shift = (ky - ph - phy) // sh * ow_n + (kx - pw - phx) // sw
+                        r = _U(cb + ((c - c0) * kk + k) * sr - shift)
+                        mk = m[k]
+                        if first:
+                            for i in range(_U(p_n)):
+                                v = dcol[r + i]
+                                dx[d + i] = _ZERO32 + (v if mk[i] else _ZERO32)
+                            first = False
+                        else:
+                            for i in range(_U(p_n)):
+                                v = dcol[r + i]
+                                dx[d + i] += v if mk[i] else _ZERO32
+
+
+@njit(inline="always", error_model="numpy", nogil=True)
+def _col2im_shift(dcol, dx, n0, n1, c0, c1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, sn, sr, margin):
+    """_col2im_body at stride 1 with ow_n == w: masked shifted runs."""
+    kk = kh * kw
+    m = _dx_masks(kh, kw, ph, pw, h, w, oh_n)
+    hw = _U(h * w)
+    for n in range(n0, n1):
+        cb = margin + (n - n0) * sn
+        for c in range(c0, c1):
+            d = _U((n * c_n + c) * h * w)
+            for k in range(kk):
+                ky = k // kw
+                shift = (ky - ph) * w + (k - ky * kw) - pw
+                r = _U(cb + ((c - c0) * kk + k) * sr - shift)
+                mk = m[k]
+                if k == 0:
+                    for i in range(hw):
+                        v = dcol[r + i]
+                        dx[d + i] = _ZERO32 + (v if mk[i] else _ZERO32)
+                else:
+                    for i in range(hw):
+                        v = dcol[r + i]
+                        dx[d + i] += v if mk[i] else _ZERO32
+
+
+@njit(inline="always", error_model="numpy", nogil=True)
+def _col2im_walk(dcol, dx, n0, n1, c0, c1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, sn, sr, margin):
+    """_col2im_body otherwise: row by row."""
+    kk = kh * kw
     for n in range(n0, n1):
         cb = margin + (n - n0) * sn
         for c in range(c0, c1):
@@ -637,6 +654,118 @@ def _col2im2d(dcol, dx, n0, n1, c0, c1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n,
                         else:
                             for ow in range(a, b):
                                 dx[_U(xr + ow * sw)] += dcol[_U(ro + ow)]
+
+
+@njit(inline="always", error_model="numpy", nogil=True)
+def _col2im_body(dcol, dx, n0, n1, c0, c1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, sn, sr, margin):
+    """dx[n0:n1, c0:c1] (dx flat (batch, c_n, h, w)) = the adjoint of im2col applied to dcol, whose
+    entry (image n, channel c, tap k = ky*kw + kx, position q) is dcol[margin + (n-n0)*sn +
+    ((c-c0)*kh*kw + k)*sr + q] (the layouts of _im2col_rows): each dx element gets, from +0, the
+    entries of the taps that land on it, added in row-major order of (ky, kx) and then (oh, ow);
+    taps in the padding are dropped. With stride 1 and ow_n == w (sh == sw == 1 required) each
+    tap's row is gathered over the whole plane, dx[i] += row[i - shift] where the tap lands on i and
+    +0 elsewhere (a select against the mask; the reads elsewhere fall in neighbouring rows or
+    images, or the margins, and are not used): a +0 term leaves a sum that started from +0
+    unchanged, bit for bit (such a sum is never -0). Each dx element is read and written at the same
+    place by every tap (no shifted stores). Where _phased_dx holds, dx is written in the phase layout
+    (_phase_output puts it back): each phase plane gets its taps, in the same row-major order of
+    (ky, kx), each tap one shifted run over the plane, as at stride 1."""
+    if _phased_dx(h, w, kh, kw, sh, sw, oh_n, ow_n):
+        _col2im_phased(dcol, dx, n0, n1, c0, c1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, sn, sr, margin)
+    elif sh == 1 and sw == 1 and ow_n == w:
+        _col2im_shift(dcol, dx, n0, n1, c0, c1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, sn, sr, margin)
+    else:
+        _col2im_walk(dcol, dx, n0, n1, c0, c1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, sn, sr, margin)
+
+
+# im2col and col2im run as tasks (tasks.py), also where the conv tasks' compiled parts call them
+# (through the address, ``_im2col_at`` / ``_col2im_at``): each compiles once, as a cached callback.
+# Linked into its callers as an njit function, LLVM would optimize and emit its code again in each
+# (about a second apiece on a cold start). Words: the arrays as (address, size), then the integers,
+# in the order of the bodies' parameters. One task per branch of the bodies (the branch follows from
+# the geometry): a model compiles only the branches its layers take.
+def _im2col_phased_task(i, p):
+    a = carray(p, 21)
+    _im2col_phased(tasks.as_f32(a[0], a[1]), a[2], a[3], a[4], a[5], a[6], a[7], a[8], tasks.as_f32(a[9], a[10]),
+                   a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18], a[19], a[20])
+
+
+def _im2col_shift_task(i, p):
+    a = carray(p, 21)
+    _im2col_shift(tasks.as_f32(a[0], a[1]), a[2], a[3], a[4], a[5], a[6], a[7], a[8], tasks.as_f32(a[9], a[10]),
+                  a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18], a[19], a[20])
+
+
+def _im2col_walk_task(i, p):
+    a = carray(p, 21)
+    _im2col_walk(tasks.as_f32(a[0], a[1]), a[2], a[3], a[4], a[5], a[6], a[7], a[8], tasks.as_f32(a[9], a[10]),
+                 a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18], a[19], a[20])
+
+
+def _col2im_phased_task(i, p):
+    a = carray(p, 22)
+    _col2im_phased(tasks.as_f32(a[0], a[1]), tasks.as_f32(a[2], a[3]), a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+                   a[12], a[13], a[14], a[15], a[16], a[17], a[18], a[19], a[20], a[21])
+
+
+def _col2im_shift_task(i, p):
+    a = carray(p, 22)
+    _col2im_shift(tasks.as_f32(a[0], a[1]), tasks.as_f32(a[2], a[3]), a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+                  a[12], a[13], a[14], a[15], a[16], a[17], a[18], a[19], a[20], a[21])
+
+
+def _col2im_walk_task(i, p):
+    a = carray(p, 22)
+    _col2im_walk(tasks.as_f32(a[0], a[1]), tasks.as_f32(a[2], a[3]), a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+                 a[12], a[13], a[14], a[15], a[16], a[17], a[18], a[19], a[20], a[21])
+
+
+_IM2COL_TASKS = tuple(tasks.Task(f) for f in (_im2col_phased_task, _im2col_shift_task, _im2col_walk_task))
+_COL2IM_TASKS = tuple(tasks.Task(f) for f in (_col2im_phased_task, _col2im_shift_task, _col2im_walk_task))
+
+
+def _im2col_task(h, w, kh, kw, sh, sw, oh_n, ow_n) -> tasks.Task:
+    """The task of _im2col_body's branch for this geometry."""
+    if _phased_py((h, w), (kh, kw), (sh, sw), (oh_n, ow_n)):
+        return _IM2COL_TASKS[0]
+    return _IM2COL_TASKS[1 if sh == 1 and sw == 1 and ow_n == w else 2]
+
+
+def _col2im_task(h, w, kh, kw, sh, sw, oh_n, ow_n) -> tasks.Task:
+    """The task of _col2im_body's branch for this geometry."""
+    if _phased_dx_py((h, w), (kh, kw), (sh, sw), (oh_n, ow_n)):
+        return _COL2IM_TASKS[0]
+    return _COL2IM_TASKS[1 if sh == 1 and sw == 1 and ow_n == w else 2]
+
+
+@njit(inline="always", nogil=True)
+def _im2col_at(fp, x, n0, n1, c0, c1, c_n, h, w, col, sn, sr, kh, kw, sh, sw, ph, pw, oh_n, ow_n):
+    """_im2col_rows from compiled code, fp the address of its branch's task (``_im2col_task``)."""
+    a = np.empty(21, np.int64)
+    a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7] = x.ctypes.data, x.size, n0, n1, c0, c1, c_n, h
+    a[8], a[9], a[10], a[11], a[12], a[13], a[14] = w, col.ctypes.data, col.size, sn, sr, kh, kw
+    a[15], a[16], a[17], a[18], a[19], a[20] = sh, sw, ph, pw, oh_n, ow_n
+    tasks.call(fp, a)
+
+
+@njit(inline="always", nogil=True)
+def _col2im_at(fp, dcol, dx, n0, n1, c0, c1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, sn, sr, margin):
+    """_col2im2d from compiled code, fp the address of its branch's task (``_col2im_task``)."""
+    a = np.empty(22, np.int64)
+    a[0], a[1], a[2], a[3], a[4], a[5] = dcol.ctypes.data, dcol.size, dx.ctypes.data, dx.size, n0, n1
+    a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14] = c0, c1, c_n, h, w, kh, kw, sh, sw
+    a[15], a[16], a[17], a[18], a[19], a[20], a[21] = ph, pw, oh_n, ow_n, sn, sr, margin
+    tasks.call(fp, a)
+
+
+def _f32_flat(*arrays) -> bool:
+    return all(a.dtype == F32 and a.flags.c_contiguous for a in arrays)
+
+
+# Called from Python (the np.matmul paths, without a cblas_sgemm from Numba): the bodies as njit
+# functions, compiled only if such a call comes.
+_im2col_rows = njit(cache=True, error_model="numpy", nogil=True)(_im2col_body.py_func)
+_col2im2d = njit(cache=True, error_model="numpy", nogil=True)(_col2im_body.py_func)
 
 
 _TR_COLS = 16  # _transpose_images with few channels of many positions: positions per step
@@ -758,19 +887,32 @@ def _fw_tile_out(sb, y, n0, n1, o0, o1, o_n, p_n):
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _block_cols(x, n0, n1, col, in_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bias_row):
-    """Block n0:n1's column matrix (C*K + bias_row, (n1-n0) P) into col (flat), a last row of ones."""
+def _block_cols_at(fp, x, n0, n1, col, in_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bias_row):
+    """Block n0:n1's column matrix (C*K + bias_row, (n1-n0) P) into col (flat), a last row of ones;
+    fp: the address of _im2col_task's task for the geometry."""
     cols = (n1 - n0) * oh_n * ow_n
-    _im2col_rows(x, n0, n1, 0, in_c, in_c, h, w, col, oh_n * ow_n, cols, kh, kw, sh, sw, ph, pw, oh_n, ow_n)
+    _im2col_at(fp, x, n0, n1, 0, in_c, in_c, h, w, col, oh_n * ow_n, cols, kh, kw, sh, sw, ph, pw, oh_n, ow_n)
     if bias_row:
         b0 = _U(in_c * kh * kw * cols)
         for q in range(_U(cols)):
             col[b0 + q] = _ONE32
 
 
+def _block_cols(x, n0, n1, col, in_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bias_row) -> None:
+    """_block_cols_at on the calling thread."""
+    if not _f32_flat(x, col):
+        cols = (n1 - n0) * oh_n * ow_n
+        _im2col_rows(x, n0, n1, 0, in_c, in_c, h, w, col, oh_n * ow_n, cols, kh, kw, sh, sw, ph, pw, oh_n, ow_n)
+        if bias_row:
+            col[in_c * kh * kw * cols:(in_c * kh * kw + 1) * cols] = _ONE32
+        return
+    fp = _im2col_task(h, w, kh, kw, sh, sw, oh_n, ow_n).address()
+    _block_cols_at(fp, x, n0, n1, col, in_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bias_row)
+
+
 @njit(inline="always", nogil=True)
 def _fw_part(fn, iz, x, wb, y, cs, os, t, i, items, n_tiles, tile, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
-             pw, oh_n, ow_n, bias_row):
+             pw, oh_n, ow_n, bias_row, im2col):
     """Part i of t: conv items [items i / t, items (i + 1) / t), cs[i] / os[i] its scratch."""
     p_n = oh_n * ow_n
     rows = in_c * kh * kw + bias_row
@@ -784,7 +926,7 @@ def _fw_part(fn, iz, x, wb, y, cs, os, t, i, items, n_tiles, tile, g, batch, in_
         n1 = min(batch, n0 + g)
         cols = (n1 - n0) * p_n
         if blk != have:
-            _block_cols(x, n0, n1, cb, in_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bias_row)
+            _block_cols_at(im2col, x, n0, n1, cb, in_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, bias_row)
             have = blk
         a = wb.ctypes.data + 4 * o0 * rows
         if n1 - n0 == 1:
@@ -802,10 +944,11 @@ _I32, _I64 = np.int32(0), np.int64(0)
 
 @njit(inline="always", nogil=True)
 def _fw_body(i, p, iz):
-    a = carray(p, 32)
+    a = carray(p, 33)
     _fw_part(a[0], iz, tasks.as_f32(a[2], a[3]), tasks.as_f32(a[4], a[5]), tasks.as_f32(a[6], a[7]),
              tasks.as_f32(a[8], (a[9], a[10])), tasks.as_f32(a[11], (a[12], a[13])), a[1], i, a[14], a[15], a[16],
-             a[17], a[18], a[19], a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28], a[29], a[30], a[31])
+             a[17], a[18], a[19], a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28], a[29], a[30], a[31],
+             a[32])
 
 
 def _fw_task32(i, p):
@@ -832,7 +975,7 @@ def _block_dy(dy, n0, n1, dyb, o_n, p_n):
 
 @njit(inline="always", nogil=True)
 def _dx_part(fn, iz, w2, ta, dy, dx, ds, cs, t, i, items, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph, pw,
-             oh_n, ow_n, margin):
+             oh_n, ow_n, margin, col2im):
     """Part i of t: input-gradient items [items i / t, items (i + 1) / t), ds[i] / cs[i] its scratch.
     w2 is W^T (C*K, O), or with ta == Trans the weight (O, C*K) itself (see _dx_weight)."""
     p_n = oh_n * ow_n
@@ -855,15 +998,15 @@ def _dx_part(fn, iz, w2, ta, dy, dx, ds, cs, t, i, items, n_tiles, g, batch, in_
         else:
             a, lda = w2.ctypes.data + 4 * c0 * k_n * out_c, out_c
         _sgemm_nn_cols(fn, iz, ta, (c1 - c0) * k_n, cols, out_c, a, lda, bb, cols, cb.ctypes.data + 4 * margin, cols)
-        _col2im2d(cb, dx, n0, n1, c0, c1, in_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, p_n, cols, margin)
+        _col2im_at(col2im, cb, dx, n0, n1, c0, c1, in_c, h, w, kh, kw, sh, sw, ph, pw, oh_n, ow_n, p_n, cols, margin)
 
 
 @njit(inline="always", nogil=True)
 def _dx_body(i, p, iz):
-    a = carray(p, 32)
+    a = carray(p, 33)
     _dx_part(a[0], iz, tasks.as_f32(a[2], a[3]), a[4], tasks.as_f32(a[5], a[6]), tasks.as_f32(a[7], a[8]),
              tasks.as_f32(a[9], (a[10], a[11])), tasks.as_f32(a[12], (a[13], a[14])), a[1], i, a[15], a[16], a[17],
-             a[18], a[19], a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28], a[29], a[30], a[31])
+             a[18], a[19], a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28], a[29], a[30], a[31], a[32])
 
 
 def _dx_task32(i, p):
@@ -916,7 +1059,7 @@ def _dw_item_span(j, b0, n_tiles, g, batch, in_c):
 
 @njit(inline="always", nogil=True)
 def _dw_part(fn, iz, x, dyt, sums, col, t, i, items, b0, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
-             pw, oh_n, ow_n):
+             pw, oh_n, ow_n, im2col):
     """Part i of t: items [items i / t, items (i + 1) / t) of the round, col[i] the part's scratch."""
     p_n = oh_n * ow_n
     k_n = kh * kw
@@ -925,7 +1068,7 @@ def _dw_part(fn, iz, x, dyt, sums, col, t, i, items, b0, n_tiles, g, batch, in_c
     for j in range(items * i // t, items * (i + 1) // t):
         b, n0, n1, c0, c1 = _dw_item_span(j, b0, n_tiles, g, batch, in_c)
         cols = (n1 - n0) * p_n
-        _im2col_rows(x, n0, n1, c0, c1, in_c, h, w, cb, p_n, cols, kh, kw, sh, sw, ph, pw, oh_n, ow_n)
+        _im2col_at(im2col, x, n0, n1, c0, c1, in_c, h, w, cb, p_n, cols, kh, kw, sh, sw, ph, pw, oh_n, ow_n)
         sgemm(fn, iz, _NT, _NT, (c1 - c0) * k_n, out_c, cols, cb.ctypes.data, cols,
               dyt.ctypes.data + 4 * n0 * p_n * out_c, out_c, sums.ctypes.data + 4 * ((b - b0) * ck + c0 * k_n) * out_c,
               out_c)
@@ -933,10 +1076,10 @@ def _dw_part(fn, iz, x, dyt, sums, col, t, i, items, b0, n_tiles, g, batch, in_c
 
 @njit(inline="always", nogil=True)
 def _dw_body(i, p, iz):
-    a = carray(p, 29)
+    a = carray(p, 30)
     _dw_part(a[0], iz, tasks.as_f32(a[2], a[3]), tasks.as_f32(a[4], a[5]), tasks.as_f32(a[6], (a[7], a[8])),
              tasks.as_f32(a[9], (a[10], a[11])), a[1], i, a[12], a[13], a[14], a[15], a[16], a[17], a[18], a[19],
-             a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28])
+             a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28], a[29])
 
 
 def _dw_task32(i, p):
@@ -1046,7 +1189,8 @@ def _conv2d_fast(x, w, b, batch, in_c, out_c, spatial, kernel, stride, padding, 
     if fits:
         tasks.run(tasks.blas_task(_FW_TASKS, st[1]),
                   tasks.pack(st[0], t, x, x.size, wb, wb.size, y, y.size, cs, *cs.shape, os, *os.shape, items, n_tiles,
-                             tile, g, batch, in_c, out_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow, bias_row), t)
+                             tile, g, batch, in_c, out_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow, bias_row,
+                             _im2col_task(h, wd, kh, kw, sh, sw, oh, ow).address()), t)
         return y
     y3 = y.reshape(batch, out_c, p_n)
     for blk in range(n_blocks):
@@ -1100,7 +1244,8 @@ def _bwd_input2d_col2im(dy, w, batch, in_c, out_c, spatial, kernel, stride, padd
     if fits:
         tasks.run(tasks.blas_task(_DX_TASKS, st[1]),
                   tasks.pack(st[0], t, wa, wa.size, ta, dy, dy.size, dx, dx.size, ds, *ds.shape, cs, *cs.shape, items,
-                             n_tiles, g, batch, in_c, out_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow, margin), t)
+                             n_tiles, g, batch, in_c, out_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow, margin,
+                             _col2im_task(h, wd, kh, kw, sh, sw, oh, ow).address()), t)
     else:
         g3 = dy.reshape(batch, out_c, p_n)
         for j in range(items):
@@ -1146,7 +1291,8 @@ def _bwd_weight2d_fast(x, dy, batch, in_c, out_c, spatial, kernel, stride, paddi
             t = min(t_max, parallel.parts(n_imgs * out_c * ck * p_n, items, _PART_MACS))
             tasks.run(tasks.blas_task(_DW_TASKS, st[1]),
                       tasks.pack(st[0], t, x, x.size, dyt, dyt.size, sums, *sums.shape, col, *col.shape, items, b0,
-                                 n_tiles, g, batch, in_c, out_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow), t)
+                                 n_tiles, g, batch, in_c, out_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow,
+                                 _im2col_task(h, wd, kh, kw, sh, sw, oh, ow).address()), t)
         else:
             for j in range(items):
                 b, n0, n1, c0, c1 = _dw_item_span(j, b0, n_tiles, g, batch, in_c)

@@ -14,10 +14,10 @@ differ from the libm that Numba calls, and NumPy's loops cannot run inside Numba
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import carray, njit
 from scipy import special as _special
 
-from . import parallel
+from . import parallel, tasks
 
 F32 = np.float32
 SAFE_LOG_EPS = F32(1e-6)
@@ -133,20 +133,46 @@ def _binary_range(op, a, b, c, y):
             y[i] = b[i] * (one - v * v)
 
 
-@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+# The split kernels run as tasks (tasks.py): each compiles once, as a cached callback, where a parallel
+# wrapper of its own would compile its range kernel again. Part i of t: elements [n*i//t, n*(i+1)//t).
+# (Not inlined here: LLVM may then commute leaky_relu's v * c, another NaN payload when both are NaN.)
+def _unary_task(i, p):
+    a = carray(p, 6)
+    op, t, n = a[0], a[1], a[2]
+    x, y = tasks.as_f32(a[4], n), tasks.as_f32(a[5], n)
+    lo, hi = n * i // t, n * (i + 1) // t
+    _unary_range(op, x[lo:hi], np.float32(tasks.as_float(a[3])), y[lo:hi])
+
+
+def _binary_task(i, p):
+    a = carray(p, 7)
+    op, t, n = a[0], a[1], a[2]
+    x, z, y = tasks.as_f32(a[4], n), tasks.as_f32(a[5], n), tasks.as_f32(a[6], n)
+    lo, hi = n * i // t, n * (i + 1) // t
+    _binary_range(op, x[lo:hi], z[lo:hi], np.float32(tasks.as_float(a[3])), y[lo:hi])
+
+
+_UNARY_TASK, _BINARY_TASK = tasks.Task(_unary_task), tasks.Task(_binary_task)
+
+
+def _f32(*arrays) -> bool:
+    return all(a.dtype == F32 and a.flags.c_contiguous for a in arrays)
+
+
 def _unary_par(op, x, c, y, t):
-    n = x.size
-    for p in prange(t):
-        lo, hi = n * p // t, n * (p + 1) // t
-        _unary_range(op, x[lo:hi], c, y[lo:hi])
+    """y = op(x) (flat) in t parts on Numba's threads."""
+    if not _f32(x, y):  # not the runtime's float32: the same elementwise operations in one range
+        _unary_range(op, x, c, y)
+        return
+    tasks.run(_UNARY_TASK, tasks.pack(op, t, x.size, float(c), x, y), t, on_pool=True)
 
 
-@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def _binary_par(op, a, b, c, y, t):
-    n = a.size
-    for p in prange(t):
-        lo, hi = n * p // t, n * (p + 1) // t
-        _binary_range(op, a[lo:hi], b[lo:hi], c, y[lo:hi])
+    """y = op(a, b) (flat) in t parts on Numba's threads."""
+    if not _f32(a, b, y):
+        _binary_range(op, a, b, c, y)
+        return
+    tasks.run(_BINARY_TASK, tasks.pack(op, t, a.size, float(c), a, b, y), t, on_pool=True)
 
 
 def _parts(n: int) -> int:

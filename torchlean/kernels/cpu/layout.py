@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import carray, njit, prange
 
-from . import parallel
+from . import parallel, tasks
 from .gemm import gemm
 
 F32 = np.float32
@@ -343,10 +343,24 @@ def _sum_outer_groups(d, na, nk, nc, out, g0, g1):
                     out[k0 + k] = s
 
 
-@njit(cache=True, error_model="numpy", nogil=True, parallel=True)
-def _sum_outer_par(d, na, nk, nc, out, groups, tasks):
-    for p in prange(tasks):
-        _sum_outer_groups(d, na, nk, nc, out, groups * p // tasks, groups * (p + 1) // tasks)
+# Part i of t: the row groups [groups*i//t, groups*(i+1)//t). A task (tasks.py): compiled once as a
+# cached callback, where a parallel wrapper of its own would compile _sum_outer_groups again.
+def _sum_outer_task(i, p):
+    a = carray(p, 8)
+    na, nk, nc, groups, t = a[0], a[1], a[2], a[3], a[4]
+    _sum_outer_groups(tasks.as_f32(a[5], a[6]), na, nk, nc, tasks.as_f32(a[7], nk), groups * i // t,
+                      groups * (i + 1) // t)
+
+
+_SUM_OUTER_TASK = tasks.Task(_sum_outer_task)
+
+
+def _sum_outer_par(d, na, nk, nc, out, groups, t):
+    """_sum_outer_groups over the row groups in t parts on Numba's threads (any split: the same bits)."""
+    if not all(a.dtype == F32 and a.flags.c_contiguous for a in (d, out)):  # not the runtime's buffers
+        _sum_outer_groups(d, na, nk, nc, out, 0, groups)
+        return
+    tasks.run(_SUM_OUTER_TASK, tasks.pack(na, nk, nc, groups, t, d, d.size, out), t, on_pool=True)
 
 
 def _sum_outer_blocks(d, na, nk, nc, out):

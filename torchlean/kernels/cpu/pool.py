@@ -1,6 +1,7 @@
 """CPU kernels of the pooling: max_pool, avg_pool, smooth_max_pool and their backward passes.
 
-Numba (``parallel=True``, ``cache=True``: compiled once per machine, then loaded from the cache),
+Numba (``cache=True``: compiled once per machine, then loaded from the cache; the general kernels
+split over ``parallel=True`` regions, the 2x2 stride-2 fast path over tasks.py's shared region),
 rank-generic over 1..8 spatial axes, flat float32 arrays laid out (planes, *spatial).
 
 Window walk: the output is seen as rows along the last spatial axis. For one output row the
@@ -39,9 +40,10 @@ see there): the same winners, found in an order LLVM vectorizes.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import carray, njit, prange
 
 from ..plans import PoolPlan
+from . import tasks
 
 F32 = np.float32
 I64 = np.int64
@@ -421,7 +423,7 @@ def _max2d_par(kind, x3, dy3, out, ntask, kh, kw, sh, sw):
 # NaN and a is not. Over a window's positions in row-major order that gives the first NaN if there
 # is one, else the first strict maximum (ties, -0/+0 included, keep the first; an all -inf window
 # keeps its first position): the same winner and value as the generic kernels, without a rescan.
-@njit(cache=True, error_model="numpy", nogil=True)
+@njit(cache=True, error_model="numpy", nogil=True, inline="always")
 def _max22_rows(x, y, p0, p1, h, w, oh_n, ow_n):
     for pl in range(p0, p1):
         xb = pl * h * w
@@ -442,7 +444,7 @@ def _max22_rows(x, y, p0, p1, h, w, oh_n, ow_n):
                 yr[ow] = a
 
 
-@njit(cache=True, error_model="numpy", nogil=True)
+@njit(cache=True, error_model="numpy", nogil=True, inline="always")
 def _max22_bwd(x, dy, dx, p0, p1, h, w, oh_n, ow_n):
     """max_pool_bwd of 2x2 windows at stride 2: per output row, the winners' offsets (0..3,
     row-major) first, then the two input rows written: +0 + dy at each winner, +0 elsewhere (each
@@ -554,7 +556,7 @@ def _pair_max(x, hw, k0):
         hw[k] = a1 if _beats(a1, a0) else a0
 
 
-@njit(cache=True, error_model="numpy", nogil=True)
+@njit(cache=True, error_model="numpy", nogil=True, inline="always")
 def _max22e_rows(x, y, p0, p1, h, w, oh_n, ow_n):
     """_max22_rows for even w."""
     hp = h * ow_n  # pairs per plane
@@ -568,7 +570,7 @@ def _max22e_rows(x, y, p0, p1, h, w, oh_n, ow_n):
                           oh_n, ow_n)
 
 
-@njit(cache=True, error_model="numpy", nogil=True)
+@njit(cache=True, error_model="numpy", nogil=True, inline="always")
 def _max22e_bwd(x, dy, dx, p0, p1, h, w, oh_n, ow_n):
     """_max22_bwd for even w: pass 2 turns each pair's winner value into the pair's share of dy (+0 + dy
     for the window's winning pair, +0 for the other and for an odd last row), in place; pass 3 writes
@@ -594,19 +596,48 @@ def _max22e_bwd(x, dy, dx, p0, p1, h, w, oh_n, ow_n):
         d[2 * k + 1] = v if t else _ZERO
 
 
-# The forward (bwd False: x into out) or the backward (dy into out), planes split into ntask parts.
-@njit(parallel=True, cache=True, error_model="numpy")
-def _max22_par(bwd, x, dy, out, planes, ntask, h, w, oh_n, ow_n):
-    for t in prange(ntask):
-        p0, p1 = planes * t // ntask, planes * (t + 1) // ntask
-        if bwd and w % 2 == 0:
-            _max22e_bwd(x, dy, out, p0, p1, h, w, oh_n, ow_n)
-        elif bwd:
-            _max22_bwd(x, dy, out, p0, p1, h, w, oh_n, ow_n)
-        elif w % 2 == 0:
-            _max22e_rows(x, out, p0, p1, h, w, oh_n, ow_n)
-        else:
-            _max22_rows(x, out, p0, p1, h, w, oh_n, ow_n)
+# The forward (x into out) or the backward (dy into out), planes split into t parts, part i the planes
+# [planes*i//t, planes*(i+1)//t). Tasks (tasks.py), one per kernel: each compiles once, as a cached
+# callback, and only when a geometry needs it, where a parallel wrapper of its own would compile all
+# four kernels again (seconds on a cold start). The kernels are inlined into their tasks (called
+# from Python, as the tests do, they compile as plain njit functions).
+@njit(inline="always", nogil=True)
+def _max22_words(p):
+    a = carray(p, 12)
+    return (tasks.as_f32(a[6], a[7]), tasks.as_f32(a[8], a[9]), tasks.as_f32(a[10], a[11]), a[0], a[1], a[2], a[3], a[4],
+            a[5])
+
+
+def _max22e_rows_task(i, p):
+    x, dy, out, t, planes, h, w, oh_n, ow_n = _max22_words(p)
+    _max22e_rows(x, out, planes * i // t, planes * (i + 1) // t, h, w, oh_n, ow_n)
+
+
+def _max22_rows_task(i, p):
+    x, dy, out, t, planes, h, w, oh_n, ow_n = _max22_words(p)
+    _max22_rows(x, out, planes * i // t, planes * (i + 1) // t, h, w, oh_n, ow_n)
+
+
+def _max22e_bwd_task(i, p):
+    x, dy, out, t, planes, h, w, oh_n, ow_n = _max22_words(p)
+    _max22e_bwd(x, dy, out, planes * i // t, planes * (i + 1) // t, h, w, oh_n, ow_n)
+
+
+def _max22_bwd_task(i, p):
+    x, dy, out, t, planes, h, w, oh_n, ow_n = _max22_words(p)
+    _max22_bwd(x, dy, out, planes * i // t, planes * (i + 1) // t, h, w, oh_n, ow_n)
+
+
+# (forward, backward) for odd w, then for even w
+_MAX22_TASKS = ((tasks.Task(_max22_rows_task), tasks.Task(_max22_bwd_task)),
+                (tasks.Task(_max22e_rows_task), tasks.Task(_max22e_bwd_task)))
+
+
+def _max22_run(bwd, x, dy, out, planes, t, h, w, oh_n, ow_n):
+    """The 2x2 / stride 2 kernel of (bwd, w)'s parity in t parts: on Numba's threads when t > 1, else
+    on the caller's. x, dy, out: C-contiguous float32."""
+    words = tasks.pack(t, planes, h, w, oh_n, ow_n, x, x.size, dy, dy.size, out, out.size)
+    tasks.run(_MAX22_TASKS[w % 2 == 0][bool(bwd)], words, t)
 
 
 def _plain_2d(spatial, padding) -> bool:
@@ -648,20 +679,16 @@ def _max2d(x, planes, spatial, kernel, stride, dy=None):
 
 def _max22(x, planes, h, w, oh, ow, ntask, dy):
     """max_pool / max_pool_bwd (dy given) of 2x2 windows at stride 2 on flat arrays."""
-    serial = planes * oh * ow * 4 < _PARALLEL_WORK or planes == 1
+    t = 1 if planes * oh * ow * 4 < _PARALLEL_WORK or planes == 1 else ntask
+    x = np.ascontiguousarray(x, dtype=F32)
     with np.errstate(all="ignore"):
         if dy is None:
             y = np.empty(planes * oh * ow, dtype=F32)
-            if serial:
-                (_max22e_rows if w % 2 == 0 else _max22_rows)(x, y, 0, planes, h, w, oh, ow)
-            else:
-                _max22_par(False, x, y, y, planes, ntask, h, w, oh, ow)
+            _max22_run(False, x, y, y, planes, t, h, w, oh, ow)
             return y
+        dy = np.ascontiguousarray(dy, dtype=F32)
         dx = np.empty(planes * h * w, dtype=F32)
-        if serial:
-            (_max22e_bwd if w % 2 == 0 else _max22_bwd)(x, dy, dx, 0, planes, h, w, oh, ow)
-        else:
-            _max22_par(True, x, dy, dx, planes, ntask, h, w, oh, ow)
+        _max22_run(True, x, dy, dx, planes, t, h, w, oh, ow)
         return dx
 
 

@@ -28,7 +28,7 @@ from llvmlite import ir
 from numba import carray, cfunc, njit, prange, types
 from numba.extending import intrinsic
 
-__all__ = ["Task", "run", "as_f32", "as_i64", "as_float", "pack", "blas_task"]
+__all__ = ["Task", "run", "call", "as_f32", "as_i64", "as_float", "pack", "blas_task"]
 
 SIG = types.void(types.int64, types.CPointer(types.int64))
 
@@ -107,6 +107,14 @@ def _run_par(fptr, args, t):
 def _run_ser(fptr, args, t):
     for i in range(t):
         _call(fptr, i, args.ctypes.data)
+
+
+@njit(cache=True, nogil=True)
+def call(fptr, words):
+    """From compiled code: part 0 of the task at address fptr (``Task.address()``, passed in by the
+    caller) on the calling thread, words its int64 argument words. The body runs through its address:
+    the caller's compilation does not include (and optimize again) the body's code."""
+    _call(fptr, 0, words.ctypes.data)
 
 
 class Task:
