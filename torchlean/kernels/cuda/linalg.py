@@ -1,8 +1,8 @@
 """bmm, bmm_nt, bmm_tn through cuBLAS: one strided-batched GEMM each (cublasGemmStridedBatchedEx),
 with the transposes as GEMM flags (no copies); TF32 only on request. A single product (batch 1,
 every linear layer's) goes to cublasGemmEx instead: for the same product the strided-batched entry
-point picks kernels up to 8% slower on Hopper (BENCHMARKS.md), and a product of one is no batch. ``gemm`` is the general
-row-major form (leading dimensions, batch strides, beta) that other kernels (conv) build on."""
+point picks kernels up to 8% slower on Hopper (BENCHMARKS.md). ``gemm`` is the general row-major
+form (leading dimensions, batch strides, beta) that other kernels (conv) build on."""
 
 from __future__ import annotations
 
