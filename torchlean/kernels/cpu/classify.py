@@ -25,7 +25,9 @@ arithmetic, which the cross entropy kernels here repeat operation for operation)
 * cross_entropy_rows_bwd: dx = dl (expf(x - lse) - c) in float32, c = ls/cols (+ (1 - ls) at the
   target) built in float32 as on the GPU.
 Calls that ``parallel.parts`` splits spread rows (or chunks of elements) over Numba's threads
-with ``prange``; smaller ones run on the calling thread (a parallel region costs a few us). Each
+as tasks (tasks.py: each kernel's loop compiles once, as a cached callback, instead of again in a
+parallel region of its own); smaller ones run the njit kernel on the calling thread (a parallel
+region costs a few us). Each
 row or element is computed by the same code whichever thread runs it, so the bits never depend on
 the thread count or the path. The tanh GELU's float64 code lets LLVM fuse multiply-adds (``_FM``).
 """
@@ -36,10 +38,11 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange
+from numba import carray, njit
 from numba.core import types
 from numba.extending import intrinsic
 
+from . import tasks
 from .parallel import parts
 
 F32 = np.float32
@@ -242,28 +245,44 @@ def _gelu_tanh_bwd_range(x, dy, y):
         y[i] = np.float32(np.float64(dy[i]) * _gelu_tanh_d1(np.float64(x[i])))
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def _unary_par(x, y, tanh_form, tasks):
-    n = x.size
-    for c in prange(tasks):
-        lo = n * c // tasks
-        hi = n * (c + 1) // tasks
-        if tanh_form:
-            _gelu_tanh_range(x[lo:hi], y[lo:hi])
-        else:
-            _gelu_range(x[lo:hi], y[lo:hi])
+# The split runs as tasks (tasks.py), one per kernel: each compiles once, as a cached callback, and
+# only when a call needs it, where a parallel wrapper of its own would compile both forms' loops
+# again. Part c of t: elements [n*c//t, n*(c+1)//t). Words: n, t, then the arrays.
+def _gelu_task(c, p):
+    a = carray(p, 4)
+    n, t = a[0], a[1]
+    lo, hi = n * c // t, n * (c + 1) // t
+    _gelu_range(tasks.as_f32(a[2], n)[lo:hi], tasks.as_f32(a[3], n)[lo:hi])
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def _bwd_par(x, dy, y, tanh_form, tasks):
-    n = x.size
-    for c in prange(tasks):
-        lo = n * c // tasks
-        hi = n * (c + 1) // tasks
-        if tanh_form:
-            _gelu_tanh_bwd_range(x[lo:hi], dy[lo:hi], y[lo:hi])
-        else:
-            _gelu_bwd_range(x[lo:hi], dy[lo:hi], y[lo:hi])
+def _gelu_tanh_task(c, p):
+    a = carray(p, 4)
+    n, t = a[0], a[1]
+    lo, hi = n * c // t, n * (c + 1) // t
+    _gelu_tanh_range(tasks.as_f32(a[2], n)[lo:hi], tasks.as_f32(a[3], n)[lo:hi])
+
+
+def _gelu_bwd_task(c, p):
+    a = carray(p, 5)
+    n, t = a[0], a[1]
+    lo, hi = n * c // t, n * (c + 1) // t
+    _gelu_bwd_range(tasks.as_f32(a[2], n)[lo:hi], tasks.as_f32(a[3], n)[lo:hi], tasks.as_f32(a[4], n)[lo:hi])
+
+
+def _gelu_tanh_bwd_task(c, p):
+    a = carray(p, 5)
+    n, t = a[0], a[1]
+    lo, hi = n * c // t, n * (c + 1) // t
+    _gelu_tanh_bwd_range(tasks.as_f32(a[2], n)[lo:hi], tasks.as_f32(a[3], n)[lo:hi], tasks.as_f32(a[4], n)[lo:hi])
+
+
+# (erf form, tanh form) of the forward and of the backward
+_GELU_TASKS = (tasks.Task(_gelu_task), tasks.Task(_gelu_tanh_task))
+_GELU_BWD_TASKS = (tasks.Task(_gelu_bwd_task), tasks.Task(_gelu_tanh_bwd_task))
+
+
+def _f32(*arrays) -> bool:
+    return all(a.dtype == F32 and a.flags.c_contiguous for a in arrays)
 
 
 def _tasks(n: int) -> int:
@@ -275,44 +294,40 @@ def _tasks(n: int) -> int:
     return -(-n // (_CHUNK * t)) * t
 
 
-def gelu(x):
+def _unary(x, tanh_form: bool):
     y = np.empty_like(x)
-    tasks = _tasks(x.size)
-    if tasks:
-        _unary_par(x, y, False, tasks)
+    t = _tasks(x.size)
+    if t and _f32(x):
+        tasks.run(_GELU_TASKS[tanh_form], tasks.pack(x.size, t, x, y), t, on_pool=True)
     elif x.size:
-        _gelu_range(x, y)
+        (_gelu_tanh_range if tanh_form else _gelu_range)(x, y)
     return y
+
+
+def _bwd(x, dy, tanh_form: bool):
+    y = np.empty_like(x)
+    t = _tasks(x.size)
+    if t and _f32(x, dy):
+        tasks.run(_GELU_BWD_TASKS[tanh_form], tasks.pack(x.size, t, x, dy, y), t, on_pool=True)
+    elif x.size:
+        (_gelu_tanh_bwd_range if tanh_form else _gelu_bwd_range)(x, dy, y)
+    return y
+
+
+def gelu(x):
+    return _unary(x, False)
 
 
 def gelu_tanh(x):
-    y = np.empty_like(x)
-    tasks = _tasks(x.size)
-    if tasks:
-        _unary_par(x, y, True, tasks)
-    elif x.size:
-        _gelu_tanh_range(x, y)
-    return y
+    return _unary(x, True)
 
 
 def gelu_bwd(x, dy):
-    y = np.empty_like(x)
-    tasks = _tasks(x.size)
-    if tasks:
-        _bwd_par(x, dy, y, False, tasks)
-    elif x.size:
-        _gelu_bwd_range(x, dy, y)
-    return y
+    return _bwd(x, dy, False)
 
 
 def gelu_tanh_bwd(x, dy):
-    y = np.empty_like(x)
-    tasks = _tasks(x.size)
-    if tasks:
-        _bwd_par(x, dy, y, True, tasks)
-    elif x.size:
-        _gelu_tanh_bwd_range(x, dy, y)
-    return y
+    return _bwd(x, dy, True)
 
 
 # -- cross entropy ------------------------------------------------------------------------------
@@ -422,12 +437,15 @@ def _ce_fwd_rows(x2, t, ls, loss, lse, r0, r1):
         lse[r] = np.float32(le)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def _ce_fwd(x2, t, ls, loss, lse):
-    rows = x2.shape[0]
-    tasks = min(rows, 64)
-    for k in prange(tasks):
-        _ce_fwd_rows(x2, t, ls, loss, lse, k * rows // tasks, (k + 1) * rows // tasks)
+# The parallel cross entropy runs as tasks (tasks.py): part k of nt is the rows [rows*k//nt,
+# rows*(k+1)//nt), through the row kernels above, each compiled once (a parallel wrapper of its own
+# would compile its row kernel again). Words: rows, cols, nt, then the arrays' addresses; the
+# forward's label smoothing as float64 bits, the backward's b and ab as float32 in float64 words.
+def _ce_fwd_task(k, p):
+    a = carray(p, 8)
+    rows, cols, nt = a[0], a[1], a[2]
+    _ce_fwd_rows(tasks.as_f32(a[4], (rows, cols)), tasks.as_i64(a[5], rows), tasks.as_float(a[3]),
+                 tasks.as_f32(a[6], rows), tasks.as_f32(a[7], rows), rows * k // nt, rows * (k + 1) // nt)
 
 
 @njit(cache=True, error_model="numpy")
@@ -449,12 +467,15 @@ def _ce_bwd_rows(x2, lse, dloss, t, b, ab, dx2, r0, r1):
             dx2[r, tr] = dl * (exp32(x2[r, tr] - le) - ab)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def _ce_bwd(x2, lse, dloss, t, b, ab, dx2):
-    rows = x2.shape[0]
-    tasks = min(rows, 64)
-    for k in prange(tasks):
-        _ce_bwd_rows(x2, lse, dloss, t, b, ab, dx2, k * rows // tasks, (k + 1) * rows // tasks)
+def _ce_bwd_task(k, p):
+    a = carray(p, 10)
+    rows, cols, nt = a[0], a[1], a[2]
+    _ce_bwd_rows(tasks.as_f32(a[5], (rows, cols)), tasks.as_f32(a[6], rows), tasks.as_f32(a[7], rows),
+                 tasks.as_i64(a[8], rows), np.float32(tasks.as_float(a[3])), np.float32(tasks.as_float(a[4])),
+                 tasks.as_f32(a[9], (rows, cols)), rows * k // nt, rows * (k + 1) // nt)
+
+
+_CE_FWD_TASK, _CE_BWD_TASK = tasks.Task(_ce_fwd_task), tasks.Task(_ce_bwd_task)
 
 
 def cross_entropy_rows(x, rows, cols, targets, label_smoothing):
@@ -465,9 +486,10 @@ def cross_entropy_rows(x, rows, cols, targets, label_smoothing):
     if rows == 0:
         return loss, lse
     x2 = x.reshape(rows, cols)
-    t = np.asarray(targets, dtype=np.int64)
-    if parts(rows * cols, rows, _MIN_WORK) > 1:
-        _ce_fwd(x2, t, float(label_smoothing), loss, lse)
+    t = np.ascontiguousarray(targets, dtype=np.int64)
+    if parts(rows * cols, rows, _MIN_WORK) > 1 and _f32(x2):
+        nt = min(rows, 64)
+        tasks.run(_CE_FWD_TASK, tasks.pack(rows, cols, nt, float(label_smoothing), x2, t, loss, lse), nt, on_pool=True)
     else:
         _ce_fwd_rows(x2, t, float(label_smoothing), loss, lse, 0, rows)
     return loss, lse
@@ -510,9 +532,12 @@ def cross_entropy_rows_bwd(x, lse, dloss, rows, cols, targets, label_smoothing):
     ls = F32(label_smoothing)
     b = ls / F32(cols)                # c_j = b, and a + b at the target: float32, as on the GPU
     ab = (F32(1.0) - ls) + b
-    args = (x.reshape(rows, cols), lse, dloss, np.asarray(targets, dtype=np.int64), b, ab, dx.reshape(rows, cols))
-    if parts(rows * cols, rows, _MIN_WORK) > 1:
-        _ce_bwd(*args)
+    t = np.ascontiguousarray(targets, dtype=np.int64)
+    args = (x.reshape(rows, cols), lse, dloss, t, b, ab, dx.reshape(rows, cols))
+    if parts(rows * cols, rows, _MIN_WORK) > 1 and _f32(x, lse, dloss):
+        nt = min(rows, 64)
+        words = tasks.pack(rows, cols, nt, float(b), float(ab), x, lse, dloss, t, dx)
+        tasks.run(_CE_BWD_TASK, words, nt, on_pool=True)
     else:
         _ce_bwd_rows(*args, 0, rows)
     return dx

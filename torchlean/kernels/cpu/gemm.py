@@ -3,6 +3,9 @@ work split into items that run on Numba's threads.
 
 Why the split is ours and not OpenBLAS's or a Python thread pool's: parallel.py (one pool, Numba's
 threads; OpenBLAS at one thread). Each item calls cblas_sgemm through its address without the GIL.
+The items run as a task (tasks.py), on the pool or one after another on the caller's thread: one
+body, compiled once as a cached callback, for both (a parallel region of its own would compile the
+item's code again, seconds on a cold start).
 
 The work items of ``batch`` products (m x k) @ (k x n) (``plan``):
 
@@ -38,9 +41,9 @@ one np.matmul.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import carray, njit, prange
 
-from . import parallel
+from . import parallel, tasks
 from .cblas import NO_TRANS, TRANS, sgemm
 
 __all__ = ["gemm", "blocks", "inner_parts", "plan", "BLOCK_MACS"]
@@ -99,16 +102,33 @@ def _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap
                     o[r * n + j] += bias[j]
 
 
-@njit(cache=True, nogil=True)
-def _gemm_serial(fn, iz, a, b, c, batch, m, n, k, ta, tb, ks, bias, has_bias, swap, scratch, a_step):
-    for i in range(batch * ks):
-        _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, 1, i, bias, has_bias, swap, scratch, a_step)
+# The items run as a task (tasks.py), on the pool or on the caller's thread: the body compiles once,
+# as a cached callback, where a parallel wrapper and a serial loop of their own would each compile
+# _item again (seconds on a cold start); one task per BLAS integer type (tasks.blas_task). Words:
+# fn, m, n, k, ta, tb, ks, nblocks, has_bias, swap, a_step, then (address, size) of a, b, c, bias,
+# scratch.
+@njit(inline="always", nogil=True)
+def _gemm_body(i, p, iz):
+    w = carray(p, 21)
+    _item(w[0], iz, tasks.as_f32(w[11], w[12]), tasks.as_f32(w[13], w[14]), tasks.as_f32(w[15], w[16]), w[1], w[2],
+          w[3], w[4] != 0, w[5] != 0, w[6], w[7], i, tasks.as_f32(w[17], w[18]), w[8] != 0, w[9] != 0,
+          tasks.as_f32(w[19], w[20]), w[10])
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _gemm_par(fn, iz, a, b, c, batch, m, n, k, ta, tb, ks, nblocks, bias, has_bias, swap, scratch, a_step):
-    for i in prange(batch * ks * nblocks):
-        _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap, scratch, a_step)
+_I32, _I64 = np.int32(0), np.int64(0)
+
+
+def _gemm_task32(i, p):
+    _gemm_body(i, p, _I32)
+
+
+def _gemm_task64(i, p):
+    _gemm_body(i, p, _I64)
+
+
+_GEMM_TASKS = (tasks.Task(_gemm_task32), tasks.Task(_gemm_task64))
+
+
 
 
 _SUM_CHUNK = 1 << 14  # output elements per task of the partial-product sum
@@ -281,17 +301,15 @@ def gemm(a, b, batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool,
     if nblocks is not None:
         nb = nblocks
     has_bias = bias is not None
-    bv = bias if has_bias else _NO_BIAS
+    bv = np.ascontiguousarray(bias, dtype=F32) if has_bias else _NO_BIAS  # read through its address
     dest = c if ks == 1 else np.empty(batch * ks * m * n, F32)
     swap = _swapped(trans_a, trans_b, m, n, ks)
     scratch = np.empty(batch * m * n, F32) if swap else _NO_BIAS
     a_step = 0 if shared_a else m * k
-    if nb > 1 or batch * ks > 1 and batch * m * n * k >= 2 * BLOCK_MACS:
-        _gemm_par(fn, iz, a, b, dest, batch, m, n, k, trans_a, trans_b, ks, nb, bv, has_bias and ks == 1, swap,
-                  scratch, a_step)
-    else:
-        _gemm_serial(fn, iz, a, b, dest, batch, m, n, k, trans_a, trans_b, ks, bv, has_bias and ks == 1, swap,
-                     scratch, a_step)
+    par = nb > 1 or batch * ks > 1 and batch * m * n * k >= 2 * BLOCK_MACS
+    words = tasks.pack_f32([fn, m, n, k, trans_a, trans_b, ks, nb, has_bias and ks == 1, swap, a_step], a, b, dest, bv,
+                     scratch)
+    tasks.run(tasks.blas_task(_GEMM_TASKS, iz), words, batch * ks * nb, on_pool=par)
     if ks > 1:
         chunks = batch * (-(-(m * n) // _SUM_CHUNK))
         (_sum_par if chunks > 1 and parallel.threads() > 1 else _sum_serial)(dest, c, batch, ks, m * n, n, bv,

@@ -6,8 +6,9 @@ and into how many parts, and who owns BLAS threading.
   ``cblas_sgemm`` from inside the regions (``sgemm_address()``). Large kernel bodies run through
   tasks.py (one shared region calling the body's cached callback), which compiles far faster than
   a region of their own; conv's 2-D items and its im2col/col2im branches, attention's lane kernels,
-  the split elementwise kernels, the 2x2 max pool and layout's outer-block sums do, the other
-  kernels still have their own regions. No other threads run kernels: two
+  the split elementwise kernels, the 2x2 max pool, layout's outer-block sums, the GEMM items
+  (gemm.py), batch and layer norm and their backward passes (norm.py) and the split GELUs and cross
+  entropy (classify.py) do; the other kernels still have their own regions. No other threads run kernels: two
   pools on the same cores fight, because OpenMP's workers (and OpenBLAS's) spin for a while after
   each region waiting for the next one, and a Python thread that needs the GIL to start its share
   waits for the caller to release it. The one exception: scipy.fft's transforms (spectral.py) run
