@@ -802,3 +802,25 @@ def test_dropout_mask_is_the_same_on_every_device_and_follows_design(device):
     tl.manual_seed(seed)
     b = TF.dropout(tl.tensor(x, device="cpu"), p).numpy()
     assert np.array_equal(a.view(np.uint32), b.view(np.uint32)) and np.array_equal(a, outs[device])
+
+
+def test_cpu_row_fmax_in_lanes_is_numpys_fmax_reduce():
+    """cross entropy's row maximum (16 lanes, then the lanes in order, then the tail) equals
+    np.fmax.reduce for every length around the lane count, with NaN, +-inf and +-0 anywhere: NaN only
+    for a row of NaN, and the same value otherwise (equal zeros may differ in sign: no output reads it)."""
+    from torchlean.kernels.cpu import classify as cpu_classify
+
+    rng = np.random.default_rng(11)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -3e38], np.float32)
+    lanes = np.empty(16, np.float32)
+    for n in list(range(0, 40)) + [63, 64, 65, 1000]:
+        for trial in range(6):
+            x = rng.standard_normal(n).astype(np.float32)
+            if trial % 2:
+                pick = rng.random(n) < 0.5
+                x[pick] = specials[rng.integers(0, specials.size, int(pick.sum()))]
+            if trial == 4:
+                x[:] = np.nan
+            got = cpu_classify._fmax_row(x, n, lanes)
+            want = np.fmax.reduce(x) if n else np.float32(np.nan)
+            assert (np.isnan(got) and np.isnan(want)) or got == want, (n, trial, got, want)

@@ -415,11 +415,28 @@ def _ce_row(xr, n, m, t, ls, buf, buf64):
     return loss, lse
 
 
+_MAX_LANES = 16
+
+
 @njit(inline="always", error_model="numpy")
-def _fmax_row(xr, n):
-    """np.fmax.reduce of a row: NaNs lose to numbers, a row of NaN gives NaN."""
+def _fmax_row(xr, n, lanes):
+    """np.fmax.reduce of a row: NaNs lose to numbers, a row of NaN gives NaN. Element j goes to lane
+    j % 16 (16 independent chains that vectorize; one chain of selects took longer than the row's
+    exp and sum together), then the lanes in order, then the tail. Which of two equal maxima wins (+0 or -0) can differ from
+    a single chain; no output of _ce_row depends on it (x - m, m + log s and m - x give the same
+    bits for either zero where it is the row's maximum)."""
+    for l in range(_MAX_LANES):
+        lanes[l] = np.float32(np.nan)
+    full = n - n % _MAX_LANES
+    for j0 in range(0, full, _MAX_LANES):
+        for l in range(_MAX_LANES):
+            v, a = xr[j0 + l], lanes[l]
+            lanes[l] = v if (v > a) | (a != a) else a
     m = np.float32(np.nan)
-    for j in range(n):
+    for l in range(_MAX_LANES):
+        v = lanes[l]
+        m = v if (v > m) | (m != m) else m
+    for j in range(full, n):
         v = xr[j]
         m = v if (v > m) | (m != m) else m
     return m
@@ -430,9 +447,10 @@ def _ce_fwd_rows(x2, t, ls, loss, lse, r0, r1):
     n = x2.shape[1]
     buf = np.empty(n, dtype=np.float32)
     buf64 = np.empty(n if ls > 0.0 else 0, dtype=np.float64)
+    lanes = np.empty(_MAX_LANES, dtype=np.float32)
     for r in range(r0, r1):
         xr = x2[r]
-        lo, le = _ce_row(xr, n, _fmax_row(xr, n), t[r], ls, buf, buf64)
+        lo, le = _ce_row(xr, n, _fmax_row(xr, n, lanes), t[r], ls, buf, buf64)
         loss[r] = np.float32(lo)
         lse[r] = np.float32(le)
 
