@@ -72,3 +72,20 @@ def _audit_cuda_ownership(request):
     yield
     found = audit.violations[start:]
     assert not found, found[0]
+
+
+@pytest.fixture(params=[1, 2])
+def numba_threads(request):
+    """The CPU kernels' thread count for the test: 1, then 2 (the caller's count put back). Fails,
+    rather than skips, where the pool cannot run 2 threads: a bits-on-2-threads test would then
+    prove nothing."""
+    from torchlean.kernels.cpu import parallel
+
+    if request.param > parallel.max_threads():
+        pytest.fail("these tests need 2 Numba threads (NUMBA_NUM_THREADS >= 2, not the workqueue layer)")
+    import numba
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(request.param)
+    yield request.param
+    numba.set_num_threads(before)

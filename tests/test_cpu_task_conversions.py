@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 
-import numba
 import numpy as np
 import pytest
 
@@ -17,18 +16,7 @@ POOL = sys.modules["torchlean.kernels.cpu.pool"]
 LAYOUT = sys.modules["torchlean.kernels.cpu.layout"]
 EW = sys.modules["torchlean.kernels.cpu.elementwise"]
 CONV = sys.modules["torchlean.kernels.cpu.conv"]
-PAR = sys.modules["torchlean.kernels.cpu.parallel"]
 F32 = np.float32
-
-
-@pytest.fixture(params=[1, 2])
-def threads(request):
-    if request.param > PAR.max_threads():
-        pytest.fail("these tests need 2 Numba threads (NUMBA_NUM_THREADS >= 2, not the workqueue layer)")
-    before = numba.get_num_threads()
-    numba.set_num_threads(request.param)
-    yield request.param
-    numba.set_num_threads(before)
 
 
 def _specials(rng, n):
@@ -40,7 +28,7 @@ def _specials(rng, n):
 
 @pytest.mark.parametrize("spatial", [(16, 16), (7, 10), (9, 8), (5, 7)])
 @pytest.mark.parametrize("parts", [1, 3, 64])
-def test_max22_task_matches_the_serial_kernels(threads, spatial, parts):
+def test_max22_task_matches_the_serial_kernels(numba_threads, spatial, parts):
     h, w = spatial
     oh, ow = h // 2, w // 2
     planes = 64
@@ -60,7 +48,7 @@ def test_max22_task_matches_the_serial_kernels(threads, spatial, parts):
 
 @pytest.mark.parametrize("dims", [(3, 40, 5), (2, 7, 3000), (5, 600, 33), (1, 9, 16)])
 @pytest.mark.parametrize("parts", [2, 5])
-def test_sum_outer_task_matches_the_serial_kernel(threads, dims, parts):
+def test_sum_outer_task_matches_the_serial_kernel(numba_threads, dims, parts):
     na, nk, nc = dims
     d = _specials(np.random.default_rng(na * nk * nc), na * nk * nc)
     groups = -(-nk // max(1, LAYOUT._CHUNK // nc))
@@ -72,7 +60,7 @@ def test_sum_outer_task_matches_the_serial_kernel(threads, dims, parts):
 
 
 @pytest.mark.parametrize("parts", [2, 3])
-def test_elementwise_tasks_match_the_range_kernels(threads, parts):
+def test_elementwise_tasks_match_the_range_kernels(numba_threads, parts):
     rng = np.random.default_rng(parts)
     n = 10007
     a, b = _specials(rng, n), _specials(rng, n)
@@ -109,7 +97,7 @@ def _run_col2im(dcol, dx, n0, n1, c0, c1, c_n, h, w, kh, kw, sh, sw, ph, pw, oh_
 
 
 @pytest.mark.parametrize("geom", _GEOMS)
-def test_im2col_and_col2im_tasks_match_the_njit_bodies(threads, geom):
+def test_im2col_and_col2im_tasks_match_the_njit_bodies(numba_threads, geom):
     """Each geometry's branch task (the conv tasks call it through its address) against the whole body
     as an njit function (_im2col_rows / _col2im2d, the np.matmul paths' kernels)."""
     n, c, (h, w), (kh, kw), (sh, sw), (ph, pw) = geom

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 
-import numba
 import numpy as np
 import pytest
 from numba import njit
@@ -19,16 +18,6 @@ GEMM = sys.modules["torchlean.kernels.cpu.gemm"]
 CLS = sys.modules["torchlean.kernels.cpu.classify"]
 PAR = sys.modules["torchlean.kernels.cpu.parallel"]
 F32 = np.float32
-
-
-@pytest.fixture(params=[1, 2])
-def threads(request):
-    if request.param > PAR.max_threads():
-        pytest.fail("these tests need 2 Numba threads (NUMBA_NUM_THREADS >= 2, not the workqueue layer)")
-    before = numba.get_num_threads()
-    numba.set_num_threads(request.param)
-    yield request.param
-    numba.set_num_threads(before)
 
 
 def _specials(rng, n, every=7):
@@ -57,7 +46,7 @@ _BN = [(2, 3, 5), (8, 16, 1024), (3, 40, 700)]
 
 @pytest.mark.parametrize("dims", _BN)
 @pytest.mark.parametrize("affine", [(True, True), (False, False), (True, False), (False, True)])
-def test_batch_norm_tasks_match_the_channel_kernels(threads, dims, affine):
+def test_batch_norm_tasks_match_the_channel_kernels(numba_threads, dims, affine):
     b, c, inner = dims
     rng = np.random.default_rng(b * c * inner + 2 * affine[0] + affine[1])
     x, dy = _specials(rng, b * c * inner), _specials(rng, b * c * inner)
@@ -85,7 +74,7 @@ def test_batch_norm_tasks_match_the_channel_kernels(threads, dims, affine):
     _same(yi, yi0)
 
 
-def test_batch_norm_of_a_strided_view_matches_its_copy(threads):
+def test_batch_norm_of_a_strided_view_matches_its_copy(numba_threads):
     """An input that is not C-contiguous (not the runtime's flat buffer) takes the njit loop on the
     caller's thread: the same bits as the task over its copy."""
     rng = np.random.default_rng(5)
@@ -100,7 +89,7 @@ def test_batch_norm_of_a_strided_view_matches_its_copy(threads):
 
 @pytest.mark.parametrize("dims", [(4, 16), (700, 64), (3000, 33), (9, 5000)])
 @pytest.mark.parametrize("affine", [(True, True), (False, False), (True, False)])
-def test_layer_norm_tasks_match_the_row_kernels(threads, dims, affine):
+def test_layer_norm_tasks_match_the_row_kernels(numba_threads, dims, affine):
     rows, cols = dims
     rng = np.random.default_rng(rows * cols + affine[0] + affine[1])
     x, dy = _specials(rng, rows * cols), _specials(rng, rows * cols)
@@ -140,7 +129,7 @@ _GEMMS = [(1, 256, 96, 200), (1, 40, 900, 128), (2, 8, 600, 300), (1, 24, 24, 90
 @pytest.mark.parametrize("dims", _GEMMS)
 @pytest.mark.parametrize("trans", [(False, False), (True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_gemm_task_matches_the_items_in_an_njit_loop(threads, dims, trans, with_bias):
+def test_gemm_task_matches_the_items_in_an_njit_loop(numba_threads, dims, trans, with_bias):
     st = PAR.sgemm_address()
     if st is None:
         pytest.fail("these tests need OpenBLAS's cblas_sgemm (parallel.sgemm_address())")
@@ -168,7 +157,7 @@ def test_gemm_task_matches_the_items_in_an_njit_loop(threads, dims, trans, with_
 
 
 @pytest.mark.parametrize("n", [1000, 40000, 300007])
-def test_gelu_tasks_match_the_range_kernels(threads, n):
+def test_gelu_tasks_match_the_range_kernels(numba_threads, n):
     rng = np.random.default_rng(n)
     x, dy = _specials(rng, n) * F32(4), _specials(rng, n)
     for tanh_form in (False, True):
@@ -183,7 +172,7 @@ def test_gelu_tasks_match_the_range_kernels(threads, n):
 
 @pytest.mark.parametrize("dims", [(8, 10), (300, 65), (64, 1000)])
 @pytest.mark.parametrize("ls", [0.0, 0.1])
-def test_cross_entropy_tasks_match_the_row_kernels(threads, dims, ls):
+def test_cross_entropy_tasks_match_the_row_kernels(numba_threads, dims, ls):
     rows, cols = dims
     rng = np.random.default_rng(rows * cols)
     x, dl = _specials(rng, rows * cols) * F32(8), _specials(rng, rows)
