@@ -441,6 +441,20 @@ def _phase_margin(kernel, stride, padding, out) -> int:
 
 
 @njit(inline="always", error_model="numpy", nogil=True)
+def _masked_run(x, col, rb, lo, p_n, mk):
+    """col[rb + q] = x[lo + q] where the tap's mask mk[q] holds, else 0, for q < p_n (one run of a
+    tap's row; a run that would leave x takes the careful loop)."""
+    if lo >= 0 and lo + p_n <= x.size:
+        s0 = _U(lo)
+        for q in range(_U(p_n)):
+            v = x[s0 + q]
+            col[rb + q] = v if mk[q] else _ZERO32
+    else:
+        for q in range(p_n):
+            col[rb + _U(q)] = x[_U(lo + q)] if mk[q] else _ZERO32
+
+
+@njit(inline="always", error_model="numpy", nogil=True)
 def _im2col_phased(x, n0, n1, c0, c1, c_n, h, w, col, sn, sr, kh, kw, sh, sw, ph, pw, oh_n, ow_n):
     """_im2col_body where _phased holds: x in the phase layout."""
     p_n = oh_n * ow_n
@@ -457,15 +471,7 @@ def _im2col_phased(x, n0, n1, c0, c1, c_n, h, w, col, sn, sr, kh, kw, sh, sw, ph
                 rb = _U(cb + ((c - c0) * kk + k) * sr)
                 lo = (((n * c_n + c) * sh + phy) * sw + phx) * p_n + (ky - ph - phy) // sh * ow_n \
                     + (kx - pw - phx) // sw
-                mk = m[k]
-                if lo >= 0 and lo + p_n <= x.size:
-                    s0 = _U(lo)
-                    for q in range(_U(p_n)):
-                        v = x[s0 + q]
-                        col[rb + q] = v if mk[q] else _ZERO32
-                else:
-                    for q in range(p_n):
-                        col[rb + _U(q)] = x[_U(lo + q)] if mk[q] else _ZERO32
+                _masked_run(x, col, rb, lo, p_n, m[k])
 
 
 @njit(inline="always", error_model="numpy", nogil=True)
@@ -485,15 +491,7 @@ def _im2col_shift(x, n0, n1, c0, c1, c_n, h, w, col, sn, sr, kh, kw, sh, sw, ph,
                 ky = k // kw
                 rb = _U(cb + ((c - c0) * kk + k) * sr)
                 lo = xb + (ky - ph) * w + (k - ky * kw) - pw
-                mk = m[k]
-                if lo >= 0 and lo + p_n <= x.size:
-                    s0 = _U(lo)
-                    for q in range(_U(p_n)):
-                        v = x[s0 + q]
-                        col[rb + q] = v if mk[q] else _ZERO32
-                else:
-                    for q in range(p_n):
-                        col[rb + _U(q)] = x[_U(lo + q)] if mk[q] else _ZERO32
+                _masked_run(x, col, rb, lo, p_n, m[k])
 
 
 @njit(inline="always", error_model="numpy", nogil=True)
