@@ -66,8 +66,9 @@ GEMMS = [
     ("gpt_mini proj2 dX", "nn", 8192, 384, 1536),
 ]
 
-ATTENTION = [(32, 6, 256, 64, True), (32, 6, 256, 64, False), (8, 12, 1024, 64, True), (64, 12, 197, 64, False),
-             (128, 12, 128, 64, False), (4, 16, 2048, 128, True)]
+ATTENTION = [(32, 6, 256, 64, True), (32, 6, 256, 64, False), (8, 12, 1024, 64, True), (8, 12, 1024, 64, False),
+             (64, 12, 197, 64, False), (128, 12, 128, 64, False), (4, 16, 2048, 128, True),
+             (4, 16, 2048, 128, False), (16, 8, 512, 32, True)]
 
 
 def gemm(reps):
@@ -157,8 +158,8 @@ def attention(reps):
 
     cupy_ms, torch_ms = _timer(reps)
     print("| (B, H, N, D) | causal | fwd ours / torch ms | ratio | fwd+bwd ours / torch ms | ratio | "
-          "ours TFLOP/s fwd / fwd+bwd |")
-    print("|---|---|---|---:|---|---:|---|")
+          "ours TFLOP/s fwd / fwd+bwd | max err / max ref (out, dq, dk, dv) vs float64 |")
+    print("|---|---|---|---:|---|---:|---|---|")
     for (B, H, N, D, causal) in ATTENTION:
         bh, sc = B * H, 1 / math.sqrt(D)
         q, k, v, g = (cupy.random.standard_normal(bh * N * D, dtype=cupy.float32) for _ in range(4))
@@ -176,21 +177,47 @@ def attention(reps):
 
         xfb = torch_ms(fwd_bwd)
         fl = 4.0 * bh * N * N * D / (2 if causal else 1) / 1e9
+        errs = _attention_errors(q, k, v, g, o, A.flash_attention_bwd(q, k, v, None, o, lse, g, bh, N, N, D, sc, causal,
+                                                                      "none", None), bh, N, D, causal)
         print(f"| ({B}, {H}, {N}, {D}) | {causal} | {tf:.3f} / {xf:.3f} | {tf / xf:.2f} | {tf + tb:.3f} / {xfb:.3f} | "
-              f"{(tf + tb) / xfb:.2f} | {fl / tf:.1f} / {3.5 * fl / (tf + tb):.1f} |", flush=True)
+              f"{(tf + tb) / xfb:.2f} | {fl / tf:.1f} / {3.5 * fl / (tf + tb):.1f} | {errs} |", flush=True)
+
+
+def _attention_errors(q, k, v, g, o, grads, bh, n, d, causal):
+    """max |ours - float64| / max |float64| of out, dq, dk, dv (torch's float64 SDPA as the reference)."""
+    import torch
+    import torch.nn.functional as F
+
+    t = [torch.as_tensor(x, device="cuda").reshape(bh, n, d).double() for x in (q, k, v, g)]
+    tq, tk, tv = (x.requires_grad_() for x in t[:3])
+    ref = F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+    refs = [ref.detach()] + list(torch.autograd.grad(ref, (tq, tk, tv), t[3]))
+    ours = [o] + list(grads)
+    out = []
+    for a, r in zip(ours, refs):
+        a64 = torch.as_tensor(a, device="cuda").reshape(bh, n, d).double()
+        out.append(f"{float((a64 - r).abs().max() / r.abs().max()):.1e}")
+    del t, tq, tk, tv, ref, refs
+    torch.cuda.empty_cache()
+    return ", ".join(out)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python3 -m benchmarks.cuda_kernels", description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="*", choices=("gemm", "memory", "attention"), help="sections (default: all)")
     ap.add_argument("--reps", type=int, default=20, help="timed calls per kernel (default 20)")
+    ap.add_argument("--tf32", action="store_true", help="allow TF32 on both sides (default: off on both)")
     args = ap.parse_args(argv)
     if args.reps < 1:
         ap.error("--reps must be at least 1")
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    from torchlean.runtime import set_allow_tf32
+
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    set_allow_tf32(args.tf32)
+    print(f"TF32: {'on' if args.tf32 else 'off'} (both)")
     for name in args.only or ("gemm", "memory", "attention"):
         print(f"\n### {name}\n")
         {"gemm": gemm, "memory": memory, "attention": attention}[name](args.reps)

@@ -176,6 +176,7 @@ def test_every_kernel_is_launched():
 # kernels shared by several primitives (layout's gathers serve permute, broadcast_to, transpose2d...).
 _FAMILY_PREFIXES = {
     "attention.cu": ("flash_attention_",),
+    "attention_mma.cu": ("flash_attention_mma_",),
     "classify.cu": ("gelu", "cross_entropy_rows", "cross_entropy_reduce"),
     "conv.cu": ("conv_",),
     "fast.cu": ("fast_gemm_", "mse_loss_fwd", "mse_loss_bwd"),

@@ -28,68 +28,17 @@
 // out (batch, n, heads, d) and dqkv in place of the copies that would move the heads. lse and D
 // stay (batch heads, n). The arithmetic does not depend on the layout: same bits either way.
 //
-// Forward (tl_flash_attention_fwd_d*): 128 query rows per block (64 at DP = 128), row-major Q/K
-// tiles, an 8 x 8 micro-tile and cp.async-staged K/V tiles. All tiled kernels take `vec`: 1 reads tiles as coalesced float4 rows (the launcher
-// passes it only when d % 4 == 0 and every operand pointer is 16-byte aligned), 0 scalar loads.
+// Forward (tl_flash_attention_fwd_d*): 64 query rows per block, row-major Q/K tiles, a 4 x 8
+// micro-tile and cp.async-staged K/V tiles. All tiled kernels take `vec`: 1 reads tiles as coalesced
+// float4 rows (the launcher passes it only when d % 4 == 0 and every operand pointer is 16-byte
+// aligned), 0 scalar loads.
+//
+// Role: on GPUs with tensor cores (sm_80+) attention_mma.cu computes every 64-row item first; these
+// float32 kernels then run only the items it flagged in `redo` (non-finite operands or results),
+// which gives those IEEE semantics. Before sm_80 they run every item (redo = null).
 
-#define TL_BR 64
-#define TL_BC 64
-#define TL_LD 68
-#define TL_NT 128
-#define TL_LOG2E 1.4426950408889634f
-#define TL_LN2 0.6931471805599453f
-#define TL_FILL2 (-1442.6950408889634f)  // -1000 nats in base 2
+#include "attention_common.cuh"
 
-struct TlAttnMask {
-    const float* mask;
-    long long heads, s_n, s_h, s_q, s_k;
-    int mode, causal;
-};
-
-struct TlAttnLay {
-    long long heads;
-    long long q_n, q_h, q_ld;  // q, dq
-    long long k_n, k_h, k_ld;  // k, v, dk, dv
-    long long o_n, o_h, o_ld;  // out, dout
-};
-
-__device__ __forceinline__ long long tl_qoff(const TlAttnLay& L, long long b) {
-    return (b / L.heads) * L.q_n + (b % L.heads) * L.q_h;
-}
-__device__ __forceinline__ long long tl_koff(const TlAttnLay& L, long long b) {
-    return (b / L.heads) * L.k_n + (b % L.heads) * L.k_h;
-}
-__device__ __forceinline__ long long tl_ooff(const TlAttnLay& L, long long b) {
-    return (b / L.heads) * L.o_n + (b % L.heads) * L.o_h;
-}
-
-__device__ __forceinline__ const float* tl_mask_base(const TlAttnMask& M, long long b) {
-    return M.mask + (b / M.heads) * M.s_n + (b % M.heads) * M.s_h;
-}
-
-// The masked base-2 score of (i, j), -inf when the key carries no weight; *live = false for a
-// filled score (its gradient does not reach q or k).
-__device__ __forceinline__ float tl_masked(float s, long long i, long long j, long long n_q, long long n_k,
-                                           const TlAttnMask& M, const float* mb, bool* live) {
-    *live = true;
-    if (i >= n_q || j >= n_k || (M.causal && j > i)) { *live = false; return -INFINITY; }
-    if (M.mode == 0) return s;
-    float mv = mb[i * M.s_q + j * M.s_k];
-    if (M.mode == 1) {
-        if (mv == 0.0f) { *live = false; return TL_FILL2; }
-        return s;
-    }
-    if (M.mode == 2) {
-        if (mv == 0.0f) { *live = false; return -INFINITY; }
-        return s;
-    }
-    if (mv == -INFINITY) { *live = false; return -INFINITY; }
-    return s + mv * TL_LOG2E;
-}
-
-// dst[c * TL_LD + r] = src[(row0 + r) * ld + c] * mul for r < 64, c < DP (zero outside the data).
-// vec (d % 4 == 0, 16-byte aligned rows): each thread loads a float4 along d, lane pairs share a
-// 32-byte sector (r = (idx >> 1) & 63, chunk = (idx & 1) + 2 (idx >> 7)), so a warp reads 16 full
 // sectors; the transposed shared stores of a warp hit 16 consecutive rows at two chunk offsets
 // 16 banks apart: conflict-free. Otherwise consecutive threads take consecutive rows (scalar).
 template <int DP>
@@ -172,51 +121,12 @@ __device__ __forceinline__ void tl_store_row8(float* row, int cg, const float v[
 // along d) into single buffers, staggered: V_j loads while S_j = Q K_j^T is computed, K_{j+1}
 // while the softmax and P V of tile j run. Without vec (d % 4 != 0 or unaligned rows) the same
 // buffers are filled by scalar loads. The key tile stays 64 wide (same online-softmax rescales).
-__device__ __forceinline__ void tl_cp_async16(float* dst, const float* src) {
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(src) : "memory");
-}
-__device__ __forceinline__ void tl_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void tl_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
-// dst[r * pitch + c] = src[(row0 + r) * ld + c] * mul for r < ROWS, c < DP (zero outside the data);
-// with vec and mul == 1 through cp.async (the caller commits and waits), else through registers.
-template <int DP, int ROWS, bool ASYNC>
-__device__ __forceinline__ void tl_stage(float* dst, int pitch, const float* src, long long row0, long long nrows,
-                                         int d, long long ld, float mul, int vec) {
-    if (vec) {
-        for (int idx = threadIdx.x; idx < ROWS * (DP / 4); idx += TL_NT) {
-            const int r = idx / (DP / 4), c = (idx - r * (DP / 4)) * 4;
-            float* dp = dst + r * pitch + c;
-            if (row0 + r < nrows && c < d) {
-                const float* sp = src + (row0 + r) * ld + c;
-                if (ASYNC) {
-                    tl_cp_async16(dp, sp);
-                } else {
-                    float4 x = *reinterpret_cast<const float4*>(sp);
-                    x.x = x.x * mul; x.y = x.y * mul; x.z = x.z * mul; x.w = x.w * mul;
-                    *reinterpret_cast<float4*>(dp) = x;
-                }
-            } else {
-                *reinterpret_cast<float4*>(dp) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            }
-        }
-        return;
-    }
-    for (int idx = threadIdx.x; idx < ROWS * DP; idx += TL_NT) {
-        const int r = idx / DP, c = idx - r * DP;
-        float x = 0.0f;
-        if (row0 + r < nrows && c < d) x = src[(row0 + r) * ld + c] * mul;
-        dst[r * pitch + c] = x;
-    }
-}
 
 template <int DP, int RT>
 __device__ void tl_flash_attention_fwd_tiled(const float* __restrict__ q, const float* __restrict__ k,
                                    const float* __restrict__ v, TlAttnMask M, float* __restrict__ out,
                                    float* __restrict__ lse, long long batch, long long n_q, long long n_k, int d,
-                                   float scale, int vec, TlAttnLay L) {
+                                   float scale, int vec, TlAttnLay L, const int* __restrict__ redo) {
     constexpr int BR = 16 * RT, QP = DP + 4, PP = BR + 4;
     extern __shared__ float4 tl_smem4[];
     float* smem = reinterpret_cast<float*>(tl_smem4);
@@ -228,6 +138,7 @@ __device__ void tl_flash_attention_fwd_tiled(const float* __restrict__ q, const 
     const float c2 = scale * TL_LOG2E;
     const long long ntq = (n_q + BR - 1) / BR;
     for (long long item = blockIdx.x; item < batch * ntq; item += gridDim.x) {
+        if (redo != nullptr && redo[item] == 0) continue;
         const long long b = item / ntq, i0 = (item - b * ntq) * BR;
         const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
         const float* kb = k + tl_koff(L, b);
@@ -372,7 +283,7 @@ __device__ void tl_flash_attention_bwd_dq_tiled(const float* __restrict__ q, con
                                     const float* __restrict__ v, TlAttnMask M, const float* __restrict__ lse,
                                     const float* __restrict__ dd, const float* __restrict__ dout,
                                     float* __restrict__ dq, long long batch, long long n_q, long long n_k, int d,
-                                    float scale, int vec, TlAttnLay L) {
+                                    float scale, int vec, TlAttnLay L, const int* __restrict__ redo) {
     extern __shared__ float4 tl_smem4[];
     float* smem = reinterpret_cast<float*>(tl_smem4);
     float* QsT = smem;                // q * c
@@ -384,6 +295,7 @@ __device__ void tl_flash_attention_bwd_dq_tiled(const float* __restrict__ q, con
     const float c2 = scale * TL_LOG2E;
     const long long ntq = (n_q + TL_BR - 1) / TL_BR;
     for (long long item = blockIdx.x; item < batch * ntq; item += gridDim.x) {
+        if (redo != nullptr && redo[item] == 0) continue;
         const long long b = item / ntq, i0 = (item - b * ntq) * TL_BR;
         const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
         __syncthreads();
@@ -454,7 +366,8 @@ __device__ void tl_flash_attention_bwd_dkv_tiled(const float* __restrict__ q, co
                                      const float* __restrict__ v, TlAttnMask M, const float* __restrict__ lse,
                                      const float* __restrict__ dd, const float* __restrict__ dout,
                                      float* __restrict__ dk, float* __restrict__ dv, long long batch, long long n_q,
-                                     long long n_k, int d, float scale, int vec, TlAttnLay L) {
+                                     long long n_k, int d, float scale, int vec, TlAttnLay L,
+                                     const int* __restrict__ redo) {
     extern __shared__ float4 tl_smem4[];
     float* smem = reinterpret_cast<float*>(tl_smem4);
     float* KsT = smem;                // [DP][TL_LD] keys
@@ -469,6 +382,7 @@ __device__ void tl_flash_attention_bwd_dkv_tiled(const float* __restrict__ q, co
     const float c2 = scale * TL_LOG2E;
     const long long ntk = (n_k + TL_BC - 1) / TL_BC;
     for (long long item = blockIdx.x; item < batch * ntk; item += gridDim.x) {
+        if (redo != nullptr && redo[item] == 0) continue;
         const long long b = item / ntk, j0 = (item - b * ntk) * TL_BC;
         const float* mb = M.mode ? tl_mask_base(M, b) : nullptr;
         __syncthreads();
@@ -550,37 +464,36 @@ __device__ void tl_flash_attention_bwd_dkv_tiled(const float* __restrict__ q, co
     }
 }
 
-#define TL_ATTN_MASK_ARGS const float* mask, long long heads, long long s_n, long long s_h, long long s_q, \
-    long long s_k, int mode, int causal
-#define TL_ATTN_MASK {mask, heads, s_n, s_h, s_q, s_k, mode, causal}
 
 #define TL_ATTN_FWD_INSTANCE(DP, RT, MINB)                                                                      \
     extern "C" __global__ void __launch_bounds__(TL_NT, MINB) tl_flash_attention_fwd_d##DP(                   \
         const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, float* out, float* lse,             \
-        long long batch, long long n_q, long long n_k, int d, float scale, int vec, TlAttnLay L) {              \
+        long long batch, long long n_q, long long n_k, int d, float scale, int vec, TlAttnLay L,               \
+        const int* redo) {                                                                                     \
         TlAttnMask M = TL_ATTN_MASK;                                                                           \
-        tl_flash_attention_fwd_tiled<DP, RT>(q, k, v, M, out, lse, batch, n_q, n_k, d, scale, vec, L);         \
+        tl_flash_attention_fwd_tiled<DP, RT>(q, k, v, M, out, lse, batch, n_q, n_k, d, scale, vec, L, redo);   \
     }
 
 #define TL_ATTN_BWD_INSTANCE(DP)                                                                               \
     extern "C" __global__ void __launch_bounds__(TL_NT) tl_flash_attention_bwd_dq_d##DP(                      \
         const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, const float* lse, const float* dd,  \
         const float* dout, float* dq, long long batch, long long n_q, long long n_k, int d, float scale, int vec, \
-        TlAttnLay L) {                                                                                         \
+        TlAttnLay L, const int* redo) {                                                                        \
         TlAttnMask M = TL_ATTN_MASK;                                                                           \
-        tl_flash_attention_bwd_dq_tiled<DP>(q, k, v, M, lse, dd, dout, dq, batch, n_q, n_k, d, scale, vec, L); \
+        tl_flash_attention_bwd_dq_tiled<DP>(q, k, v, M, lse, dd, dout, dq, batch, n_q, n_k, d, scale, vec, L, redo); \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(TL_NT) tl_flash_attention_bwd_dkv_d##DP(                     \
         const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, const float* lse, const float* dd,  \
         const float* dout, float* dk, float* dv, long long batch, long long n_q, long long n_k, int d,         \
-        float scale, int vec, TlAttnLay L) {                                                                   \
+        float scale, int vec, TlAttnLay L, const int* redo) {                                                  \
         TlAttnMask M = TL_ATTN_MASK;                                                                           \
-        tl_flash_attention_bwd_dkv_tiled<DP>(q, k, v, M, lse, dd, dout, dk, dv, batch, n_q, n_k, d, scale, vec, L); \
+        tl_flash_attention_bwd_dkv_tiled<DP>(q, k, v, M, lse, dd, dout, dk, dv, batch, n_q, n_k, d, scale, vec, L, \
+                                             redo);                                                            \
     }
 
 // (DP, rows per thread, min blocks per SM): BR = 16 RT query rows per block
-TL_ATTN_FWD_INSTANCE(32, 8, 2)
-TL_ATTN_FWD_INSTANCE(64, 8, 2)
+TL_ATTN_FWD_INSTANCE(32, 4, 2)
+TL_ATTN_FWD_INSTANCE(64, 4, 2)
 TL_ATTN_FWD_INSTANCE(128, 4, 1)
 TL_ATTN_BWD_INSTANCE(32)
 TL_ATTN_BWD_INSTANCE(64)

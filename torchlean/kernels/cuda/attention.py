@@ -1,7 +1,13 @@
-"""CUDA kernels of the attention family (attention.cu): tiled flash attention, forward and backward.
+"""CUDA kernels of the attention family: tiled flash attention, forward and backward.
 
-* flash_attention_fwd: one launch of tl_flash_attention_fwd_d{32,64,128} (128 or 64 query rows per
-  block, cp.async-staged K/V), the smallest instantiation >= d; d > 128: the warp-per-row
+* On sm_80+ GPUs every d <= 128 problem runs on tensor cores first (attention_mma.cu: 3xTF32
+  products with float32 accuracy, or one TF32 product when ``set_allow_tf32(True)``), 64-row items;
+  the kernel flags each item whose operands or results hold a non-finite value (redo, one int per
+  item), and attention.cu's float32 kernel of the same item size then recomputes only those (a
+  launch whose blocks skip every unflagged item). Older GPUs run attention.cu's kernels alone.
+
+* flash_attention_fwd: tl_flash_attention_fwd_d{32,64,128} (64 query rows per block, cp.async-staged
+  K/V), the smallest instantiation >= d; d > 128: the warp-per-row
   tl_flash_attention_fwd_generic, d <= 1024. Writes out and lse only.
 * Tiles are read with coalesced float4 loads along d when d % 4 == 0 and every operand pointer is
   16-byte aligned, else with scalar loads.
@@ -25,6 +31,8 @@ import cupy
 import numpy as np
 from cupy.cuda import driver
 
+from ..flags import allow_tf32
+from . import attention_mma
 from .launch import BLOCK, F32, I64, HostStruct, empty, give_back, grid_for, kernel, sm_count
 
 __all__ = ["flash_attention_packed_fwd", "flash_attention_packed_bwd", "flash_attention_fwd", "flash_attention_bwd_q", "flash_attention_bwd_k", "flash_attention_bwd_v",
@@ -33,10 +41,11 @@ __all__ = ["flash_attention_packed_fwd", "flash_attention_packed_bwd", "flash_at
 _FILE = "attention.cu"
 _NT = 128
 _LD = 68
-_TILE = 64
 _GENERIC_MAX_D = 1024
 _MODES = {"none": 0, "fill": 1, "hard": 2, "add": 3}
-_FWD_RT = {32: 8, 64: 8, 128: 4}  # rows per thread of tl_flash_attention_fwd_d*: BR = 16 RT query rows per block
+_FWD_RT = {32: 4, 64: 4, 128: 4}  # rows per thread of tl_flash_attention_fwd_d*: BR = 16 RT query rows per block
+_ITEM = 64  # rows per item of every tiled kernel (both files): a flagged mma item is one float32 item
+_MMA_BQ = {32: 64, 64: 64, 128: 32}  # query rows per step of tl_flash_attention_mma_dkv_d*
 
 
 def _dp(d: int) -> int | None:
@@ -51,6 +60,14 @@ def _fwd_br(dp: int) -> int:
 
 
 def _smem(kind: str, dp: int) -> int:
+    p = dp + 4
+    if kind == "mma_fwd":
+        return 4 * 3 * 64 * p
+    if kind == "mma_dq":
+        return 4 * 4 * 64 * p
+    if kind == "mma_dkv":
+        bq = _MMA_BQ[dp]
+        return 4 * ((2 * 64 + 2 * bq) * p + 2 * bq)
     if kind == "fwd":
         br = _fwd_br(dp)
         return 4 * (br * (dp + 4) + 64 * (dp + 4) + 64 * dp + 64 * (br + 4))
@@ -60,16 +77,19 @@ def _smem(kind: str, dp: int) -> int:
 
 
 _TILED_NAMES = {"fwd": "fwd", "dq": "bwd_dq", "dkv": "bwd_dkv"}
-_tiled_cache: dict[tuple[int, str, int], tuple] = {}
+_tiled_cache: dict[tuple[int, str, int, bool], tuple] = {}
 
 
-def _tiled(kind: str, dp: int):
-    """(kernel, dynamic shared memory bytes) of a tiled kernel on the current device, configured once."""
-    key = (cupy.cuda.runtime.getDevice(), kind, dp)
+def _tiled(kind: str, dp: int, tf32: bool = False):
+    """(kernel, dynamic shared memory bytes) of a tiled kernel on the current device, configured once;
+    ``tf32`` picks the mma kernels' one-product TF32 instantiation."""
+    key = (cupy.cuda.runtime.getDevice(), kind, dp, tf32)
     hit = _tiled_cache.get(key)
     if hit is None:
-        name = f"tl_flash_attention_{_TILED_NAMES[kind]}_d{dp}"
-        fn = kernel(_FILE, name)
+        if kind.startswith("mma_"):
+            fn = attention_mma.mma_kernel(kind[4:], dp, tf32)
+        else:
+            fn = kernel(_FILE, f"tl_flash_attention_{_TILED_NAMES[kind]}_d{dp}")
         smem = _smem(kind, dp)
         if smem > 48 * 1024:
             driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
@@ -97,6 +117,22 @@ def _grid(items: int, smem: int) -> int:
     # Up to 64 waves of resident blocks: the hardware hands out the (unequal, when causal) items
     # dynamically; the kernels' grid-stride loops only matter beyond that.
     return max(1, min(items, sm_count() * per_sm * 64))
+
+
+def _run_tiled(kind: str, dp: int, items: int, args: tuple) -> None:
+    """Run the tiled kernel ``kind`` over ``items`` 64-row items: on tensor cores when the device has
+    them, then attention.cu's float32 kernel over the items the mma kernel flagged; else the float32
+    kernel over all items (redo = null)."""
+    fn, smem = _tiled(kind, dp)
+    if not attention_mma.available():
+        fn((_grid(items, smem),), (_NT,), args + (np.uintp(0),), shared_mem=smem)
+        return
+    mma, mma_smem = _tiled("mma_" + kind, dp, allow_tf32())
+    redo = empty(items)  # int32 flags (float32-sized words), each written by the mma kernel
+    mma((_grid(items, mma_smem),), (_NT,), args + (redo,), shared_mem=mma_smem)
+    # The float32 pass: a few blocks per SM walk every item and skip the unflagged ones.
+    fn((max(1, min(items, 2 * sm_count())),), (_NT,), args + (redo,), shared_mem=smem)
+    give_back(redo)
 
 
 class _Lay:
@@ -147,11 +183,8 @@ def _fwd(q, k, v, mask, out, lse, batch, n_q, n_k, d, scale, causal, mask_mode, 
     dims = (I64(batch), I64(n_q), I64(n_k), np.int32(d), F32(scale))
     dp = _dp(d)
     if dp is not None:
-        br = _fwd_br(dp)
-        fn, smem = _tiled("fwd", dp)
-        items = batch * ((n_q + br - 1) // br)
-        fn((_grid(items, smem),), (_NT,), ptrs + margs + (np.uintp(out), lse) + dims + (_vec(d, lay, q, k, v), lay.arg),
-           shared_mem=smem)
+        args = ptrs + margs + (np.uintp(out), lse) + dims + (_vec(d, lay, q, k, v), lay.arg)
+        _run_tiled("fwd", dp, batch * ((n_q + _ITEM - 1) // _ITEM), args)
     else:
         kernel(_FILE, "tl_flash_attention_fwd_generic")((grid_for(batch * n_q * 32),), (BLOCK,),
                                                         ptrs + margs + (np.uintp(out), lse) + dims + (lay.arg,))
@@ -193,18 +226,14 @@ def _bwd_launch(q, k, v, mask, out, lse, dout, dq, dk, dv, batch, n_q, n_k, d, s
     if dq is not None:
         args = ptrs + margs + (lse, dd, np.uintp(dout), np.uintp(dq)) + dims
         if dp is not None:
-            fn, smem = _tiled("dq", dp)
-            items = batch * ((n_q + _TILE - 1) // _TILE)
-            fn((_grid(items, smem),), (_NT,), args + (vec, lay.arg), shared_mem=smem)
+            _run_tiled("dq", dp, batch * ((n_q + _ITEM - 1) // _ITEM), args + (vec, lay.arg))
         else:
             kernel(_FILE, "tl_flash_attention_bwd_dq_generic")((grid_for(batch * n_q * 32),), (BLOCK,),
                                                                args + (lay.arg,))
     if dk is not None:
         args = ptrs + margs + (lse, dd, np.uintp(dout), np.uintp(dk), np.uintp(dv)) + dims
         if dp is not None:
-            fn, smem = _tiled("dkv", dp)
-            items = batch * ((n_k + _TILE - 1) // _TILE)
-            fn((_grid(items, smem),), (_NT,), args + (vec, lay.arg), shared_mem=smem)
+            _run_tiled("dkv", dp, batch * ((n_k + _ITEM - 1) // _ITEM), args + (vec, lay.arg))
         else:
             kernel(_FILE, "tl_flash_attention_bwd_dkv_generic")((grid_for(batch * n_k * 32),), (BLOCK,),
                                                                 args + (lay.arg,))

@@ -13,6 +13,7 @@ the threat model: ``kernel_cache.py``).
 from __future__ import annotations
 
 import os
+import re
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -37,8 +38,19 @@ I64 = np.int64
 F32 = np.float32
 
 
+_INCLUDE = re.compile(r'^#include "(\w+\.cuh)"$', re.MULTILINE)
+
+
 def source(file: str) -> str:
-    return (HERE / "common.cuh").read_text() + "\n#line 1\n" + (HERE / file).read_text()
+    """common.cuh, then ``file`` with each ``#include "x.cuh"`` line replaced by that file of this
+    folder (NVRTC is given no include path; a family's kernel files share their helpers this way)."""
+    text = _INCLUDE.sub(lambda m: f'#line 1 "{m.group(1)}"\n' + (HERE / m.group(1)).read_text()
+                        + f'\n#line {_line_after(m)} "{file}"', (HERE / file).read_text())
+    return (HERE / "common.cuh").read_text() + f'\n#line 1 "{file}"\n' + text
+
+
+def _line_after(m: re.Match) -> int:
+    return m.string.count("\n", 0, m.end()) + 2
 
 
 def _cache_dir() -> Path:
