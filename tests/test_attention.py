@@ -234,6 +234,33 @@ def test_separate_bwd_components_equal_fused(device):
     np.testing.assert_array_equal(dv3.to_numpy(), dv.to_numpy())
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("edge", [6, 7, 8, 9, 10, 11, 13, 25])
+def test_cuda_tf32_mode_meets_its_contract_and_changes_the_bits(cuda_device, edge):
+    """With TF32 allowed the CUDA kernels take one TF32 product (attention_mma.cu): the results meet
+    the contract's TF32 bounds (tf32=True) and are not the float32 mode's bits."""
+    from torchlean.runtime import allow_tf32, set_allow_tf32
+    from torchlean.testing.primitive_table import run_runtime, spec_args
+
+    fargs = FWD_EDGES[edge]
+    cases = [("flash_attention_fwd", fargs), ("flash_attention_bwd", bwd_args(fargs, rng=np.random.default_rng(4)))]
+    before = allow_tf32()
+    try:
+        for name, args in cases:
+            info = TABLE[name]
+            set_allow_tf32(False)
+            exact = run_runtime(info, args, cuda_device)
+            set_allow_tf32(True)
+            out = run_runtime(info, args, cuda_device)
+            sargs = spec_args(args)
+            ref = info.spec(*sargs)
+            verdict = contract.compare(out, ref, info.contract.bound(ref, *sargs, tf32=True))
+            assert verdict.ok, f"{name} (edge {edge}), TF32: {verdict.detail}"
+            assert any(not np.array_equal(a, b) for a, b in zip(out, exact)), f"{name}: TF32 mode had no effect"
+    finally:
+        set_allow_tf32(before)
+
+
 def test_vjp_takes_one_backward_call_when_q_k_v_all_need_grads(monkeypatch):
     calls = []
     for name in ("flash_attention_bwd", "flash_attention_bwd_q", "flash_attention_bwd_kv"):

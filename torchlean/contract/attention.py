@@ -15,8 +15,9 @@ of k terms by tc(k) sum|a b|, tc(k) = 48u + 60u ceil(k / 8), which covers every 
   MMA, 3 MMAs per 8 terms. A chain never runs longer than one 64-row step: each step's product
   starts from zero and is then added to the running result (one more rounding, in the gamma terms).
 * float32 FMA chains (CPU BLAS, the CUDA-core kernels): gamma(k) <= tc(k).
-With TF32 allowed (``set_allow_tf32(True)``) the CUDA kernels keep only hi_a hi_b: each product is
-then within 2^-10 |a b| (TF32's own mode, outside these float32 bounds, as for bmm).
+With TF32 allowed (``set_allow_tf32(True)``) the CUDA kernels keep only hi_a hi_b (hi rounded to
+nearest): that mode has its own bounds, the same derivation with tc(k, tf32=True) = 16388u + 20u
+ceil(k / 8) (each product within 2^-10 + 2^-22 of |a b|); every bound function takes ``tf32=True``.
 
 Forward, for one query row i and allowed key j (s' the exact masked score, m = max_j s'_j):
 * score: the dot product of d terms: tc(d) |scale| A_ij, A_ij = sum_k |q_ik k_jk|; the scale
@@ -65,8 +66,12 @@ from ..spec import attention as S
 KEY_TILE_MIN = 32
 
 
-def tc(k: int) -> float:
-    """The relative bound of one inner product of k terms, every backend (module docstring)."""
+def tc(k: int, tf32: bool = False) -> float:
+    """The relative bound of one inner product of k terms, every backend (module docstring); with
+    ``tf32`` the CUDA kernels' TF32 mode: hi_a hi_b alone, hi rounded to nearest (|a - hi| <= 2^-11
+    |a|), so 2^-10 + 2^-22 = 16388u per product, and one MMA (20u) per 8 terms."""
+    if tf32:
+        return (16388 + 20 * math.ceil(max(k, 0) / 8)) * U
     return (48 + 60 * math.ceil(max(k, 0) / 8)) * U
 
 
@@ -77,14 +82,14 @@ def _rescales(n_k: int) -> int:
     return max(math.ceil(n_k / KEY_TILE_MIN) - 1, 0)
 
 
-def _score_err(q, k, mask, batch, n_q, n_k, d, scale, causal, mode, layout, xp):
+def _score_err(q, k, mask, batch, n_q, n_k, d, scale, causal, mode, layout, xp, tf32=False):
     """(s', allowed, filled, delta): the exact masked scores and their error bound per entry."""
     s, allowed, filled = S.scores(q, k, None, mask, batch, n_q, n_k, d, scale, causal, mode, layout, xp)
     q3 = xp.abs(xp.asarray(q, dtype=xp.float64).reshape(batch, n_q, d))
     k3 = xp.abs(xp.asarray(k, dtype=xp.float64).reshape(batch, n_k, d))
     a = xp.matmul(q3, xp.swapaxes(k3, 1, 2)) if d else xp.zeros((batch, n_q, n_k))
     with np.errstate(all="ignore"):
-        delta = (tc(d) + gamma(4)) * abs(float(scale)) * a + 4 * U * xp.abs(s)
+        delta = (tc(d, tf32) + gamma(4)) * abs(float(scale)) * a + 4 * U * xp.abs(s)
         if mode == "add":
             m = S.mask_matrix(mask, batch, n_q, n_k, layout, xp)
             delta = delta + 4 * U * xp.where(xp.isfinite(m), xp.abs(m), 0.0)
@@ -96,15 +101,15 @@ def _clean(a, xp):
     return xp.where(xp.isfinite(a), a, 0.0)
 
 
-def fwd_bound(ref, q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, xp=np):
+def fwd_bound(ref, q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, xp=np, tf32=False):
     out_ref, lse_ref = ref
     batch, n_q, n_k, d = int(batch), int(n_q), int(n_k), int(d)
     if batch * n_q == 0:
         return xp.zeros(batch * n_q * d), xp.zeros(batch * n_q)
-    s, allowed, _, delta = _score_err(q, k, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, xp)
+    s, allowed, _, delta = _score_err(q, k, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, xp, tf32)
     lse = xp.asarray(lse_ref, dtype=xp.float64).reshape(batch, n_q)
     r = _rescales(n_k)
-    g = gamma(n_k + 2) + tc(min(n_k, STEP))
+    g = gamma(n_k + 2) + tc(min(n_k, STEP), tf32)
     with np.errstate(all="ignore"):
         t = xp.where(allowed, s, -xp.inf)
         m = xp.max(t, axis=-1, keepdims=True) if n_k else xp.full((batch, n_q, 1), -xp.inf)
@@ -130,8 +135,8 @@ def fwd_bound(ref, q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, 
     return out_b.reshape(-1), lse_b.reshape(-1)
 
 
-def _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp):
-    s, allowed, filled, delta = _score_err(q, k, mask, batch, n_q, n_k, d, scale, causal, mode, layout, xp)
+def _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp, tf32):
+    s, allowed, filled, delta = _score_err(q, k, mask, batch, n_q, n_k, d, scale, causal, mode, layout, xp, tf32)
     lse3 = xp.asarray(lse, dtype=xp.float64).reshape(batch, n_q)[..., None]
     v3 = xp.asarray(v, dtype=xp.float64).reshape(batch, n_k, d)
     o3 = xp.asarray(out, dtype=xp.float64).reshape(batch, n_q, d)
@@ -143,7 +148,7 @@ def _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal,
         dd = xp.sum(g3 * o3, axis=-1)[..., None]
         eps_d = gamma(d) * xp.sum(xp.abs(g3 * o3), axis=-1)[..., None]
         dp = xp.matmul(g3, xp.swapaxes(v3, 1, 2))
-        eps_p = tc(d) * xp.matmul(xp.abs(g3), xp.swapaxes(xp.abs(v3), 1, 2))
+        eps_p = tc(d, tf32) * xp.matmul(xp.abs(g3), xp.swapaxes(xp.abs(v3), 1, 2))
         live = allowed & ~filled
         ds = xp.where(live, p * (dp - dd), 0.0)
         b = xp.where(live, p * ((eta + 3 * U) * xp.abs(dp - dd) + (eps_p + eps_d) * (1 + eta)), 0.0)
@@ -151,51 +156,58 @@ def _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal,
     return p, eta, ds, _clean(b, xp) * (1 + 4 * e), g3
 
 
-def _bwd_q_bound(ref, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp=np):
+def _bwd_q_bound(ref, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp=np,
+                 tf32=False):
     batch, n_q, n_k, d = int(batch), int(n_q), int(n_k), int(d)
     if batch * n_q * d == 0:
         return xp.zeros(batch * n_q * d)
-    _, _, ds, b, _ = _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp)
+    _, _, ds, b, _ = _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp,
+                                    tf32)
     ka = xp.abs(xp.asarray(k, dtype=xp.float64).reshape(batch, n_k, d))
     with np.errstate(all="ignore"):
-        r = abs(float(scale)) * (xp.matmul(b, ka) + (gamma(n_k + 2) + tc(STEP)) * xp.matmul(xp.abs(ds), ka))
+        r = abs(float(scale)) * (xp.matmul(b, ka) + (gamma(n_k + 2) + tc(STEP, tf32)) * xp.matmul(xp.abs(ds), ka))
         return (_clean(r, xp).reshape(-1) + U * _clean(xp.abs(xp.asarray(ref, dtype=xp.float64)), xp)
                 + TINY * (n_k + 1))
 
 
-def _bwd_k_bound(ref, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp=np):
+def _bwd_k_bound(ref, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp=np,
+                 tf32=False):
     batch, n_q, n_k, d = int(batch), int(n_q), int(n_k), int(d)
     if batch * n_k * d == 0:
         return xp.zeros(batch * n_k * d)
-    _, _, ds, b, _ = _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp)
+    _, _, ds, b, _ = _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp,
+                                    tf32)
     qa = xp.abs(xp.asarray(q, dtype=xp.float64).reshape(batch, n_q, d))
     with np.errstate(all="ignore"):
         r = abs(float(scale)) * (xp.matmul(xp.swapaxes(b, 1, 2), qa)
-                                 + (gamma(n_q + 2) + tc(STEP)) * xp.matmul(xp.swapaxes(xp.abs(ds), 1, 2), qa))
+                                 + (gamma(n_q + 2) + tc(STEP, tf32)) * xp.matmul(xp.swapaxes(xp.abs(ds), 1, 2), qa))
         return (_clean(r, xp).reshape(-1) + U * _clean(xp.abs(xp.asarray(ref, dtype=xp.float64)), xp)
                 + TINY * (n_q + 1))
 
 
-def _bwd_v_bound(ref, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp=np):
+def _bwd_v_bound(ref, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp=np,
+                 tf32=False):
     batch, n_q, n_k, d = int(batch), int(n_q), int(n_k), int(d)
     if batch * n_k * d == 0:
         return xp.zeros(batch * n_k * d)
-    p, eta, _, _, g3 = _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp)
+    p, eta, _, _, g3 = _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp,
+                                    tf32)
     with np.errstate(all="ignore"):
         ga = xp.abs(g3)
         pt = xp.swapaxes(p, 1, 2)
-        r = xp.matmul(xp.swapaxes(p * eta, 1, 2), ga) + (gamma(n_q + 2) + tc(STEP)) * xp.matmul(pt, ga)
+        r = xp.matmul(xp.swapaxes(p * eta, 1, 2), ga) + (gamma(n_q + 2) + tc(STEP, tf32)) * xp.matmul(pt, ga)
         e = float(xp.max(xp.where(p > 0, eta, 0.0))) if p.size else 0.0
         return _clean(r, xp).reshape(-1) * (1 + 4 * e) + U * _clean(xp.abs(xp.asarray(ref, dtype=xp.float64)), xp) \
             + TINY * (n_q + 1)
 
 
-def _bwd_kv_bound(ref, *args, xp=np):
-    return _bwd_k_bound(ref[0], *args, xp=xp), _bwd_v_bound(ref[1], *args, xp=xp)
+def _bwd_kv_bound(ref, *args, xp=np, tf32=False):
+    return _bwd_k_bound(ref[0], *args, xp=xp, tf32=tf32), _bwd_v_bound(ref[1], *args, xp=xp, tf32=tf32)
 
 
-def _bwd_bound(ref, *args, xp=np):
-    return _bwd_q_bound(ref[0], *args, xp=xp), _bwd_k_bound(ref[1], *args, xp=xp), _bwd_v_bound(ref[2], *args, xp=xp)
+def _bwd_bound(ref, *args, xp=np, tf32=False):
+    return (_bwd_q_bound(ref[0], *args, xp=xp, tf32=tf32), _bwd_k_bound(ref[1], *args, xp=xp, tf32=tf32),
+            _bwd_v_bound(ref[2], *args, xp=xp, tf32=tf32))
 
 
 bwd_q_bound, bwd_k_bound, bwd_v_bound, bwd_kv_bound = _bwd_q_bound, _bwd_k_bound, _bwd_v_bound, _bwd_kv_bound
