@@ -67,52 +67,30 @@ __device__ __forceinline__ float tl_gelu_tanh_d(float x) {
 }
 
 // Grid-stride over float4 vectors (buffers are whole allocations: 16-byte aligned) plus a tail.
-// Each thread first loads TL_CLS_UNROLL vectors a stride apart, then computes them: the erfcf/expf
-// arithmetic would otherwise hold back every load until the previous vector is done, leaving too
-// few bytes in flight to reach the memory's bandwidth. Per element the same arithmetic: same bits.
-#define TL_CLS_UNROLL 4
 #define TL_CLS_UNARY(NAME, F)                                                                    \
 extern "C" __global__ void NAME(const float* __restrict__ xs, float* __restrict__ ys, long long n) { \
-    const long long n4 = n >> 2, st = TL_STRIDE;                                                 \
+    long long n4 = n >> 2;                                                                       \
     const float4* x4 = reinterpret_cast<const float4*>(xs);                                      \
     float4* y4 = reinterpret_cast<float4*>(ys);                                                  \
-    long long i = TL_TID;                                                                        \
-    for (; i + (TL_CLS_UNROLL - 1) * st < n4; i += TL_CLS_UNROLL * st) {                         \
-        float4 v[TL_CLS_UNROLL];                                                                 \
-        _Pragma("unroll") for (int u = 0; u < TL_CLS_UNROLL; ++u) v[u] = x4[i + u * st];          \
-        _Pragma("unroll") for (int u = 0; u < TL_CLS_UNROLL; ++u)                                \
-            y4[i + u * st] = make_float4(F(v[u].x), F(v[u].y), F(v[u].z), F(v[u].w));            \
-    }                                                                                            \
-    for (; i < n4; i += st) {                                                                    \
+    for (long long i = TL_TID; i < n4; i += TL_STRIDE) {                                         \
         float4 v = x4[i];                                                                        \
         y4[i] = make_float4(F(v.x), F(v.y), F(v.z), F(v.w));                                     \
     }                                                                                            \
-    for (long long j = (n4 << 2) + TL_TID; j < n; j += st) ys[j] = F(xs[j]);                     \
+    for (long long j = (n4 << 2) + TL_TID; j < n; j += TL_STRIDE) ys[j] = F(xs[j]);              \
 }
 
 #define TL_CLS_BWD(NAME, D)                                                                      \
 extern "C" __global__ void NAME(const float* __restrict__ xs, const float* __restrict__ dys,    \
                                 float* __restrict__ ys, long long n) {                           \
-    const long long n4 = n >> 2, st = TL_STRIDE;                                                 \
+    long long n4 = n >> 2;                                                                       \
     const float4* x4 = reinterpret_cast<const float4*>(xs);                                      \
     const float4* d4 = reinterpret_cast<const float4*>(dys);                                     \
     float4* y4 = reinterpret_cast<float4*>(ys);                                                  \
-    long long i = TL_TID;                                                                        \
-    for (; i + (TL_CLS_UNROLL - 1) * st < n4; i += TL_CLS_UNROLL * st) {                         \
-        float4 v[TL_CLS_UNROLL], g[TL_CLS_UNROLL];                                               \
-        _Pragma("unroll") for (int u = 0; u < TL_CLS_UNROLL; ++u) {                              \
-            v[u] = x4[i + u * st];                                                               \
-            g[u] = d4[i + u * st];                                                               \
-        }                                                                                        \
-        _Pragma("unroll") for (int u = 0; u < TL_CLS_UNROLL; ++u)                                \
-            y4[i + u * st] = make_float4(g[u].x * D(v[u].x), g[u].y * D(v[u].y), g[u].z * D(v[u].z), \
-                                         g[u].w * D(v[u].w));                                    \
-    }                                                                                            \
-    for (; i < n4; i += st) {                                                                    \
+    for (long long i = TL_TID; i < n4; i += TL_STRIDE) {                                         \
         float4 v = x4[i], g = d4[i];                                                             \
         y4[i] = make_float4(g.x * D(v.x), g.y * D(v.y), g.z * D(v.z), g.w * D(v.w));             \
     }                                                                                            \
-    for (long long j = (n4 << 2) + TL_TID; j < n; j += st) ys[j] = dys[j] * D(xs[j]);            \
+    for (long long j = (n4 << 2) + TL_TID; j < n; j += TL_STRIDE) ys[j] = dys[j] * D(xs[j]);     \
 }
 
 TL_CLS_UNARY(tl_gelu_k, tl_gelu)

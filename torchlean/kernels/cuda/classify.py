@@ -4,8 +4,7 @@ backward passes.
 Kernels in classify.cu. Each primitive is one launch (plus the upload of the targets as uint32),
 except cross_entropy_reduce (two) and the split long-row path (two):
 
-* gelu / gelu_tanh and their backward passes: grid-stride float4 loops, four vectors loaded ahead per
-  thread; erfcf / expf (no fast math).
+* gelu / gelu_tanh and their backward passes: grid-stride float4 loops, erfcf / expf (no fast math).
 * cross_entropy_rows: every path reads each logit once and writes loss and lse only (8 bytes per
   row), never a (rows, cols) intermediate. Rows of at most 1024 columns: a warp per row, the row
   held in registers (tl_cross_entropy_rows_reg4: float4 loads when cols % 4 == 0 and x is 16-byte
@@ -60,7 +59,7 @@ def _unary(kname: str):
         n = x.size
         y = empty(n)
         if n:
-            kernel(_FILE, kname)((grid_for((n + 15) >> 4),), (BLOCK,), (x, y, I64(n)))  # ~4 vectors a thread
+            kernel(_FILE, kname)((grid_for((n + 3) >> 2),), (BLOCK,), (x, y, I64(n)))
         return y
 
     fn.__name__ = kname[3:-2]
@@ -72,7 +71,7 @@ def _bwd(kname: str):
         n = x.size
         y = empty(n)
         if n:
-            kernel(_FILE, kname)((grid_for((n + 15) >> 4),), (BLOCK,), (x, dy, y, I64(n)))
+            kernel(_FILE, kname)((grid_for((n + 3) >> 2),), (BLOCK,), (x, dy, y, I64(n)))
         return y
 
     fn.__name__ = kname[3:-2]
