@@ -61,8 +61,10 @@ __device__ __forceinline__ float tl_masked(float s, long long i, long long j, lo
 // vec (d % 4 == 0, 16-byte aligned rows): each thread loads a float4 along d, lane pairs share a
 // 32-byte sector (r = (idx >> 1) & 63, chunk = (idx & 1) + 2 (idx >> 7)), so a warp reads 16 full
 
-// cp.async: 16-byte global -> shared copies that do not pass through registers (sm_80+; the
-// staging below falls back to plain loads where vec is 0).
+// cp.async: 16-byte global -> shared copies that do not pass through registers (sm_80+). Before
+// sm_80 the same calls copy through registers at once and commit/wait do nothing: the barriers
+// around every use keep the kernels correct, only the overlap is lost.
+#if __CUDA_ARCH__ >= 800
 __device__ __forceinline__ void tl_cp_async16(float* dst, const float* src) {
     const unsigned sa = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(src) : "memory");
@@ -70,6 +72,14 @@ __device__ __forceinline__ void tl_cp_async16(float* dst, const float* src) {
 __device__ __forceinline__ void tl_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void tl_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+#else
+__device__ __forceinline__ void tl_cp_async16(float* dst, const float* src) {
+    *reinterpret_cast<float4*>(dst) = *reinterpret_cast<const float4*>(src);
+}
+__device__ __forceinline__ void tl_cp_commit() {}
+template <int N>
+__device__ __forceinline__ void tl_cp_wait() {}
+#endif
 
 // dst[r * pitch + c] = src[(row0 + r) * ld + c] * mul for r < ROWS, c < DP (zero outside the data);
 // with vec and mul == 1 through cp.async (the caller commits and waits), else through registers.

@@ -1,4 +1,5 @@
-"""Tensor-core flash attention kernels (attention_mma.cu): which devices run them, and their handles.
+"""Tensor-core flash attention kernels (attention_mma.cu, attention_mma_tf32.cu): which devices run
+them, and their handles.
 
 attention.py launches them (and attention.cu's float32 kernels for the items they flag); this module
 only names them, so that the kernel-name checks see which file each launch reads.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import cupy
 
 from ..caches import memo
+from . import attention_mma_tf32
 from .launch import kernel
 
 __all__ = ["available", "mma_kernel"]
@@ -27,5 +29,7 @@ def available() -> bool:
 
 
 def mma_kernel(kind: str, dp: int, tf32: bool):
-    """tl_flash_attention_mma_{fwd,dq,dkv}_d{dp}, or its one-product ``_tf32`` instantiation."""
-    return kernel(_FILE, f"tl_flash_attention_mma_{kind}_d{dp}" + ("_tf32" if tf32 else ""))
+    """tl_flash_attention_mma_{fwd,dq,dkv}_d{dp}, or its one-product twin (attention_mma_tf32.cu)."""
+    if tf32:
+        return attention_mma_tf32.mma_kernel(kind, dp)
+    return kernel(_FILE, f"tl_flash_attention_mma_{kind}_d{dp}")

@@ -1,7 +1,7 @@
 """Loading our CUDA C kernels: one NVRTC-compiled module per ``.cu`` file and device, cached.
 
-Each ``.cu`` file in this folder is compiled with ``common.cuh`` prepended (so NVRTC needs no
-include path). We call NVRTC through CuPy's ``compile_using_nvrtc`` and load the cubin ourselves
+Each ``.cu`` file in this folder is compiled with ``common.cuh`` prepended and its ``#include "x.cuh"``
+lines inlined (``sources.py``: NVRTC needs no include path). We call NVRTC through CuPy's ``compile_using_nvrtc`` and load the cubin ourselves
 rather than use ``RawModule``, because RawModule always appends ``-ftz=true``: it would flush
 float32 subnormals to zero, which breaks parity with the CPU (and every contract) near 1e-38.
 Compiled cubins are cached on disk under ``$TORCHLEAN_KERNEL_CACHE`` (default
@@ -13,7 +13,6 @@ the threat model: ``kernel_cache.py``).
 from __future__ import annotations
 
 import os
-import re
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -25,9 +24,9 @@ from cupy.cuda.function import CPointer
 
 from ..caches import memo, register_table
 from . import kernel_cache
+from .sources import HERE, source
 from .freelist import empty, empty_as, give_back  # noqa: F401  (re-exported: every module allocates through kernels.empty)
 
-HERE = Path(__file__).resolve().parent
 # -ftz=false: keep subnormals (IEEE, as NumPy). --fmad=false: no contraction of a*b+c into an FMA,
 # so elementwise arithmetic rounds as NumPy's does. Precise division and sqrt (NVRTC's default)
 # are spelled out so that no cache or wrapper default can change them.
@@ -36,21 +35,6 @@ OPTIONS = ("-std=c++17", "-ftz=false", "-prec-div=true", "-prec-sqrt=true", "--f
 BLOCK = 256
 I64 = np.int64
 F32 = np.float32
-
-
-_INCLUDE = re.compile(r'^#include "(\w+\.cuh)"$', re.MULTILINE)
-
-
-def source(file: str) -> str:
-    """common.cuh, then ``file`` with each ``#include "x.cuh"`` line replaced by that file of this
-    folder (NVRTC is given no include path; a family's kernel files share their helpers this way)."""
-    text = _INCLUDE.sub(lambda m: f'#line 1 "{m.group(1)}"\n' + (HERE / m.group(1)).read_text()
-                        + f'\n#line {_line_after(m)} "{file}"', (HERE / file).read_text())
-    return (HERE / "common.cuh").read_text() + f'\n#line 1 "{file}"\n' + text
-
-
-def _line_after(m: re.Match) -> int:
-    return m.string.count("\n", 0, m.end()) + 2
 
 
 def _cache_dir() -> Path:
