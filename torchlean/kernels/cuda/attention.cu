@@ -35,7 +35,8 @@
 //
 // Role: on GPUs with tensor cores (sm_80+) attention_mma.cu computes every 64-row item first; these
 // float32 kernels then run only the items it flagged in `redo` (non-finite operands or results),
-// which gives those IEEE semantics. Before sm_80 they run every item (redo = null).
+// which gives those IEEE semantics, and return at once when redo[items] (the flagged count) is 0.
+// Before sm_80 they run every item (redo = null).
 
 #include "attention_common.cuh"
 
@@ -137,6 +138,7 @@ __device__ void tl_flash_attention_fwd_tiled(const float* __restrict__ q, const 
     const int tid = threadIdx.x, cg = tid & 7, rg = tid >> 3;
     const float c2 = scale * TL_LOG2E;
     const long long ntq = (n_q + BR - 1) / BR;
+    if (redo != nullptr && redo[batch * ntq] == 0) return;
     for (long long item = blockIdx.x; item < batch * ntq; item += gridDim.x) {
         if (redo != nullptr && redo[item] == 0) continue;
         const long long b = item / ntq, i0 = (item - b * ntq) * BR;
@@ -294,6 +296,7 @@ __device__ void tl_flash_attention_bwd_dq_tiled(const float* __restrict__ q, con
     const int tid = threadIdx.x, cg = tid & 7, rg = tid >> 3;
     const float c2 = scale * TL_LOG2E;
     const long long ntq = (n_q + TL_BR - 1) / TL_BR;
+    if (redo != nullptr && redo[batch * ntq] == 0) return;
     for (long long item = blockIdx.x; item < batch * ntq; item += gridDim.x) {
         if (redo != nullptr && redo[item] == 0) continue;
         const long long b = item / ntq, i0 = (item - b * ntq) * TL_BR;
@@ -381,6 +384,7 @@ __device__ void tl_flash_attention_bwd_dkv_tiled(const float* __restrict__ q, co
     const int tid = threadIdx.x, cg = tid & 7, rg = tid >> 3;
     const float c2 = scale * TL_LOG2E;
     const long long ntk = (n_k + TL_BC - 1) / TL_BC;
+    if (redo != nullptr && redo[batch * ntk] == 0) return;
     for (long long item = blockIdx.x; item < batch * ntk; item += gridDim.x) {
         if (redo != nullptr && redo[item] == 0) continue;
         const long long b = item / ntk, j0 = (item - b * ntk) * TL_BC;

@@ -3,8 +3,9 @@
 * On sm_80+ GPUs every d <= 128 problem runs on tensor cores first (attention_mma.cu: 3xTF32
   products with float32 accuracy, or one TF32 product when ``set_allow_tf32(True)``), 64-row items;
   the kernel flags each item whose operands or results hold a non-finite value (redo, one int per
-  item), and attention.cu's float32 kernel of the same item size then recomputes only those (a
-  launch whose blocks skip every unflagged item). Older GPUs run attention.cu's kernels alone.
+  item, then their count), and attention.cu's float32 kernel of the same item size then recomputes
+  only those (a launch whose blocks return at once when the count is 0). Older GPUs run
+  attention.cu's kernels alone.
 
 * flash_attention_fwd: tl_flash_attention_fwd_d{32,64,128} (64 query rows per block, cp.async-staged
   K/V), the smallest instantiation >= d; d > 128: the warp-per-row
@@ -128,9 +129,13 @@ def _run_tiled(kind: str, dp: int, items: int, args: tuple) -> None:
         fn((_grid(items, smem),), (_NT,), args + (np.uintp(0),), shared_mem=smem)
         return
     mma, mma_smem = _tiled("mma_" + kind, dp, allow_tf32())
-    redo = empty(items)  # int32 flags (float32-sized words), each written by the mma kernel
+    # int32 words (float32-sized): a flag per item, each written by the mma kernel, then the count of
+    # flagged items, which starts at 0
+    redo = empty(items + 1)
+    cupy.cuda.runtime.memsetAsync(redo.data.ptr + 4 * items, 0, 4, cupy.cuda.get_current_stream().ptr)
     mma((_grid(items, mma_smem),), (_NT,), args + (redo,), shared_mem=mma_smem)
-    # The float32 pass: a few blocks per SM walk every item and skip the unflagged ones.
+    # The float32 pass: a few blocks per SM, which return at once when nothing is flagged, else walk
+    # every item and skip the unflagged ones.
     fn((max(1, min(items, 2 * sm_count())),), (_NT,), args + (redo,), shared_mem=smem)
     give_back(redo)
 

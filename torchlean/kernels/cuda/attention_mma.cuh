@@ -25,7 +25,9 @@
 // Non-finite inputs: the split turns +-inf into NaN (inf - inf), so any non-finite operand shows
 // as a NaN score or output in the item that reads it. Such an item (and any item whose scores or
 // outputs hold a NaN for another reason) sets redo[item] = 1 and is computed again by attention.cu's
-// float32 kernel, which gives IEEE semantics; every other item writes redo[item] = 0.
+// float32 kernel, which gives IEEE semantics; every other item writes redo[item] = 0. A flagged item
+// also adds 1 to redo[items] (zeroed by the launcher), so the float32 pass can see at once that there
+// is nothing to do.
 //
 // Deterministic: each output element is written by one block, accumulated in a fixed order.
 
@@ -143,6 +145,12 @@ __device__ __forceinline__ void tl_mma_accum_all(float (&out)[DP / 8][4], const 
     if constexpr (DP / 8 > 8) tl_mma_accum<DP, NK, DP / 8, 8, DP / 8 - 8, SPLIT, SCALE>(out, F, W, alpha, g, t);
 }
 
+// redo[item] = flag, and a flagged item counts itself in redo[items].
+__device__ __forceinline__ void tl_mma_flag(int* redo, long long item, long long items, int flag) {
+    redo[item] = flag;
+    if (flag) atomicAdd(redo + items, 1);
+}
+
 template <int NB>
 __device__ __forceinline__ bool tl_any_nan(const float (&a)[NB][4]) {
     bool bad = false;
@@ -233,7 +241,7 @@ __device__ void tl_flash_attention_mma_fwd_tc(const float* __restrict__ q, const
         }
         bad |= tl_any_nan(o);
         const int redo_item = __syncthreads_or(bad);
-        if (threadIdx.x == 0) redo[item] = redo_item;
+        if (threadIdx.x == 0) tl_mma_flag(redo, item, batch * ntq, redo_item);
         if (redo_item) continue;  // attention.cu's kernel writes this item
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -330,7 +338,7 @@ __device__ void tl_flash_attention_mma_dq_tc(const float* __restrict__ q, const 
         }
         bad |= tl_any_nan(acc);
         const int redo_item = __syncthreads_or(bad);
-        if (threadIdx.x == 0) redo[item] = redo_item;
+        if (threadIdx.x == 0) tl_mma_flag(redo, item, batch * ntq, redo_item);
         if (redo_item) continue;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -418,7 +426,7 @@ __device__ void tl_flash_attention_mma_dkv_tc(const float* __restrict__ q, const
         }
         bad |= tl_any_nan(ak) | tl_any_nan(av);
         const int redo_item = __syncthreads_or(bad);
-        if (threadIdx.x == 0) redo[item] = redo_item;
+        if (threadIdx.x == 0) tl_mma_flag(redo, item, batch * ntk, redo_item);
         if (redo_item) continue;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
