@@ -448,14 +448,14 @@ __device__ void tl_flash_attention_mma_dkv_tc(const float* __restrict__ q, const
     }
 }
 
-#define TL_ATTN_MMA_INSTANCE(DP, NB, SPLIT, SUF, MINB_F, MINB_B)                                                 \
+#define TL_ATTN_MMA_INSTANCE(DP, NB, SPLIT, SUF, MINB_F, MINB_Q, MINB_KV)                                        \
     extern "C" __global__ void __launch_bounds__(TL_NT, MINB_F) tl_flash_attention_mma_fwd_d##DP##SUF(         \
         const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, float* out, float* lse,             \
         long long batch, long long n_q, long long n_k, int d, float scale, int vec, TlAttnLay L, int* redo) {  \
         TlAttnMask M = TL_ATTN_MASK;                                                                           \
         tl_flash_attention_mma_fwd_tc<DP, SPLIT>(q, k, v, M, out, lse, batch, n_q, n_k, d, scale, vec, L, redo); \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(TL_NT, MINB_B) tl_flash_attention_mma_dq_d##DP##SUF(          \
+    extern "C" __global__ void __launch_bounds__(TL_NT, MINB_Q) tl_flash_attention_mma_dq_d##DP##SUF(          \
         const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, const float* lse, const float* dd,  \
         const float* dout, float* dq, long long batch, long long n_q, long long n_k, int d, float scale, int vec, \
         TlAttnLay L, int* redo) {                                                                              \
@@ -463,7 +463,7 @@ __device__ void tl_flash_attention_mma_dkv_tc(const float* __restrict__ q, const
         tl_flash_attention_mma_dq_tc<DP, SPLIT>(q, k, v, M, lse, dd, dout, dq, batch, n_q, n_k, d, scale, vec, L, \
                                                 redo);                                                          \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(TL_NT, MINB_B) tl_flash_attention_mma_dkv_d##DP##SUF(         \
+    extern "C" __global__ void __launch_bounds__(TL_NT, MINB_KV) tl_flash_attention_mma_dkv_d##DP##SUF(        \
         const float* q, const float* k, const float* v, TL_ATTN_MASK_ARGS, const float* lse, const float* dd,  \
         const float* dout, float* dk, float* dv, long long batch, long long n_q, long long n_k, int d,         \
         float scale, int vec, TlAttnLay L, int* redo) {                                                        \

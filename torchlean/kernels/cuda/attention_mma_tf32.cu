@@ -4,8 +4,8 @@
 #include "attention_mma.cuh"
 
 #if __CUDA_ARCH__ >= 800
-// (DP, query columns / 8 of the dK/dV step, split, name suffix, min blocks per SM: forward, backward)
-TL_ATTN_MMA_INSTANCE(32, 8, false, _tf32, 3, 3)
-TL_ATTN_MMA_INSTANCE(64, 8, false, _tf32, 2, 2)
-TL_ATTN_MMA_INSTANCE(128, 4, false, _tf32, 2, 1)
+// (DP, query columns / 8 of the dK/dV step, split, name suffix, min blocks per SM: forward, dQ, dK/dV)
+TL_ATTN_MMA_INSTANCE(32, 8, false, _tf32, 3, 3, 3)
+TL_ATTN_MMA_INSTANCE(64, 8, false, _tf32, 2, 2, 2)
+TL_ATTN_MMA_INSTANCE(128, 4, false, _tf32, 2, 1, 1)
 #endif  // __CUDA_ARCH__ >= 800
