@@ -44,7 +44,6 @@ _NT = 128
 _LD = 68
 _GENERIC_MAX_D = 1024
 _MODES = {"none": 0, "fill": 1, "hard": 2, "add": 3}
-_FWD_RT = {32: 4, 64: 4, 128: 4}  # rows per thread of tl_flash_attention_fwd_d*: BR = 16 RT query rows per block
 _ITEM = 64  # rows per item of every tiled kernel (both files): a flagged mma item is one float32 item
 _MMA_BQ = {32: 64, 64: 64, 128: 32}  # query rows per step of tl_flash_attention_mma_dkv_d*
 
@@ -56,10 +55,6 @@ def _dp(d: int) -> int | None:
     return None
 
 
-def _fwd_br(dp: int) -> int:
-    return 16 * _FWD_RT[dp]
-
-
 def _smem(kind: str, dp: int) -> int:
     p = dp + 4
     if kind == "mma_fwd":
@@ -69,8 +64,8 @@ def _smem(kind: str, dp: int) -> int:
     if kind == "mma_dkv":
         bq = _MMA_BQ[dp]
         return 4 * ((2 * 64 + 2 * bq) * p + 2 * bq)
-    if kind == "fwd":
-        br = _fwd_br(dp)
+    if kind == "fwd":  # tl_flash_attention_fwd_d*: BR = _ITEM query rows (RT = 4 rows per thread)
+        br = _ITEM
         return 4 * (br * (dp + 4) + 64 * (dp + 4) + 64 * dp + 64 * (br + 4))
     if kind == "dq":
         return 4 * (4 * dp * _LD + 64 * _LD)

@@ -10,7 +10,7 @@
 //
 // Work: 128 threads (4 warps) per block, a block owns a 64-row item (query rows for the forward and
 // dQ, key rows for dK/dV: the items of attention.cu's tiled kernels), each warp 16 of its rows
-// against 64 columns per step. A warp's 16 x 64 score tile lives in MMA accumulator fragments:
+// against 64 columns per step (32 query columns for dK/dV at DP = 128, which would spill at 64). A warp's 16 x 64 score tile lives in MMA accumulator fragments:
 // thread (g = lane / 4, t = lane % 4) holds rows g and g + 8, columns 8 n + 2 t and 8 n + 2 t + 1 of
 // each 8-column block n. The second product (P V, dS K, P^T dO, dS^T Q) takes those fragments
 // as its A operand directly: its k index t stands for column 2 t and t + 4 for 2 t + 1, and the B
