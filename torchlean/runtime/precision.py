@@ -1,7 +1,9 @@
 """The TF32 switch for CUDA matrix products (off by default).
 
 With TF32 on, cuBLAS may round matmul inputs to 10-bit mantissas on tensor cores: several times
-faster on Hopper, but far outside bmm's float32 contract. So it is off unless the user asks,
+faster on Hopper, but far outside bmm's float32 contract; the CUDA attention kernels then take one
+TF32 product where they otherwise take three (3xTF32, float32 accuracy), under the attention
+contract's own TF32 bounds (``tf32=True``). So it is off unless the user asks,
 through ``set_allow_tf32(True)`` or ``TORCHLEAN_ALLOW_TF32=1`` in the environment; the CPU
 backend ignores it.
 """
