@@ -6,7 +6,9 @@ term. Notation as in ``torchlean.contract``: u = 2**-24, LIB = 8u (one library e
 gamma(k) = k u / (1 - k u).
 
 Products of two matrices (Q K^T, dO V^T, P V, dS K, dS^T Q, P^T dO) are bounded per inner product
-of k terms by tc(k) sum|a b|, tc(k) = 48u + 60u ceil(k / 8), which covers every backend:
+of k terms by tc(k) sum|a b|, tc(k) = 48u + 60u ceil(k / 8), which covers every backend; given
+``device`` = "cpu" (the primitive table passes the device that ran) the bounds use gamma(k), the CPU
+kernels' own model, and drop the per-step chain terms:
 * 3xTF32 on tensor cores (CUDA): a = hi + lo with hi = a truncated to TF32 (|a - hi| < 2^-10 |a|)
   and lo = a - hi truncated likewise; the product lo_a hi_b + hi_a lo_b + hi_a hi_b misses lo_a lo_b
   and the truncations of lo: 3 * 2^-20 |a b| = 48u.
@@ -78,18 +80,31 @@ def tc(k: int, tf32: bool = False) -> float:
 STEP = 64  # the longest product chain: one step of rows (tensor-core kernels)
 
 
+def _cpu(device) -> bool:
+    """The bounds may name the device that ran (``device=``, as the primitive table passes it): the
+    CPU kernels' products are float32 FMA/BLAS chains, bounded by gamma(k) alone."""
+    return device is not None and str(device).startswith("cpu")
+
+
+def _sum(k: int, tf32: bool, device) -> float:
+    """A backward product's sum term: gamma(k), plus one tensor-core step's chain tc(STEP) unless the
+    CPU ran it (each step's product is then added in float32: within gamma(k))."""
+    return gamma(k) + (0.0 if _cpu(device) else tc(STEP, tf32))
+
+
 def _rescales(n_k: int) -> int:
     return max(math.ceil(n_k / KEY_TILE_MIN) - 1, 0)
 
 
-def _score_err(q, k, mask, batch, n_q, n_k, d, scale, causal, mode, layout, xp, tf32=False):
+def _score_err(q, k, mask, batch, n_q, n_k, d, scale, causal, mode, layout, xp, tf32=False, device=None):
     """(s', allowed, filled, delta): the exact masked scores and their error bound per entry."""
     s, allowed, filled = S.scores(q, k, None, mask, batch, n_q, n_k, d, scale, causal, mode, layout, xp)
     q3 = xp.abs(xp.asarray(q, dtype=xp.float64).reshape(batch, n_q, d))
     k3 = xp.abs(xp.asarray(k, dtype=xp.float64).reshape(batch, n_k, d))
     a = xp.matmul(q3, xp.swapaxes(k3, 1, 2)) if d else xp.zeros((batch, n_q, n_k))
     with np.errstate(all="ignore"):
-        delta = (tc(d, tf32) + gamma(4)) * abs(float(scale)) * a + 4 * U * xp.abs(s)
+        dot = gamma(d + 4) if _cpu(device) else tc(d, tf32) + gamma(4)
+        delta = dot * abs(float(scale)) * a + 4 * U * xp.abs(s)
         if mode == "add":
             m = S.mask_matrix(mask, batch, n_q, n_k, layout, xp)
             delta = delta + 4 * U * xp.where(xp.isfinite(m), xp.abs(m), 0.0)
@@ -101,15 +116,17 @@ def _clean(a, xp):
     return xp.where(xp.isfinite(a), a, 0.0)
 
 
-def fwd_bound(ref, q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, xp=np, tf32=False):
+def fwd_bound(ref, q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, xp=np, tf32=False,
+              device=None):
     out_ref, lse_ref = ref
     batch, n_q, n_k, d = int(batch), int(n_q), int(n_k), int(d)
     if batch * n_q == 0:
         return xp.zeros(batch * n_q * d), xp.zeros(batch * n_q)
-    s, allowed, _, delta = _score_err(q, k, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, xp, tf32)
+    s, allowed, _, delta = _score_err(q, k, mask, batch, n_q, n_k, d, scale, causal, mask_mode, mask_layout, xp, tf32,
+                                      device)
     lse = xp.asarray(lse_ref, dtype=xp.float64).reshape(batch, n_q)
     r = _rescales(n_k)
-    g = gamma(n_k + 2) + tc(min(n_k, STEP), tf32)
+    g = gamma(n_k + 2) + (0.0 if _cpu(device) else tc(min(n_k, STEP), tf32))
     with np.errstate(all="ignore"):
         t = xp.where(allowed, s, -xp.inf)
         m = xp.max(t, axis=-1, keepdims=True) if n_k else xp.full((batch, n_q, 1), -xp.inf)
@@ -135,8 +152,9 @@ def fwd_bound(ref, q, k, v, mask, batch, n_q, n_k, d, scale, causal, mask_mode, 
     return out_b.reshape(-1), lse_b.reshape(-1)
 
 
-def _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp, tf32):
-    s, allowed, filled, delta = _score_err(q, k, mask, batch, n_q, n_k, d, scale, causal, mode, layout, xp, tf32)
+def _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp, tf32, device):
+    s, allowed, filled, delta = _score_err(q, k, mask, batch, n_q, n_k, d, scale, causal, mode, layout, xp, tf32,
+                                           device)
     lse3 = xp.asarray(lse, dtype=xp.float64).reshape(batch, n_q)[..., None]
     v3 = xp.asarray(v, dtype=xp.float64).reshape(batch, n_k, d)
     o3 = xp.asarray(out, dtype=xp.float64).reshape(batch, n_q, d)
@@ -148,7 +166,7 @@ def _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal,
         dd = xp.sum(g3 * o3, axis=-1)[..., None]
         eps_d = gamma(d) * xp.sum(xp.abs(g3 * o3), axis=-1)[..., None]
         dp = xp.matmul(g3, xp.swapaxes(v3, 1, 2))
-        eps_p = tc(d, tf32) * xp.matmul(xp.abs(g3), xp.swapaxes(xp.abs(v3), 1, 2))
+        eps_p = (gamma(d) if _cpu(device) else tc(d, tf32)) * xp.matmul(xp.abs(g3), xp.swapaxes(xp.abs(v3), 1, 2))
         live = allowed & ~filled
         ds = xp.where(live, p * (dp - dd), 0.0)
         b = xp.where(live, p * ((eta + 3 * U) * xp.abs(dp - dd) + (eps_p + eps_d) * (1 + eta)), 0.0)
@@ -157,64 +175,66 @@ def _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal,
 
 
 def _bwd_q_bound(ref, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp=np,
-                 tf32=False):
+                 tf32=False, device=None):
     batch, n_q, n_k, d = int(batch), int(n_q), int(n_k), int(d)
     if batch * n_q * d == 0:
         return xp.zeros(batch * n_q * d)
     _, _, ds, b, _ = _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp,
-                                    tf32)
+                                    tf32, device)
     ka = xp.abs(xp.asarray(k, dtype=xp.float64).reshape(batch, n_k, d))
     with np.errstate(all="ignore"):
-        r = abs(float(scale)) * (xp.matmul(b, ka) + (gamma(n_k + 2) + tc(STEP, tf32)) * xp.matmul(xp.abs(ds), ka))
+        r = abs(float(scale)) * (xp.matmul(b, ka) + _sum(n_k + 2, tf32, device) * xp.matmul(xp.abs(ds), ka))
         return (_clean(r, xp).reshape(-1) + U * _clean(xp.abs(xp.asarray(ref, dtype=xp.float64)), xp)
                 + TINY * (n_k + 1))
 
 
 def _bwd_k_bound(ref, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp=np,
-                 tf32=False):
+                 tf32=False, device=None):
     batch, n_q, n_k, d = int(batch), int(n_q), int(n_k), int(d)
     if batch * n_k * d == 0:
         return xp.zeros(batch * n_k * d)
     _, _, ds, b, _ = _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp,
-                                    tf32)
+                                    tf32, device)
     qa = xp.abs(xp.asarray(q, dtype=xp.float64).reshape(batch, n_q, d))
     with np.errstate(all="ignore"):
         r = abs(float(scale)) * (xp.matmul(xp.swapaxes(b, 1, 2), qa)
-                                 + (gamma(n_q + 2) + tc(STEP, tf32)) * xp.matmul(xp.swapaxes(xp.abs(ds), 1, 2), qa))
+                                 + _sum(n_q + 2, tf32, device) * xp.matmul(xp.swapaxes(xp.abs(ds), 1, 2), qa))
         return (_clean(r, xp).reshape(-1) + U * _clean(xp.abs(xp.asarray(ref, dtype=xp.float64)), xp)
                 + TINY * (n_q + 1))
 
 
 def _bwd_v_bound(ref, q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp=np,
-                 tf32=False):
+                 tf32=False, device=None):
     batch, n_q, n_k, d = int(batch), int(n_q), int(n_k), int(d)
     if batch * n_k * d == 0:
         return xp.zeros(batch * n_k * d)
     p, eta, _, _, g3 = _bwd_terms(q, k, v, mask, out, lse, dout, batch, n_q, n_k, d, scale, causal, mode, layout, xp,
-                                    tf32)
+                                    tf32, device)
     with np.errstate(all="ignore"):
         ga = xp.abs(g3)
         pt = xp.swapaxes(p, 1, 2)
-        r = xp.matmul(xp.swapaxes(p * eta, 1, 2), ga) + (gamma(n_q + 2) + tc(STEP, tf32)) * xp.matmul(pt, ga)
+        r = xp.matmul(xp.swapaxes(p * eta, 1, 2), ga) + _sum(n_q + 1, tf32, device) * xp.matmul(pt, ga)
         e = float(xp.max(xp.where(p > 0, eta, 0.0))) if p.size else 0.0
         return _clean(r, xp).reshape(-1) * (1 + 4 * e) + U * _clean(xp.abs(xp.asarray(ref, dtype=xp.float64)), xp) \
             + TINY * (n_q + 1)
 
 
-def _bwd_kv_bound(ref, *args, xp=np, tf32=False):
-    return _bwd_k_bound(ref[0], *args, xp=xp, tf32=tf32), _bwd_v_bound(ref[1], *args, xp=xp, tf32=tf32)
+def _bwd_kv_bound(ref, *args, xp=np, tf32=False, device=None):
+    kw = dict(xp=xp, tf32=tf32, device=device)
+    return _bwd_k_bound(ref[0], *args, **kw), _bwd_v_bound(ref[1], *args, **kw)
 
 
-def _bwd_bound(ref, *args, xp=np, tf32=False):
-    return (_bwd_q_bound(ref[0], *args, xp=xp, tf32=tf32), _bwd_k_bound(ref[1], *args, xp=xp, tf32=tf32),
-            _bwd_v_bound(ref[2], *args, xp=xp, tf32=tf32))
+def _bwd_bound(ref, *args, xp=np, tf32=False, device=None):
+    kw = dict(xp=xp, tf32=tf32, device=device)
+    return _bwd_q_bound(ref[0], *args, **kw), _bwd_k_bound(ref[1], *args, **kw), _bwd_v_bound(ref[2], *args, **kw)
 
 
 bwd_q_bound, bwd_k_bound, bwd_v_bound, bwd_kv_bound = _bwd_q_bound, _bwd_k_bound, _bwd_v_bound, _bwd_kv_bound
 
 _FWD = ("(out, lse): products of k terms within tc(k) = 48u + 60u ceil(k/8) of sum|a b| (3xTF32 tensor cores "
         "or float32 FMA); eta_ij = (tc(d) + gamma(4))|scale| sum_k|q_ik k_jk| + 4u(|s'| + |mask|) + 2u|s' - m| + "
-        "(R+1)(LIB+2u) per weight (R = ceil(n_k/32)-1 online rescales), G = gamma(n_k+2) + tc(64), "
+        "(R+1)(LIB+2u) per weight (R = ceil(n_k/32)-1 online rescales), G = gamma(n_k+2) + tc(64) "
+        "(on the CPU: gamma(d+4) for tc(d) + gamma(4), G = gamma(n_k+2)), "
         "W = sum_j p_j eta_j + G, E = max eta + G: "
         "|err out| <= (sum_j p_j (eta_j + G) |v_j| + W sum_j p_j|v_j|)(1+4E)/(1-2E) "
         "+ 2u|out| + TINY; |err lse| <= W(1+4E)/(1-E) + LIB log n_k + 4u(|lse| + |m|) + TINY; "
@@ -242,20 +262,21 @@ def _packed_args(qkv, batch, heads, n, d):
     return q, k, v, int(batch) * int(heads), int(n), int(n), int(d)
 
 
-def packed_fwd_bound(ref, qkv, mask, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
+def packed_fwd_bound(ref, qkv, mask, batch, heads, n, d, scale, causal, mask_mode, mask_layout, device=None):
     q, k, v, bh, nq, nk, dd = _packed_args(qkv, batch, heads, n, d)
     out_ref = S.to_heads(ref[0], batch, heads, n, d)
     out_b, lse_b = fwd_bound((out_ref, ref[1]), q, k, v, mask, bh, nq, nk, dd, scale, causal, mask_mode,
-                             mask_layout)
+                             mask_layout, device=device)
     return S.from_heads(out_b, batch, heads, n, d), lse_b
 
 
-def packed_bwd_bound(ref, qkv, mask, out, lse, dout, batch, heads, n, d, scale, causal, mask_mode, mask_layout):
+def packed_bwd_bound(ref, qkv, mask, out, lse, dout, batch, heads, n, d, scale, causal, mask_mode, mask_layout,
+                     device=None):
     q, k, v, bh, nq, nk, dd = _packed_args(qkv, batch, heads, n, d)
     g = np.asarray(ref, dtype=np.float64).reshape(int(batch), int(n), 3, int(heads), int(d)).transpose(2, 0, 3, 1, 4)
     args = (q, k, v, mask, S.to_heads(out, batch, heads, n, d), lse, S.to_heads(dout, batch, heads, n, d), bh, nq,
             nk, dd, scale, causal, mask_mode, mask_layout)
-    bounds = _bwd_bound(tuple(g[i].reshape(-1) for i in range(3)), *args)
+    bounds = _bwd_bound(tuple(g[i].reshape(-1) for i in range(3)), *args, device=device)
     b = np.stack([np.asarray(x).reshape(int(batch), int(heads), int(n), int(d)) for x in bounds])
     return b.transpose(1, 3, 0, 2, 4).reshape(-1)
 
