@@ -242,7 +242,7 @@ _FWD = ("(out, lse): products of k terms within tc(k) = 48u + 60u ceil(k/8) of s
 register("flash_attention_fwd", _FWD, fwd_bound)
 _BWD_COMMON = ("P = exp(s' - lse) with eta^b = delta + 2u|s' - lse| + 2u|lse| + LIB + 2u; "
                "dS error B = P((eta^b+3u)|dP - D| + (tc(d) sum|dout v| + gamma(d) sum|dout out|)(1+eta^b)), 0 on "
-               "filled/blocked entries")
+               "filled/blocked entries; on the CPU (device='cpu') tc(d) is gamma(d) and the + tc(64) terms are 0")
 register("flash_attention_bwd_q", "dQ = scale dS K: |err| <= |scale|(B|K| + (gamma(n_k+2) + tc(64))|dS||K|) + u|dQ| + "
           "TINY(n_k+1); " + _BWD_COMMON, _bwd_q_bound)
 register("flash_attention_bwd_k", "dK = scale dS^T Q: |err| <= |scale|(B^T|Q| + (gamma(n_q+2) + tc(64))|dS|^T|Q|) + u|dK| + "
