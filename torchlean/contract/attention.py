@@ -50,7 +50,7 @@ Backward (from the given out and lse, so P = exp(s' - lse) is recomputed tile by
   result); exactly 0 on filled, blocked and causally excluded entries.
 * dQ = scale dS K: |scale| (B |K| + G_k |dS| |K|) + u|dQ| + TINY (n_k + 1), G_k = gamma(n_k + 2) + tc(64);
   dK = scale dS^T Q: |scale| (B^T |Q| + G_q |dS|^T |Q|) + u|dK| + TINY (n_q + 1), G_q = gamma(n_q + 2) + tc(64);
-  dV = P^T dout: (eta^b P)^T |dout| + G_q P^T |dout| + TINY (n_q + 1).
+  dV = P^T dout: (eta^b P)^T |dout| + (gamma(n_q + 1) + tc(64)) P^T |dout| + TINY (n_q + 1).
 All first-order terms carry a (1 + 4E) margin for their products of (1 + eps) factors.
 The bound functions take an array module ``xp`` (NumPy here; benchmarks/attention_cuda.py passes
 CuPy to check benchmark-sized batches on the GPU).
@@ -247,7 +247,7 @@ register("flash_attention_bwd_q", "dQ = scale dS K: |err| <= |scale|(B|K| + (gam
           "TINY(n_k+1); " + _BWD_COMMON, _bwd_q_bound)
 register("flash_attention_bwd_k", "dK = scale dS^T Q: |err| <= |scale|(B^T|Q| + (gamma(n_q+2) + tc(64))|dS|^T|Q|) + u|dK| + "
           "TINY(n_q+1); " + _BWD_COMMON, _bwd_k_bound)
-register("flash_attention_bwd_v", "dV = P^T dout: |err| <= ((eta^b P)^T|dout| + (gamma(n_q+2) + tc(64)) P^T|dout|)(1+4E) + "
+register("flash_attention_bwd_v", "dV = P^T dout: |err| <= ((eta^b P)^T|dout| + (gamma(n_q+1) + tc(64)) P^T|dout|)(1+4E) + "
           "u|dV| + TINY(n_q+1); " + _BWD_COMMON, _bwd_v_bound)
 register("flash_attention_bwd_kv", "(dK, dV): the bounds of flash_attention_bwd_k and flash_attention_bwd_v",
           _bwd_kv_bound)
