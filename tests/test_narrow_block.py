@@ -1,6 +1,7 @@
 """narrow / split / chunk / unbind and the one-axis basic slices ``x[..., a:b]``, ``x[:, i]`` along a
 dim after the first: one strided copy (the narrow_block primitive) forward and its exact VJP
-(narrow_block_bwd) backward, with no host index array and no gather or scatter. Values and
+backward (narrow_block_bwd, or the pieces' gradients joined by concat_block), with no host index
+array and no gather or scatter. Values and
 gradients equal PyTorch's bit for bit (a move never rounds) on every backend; the primitives'
 errors name them."""
 
@@ -75,22 +76,56 @@ def test_one_leading_row_is_a_contiguous_slice(device):
 
 @pytest.mark.parametrize("key", ["split", "ellipsis_slice", "ellipsis_int", "chunk"])
 def test_no_host_indices_no_gather_no_scatter(monkeypatch, key):
-    """The split of a fused projection (and x[..., a:b]) runs narrow_block forward and
-    narrow_block_bwd backward, never a gather or scatter of host indices."""
+    """The split of a fused projection (and x[..., a:b]) runs narrow_block forward; backward, the
+    pieces' gradients join by concat_block (a tree: pieces - 1 joins, no zeros, no adds) and a lone
+    piece is placed by narrow_block_bwd; never a gather or scatter of host indices."""
     calls = []
     for name in ("gather_vec", "gather_rows", "scatter_add", "scatter_add_rows"):
         real = getattr(P, name)
         monkeypatch.setattr(P, name, lambda *a, _n=name, _r=real: calls.append(_n) or _r(*a))
     used = []
-    for name in ("narrow_block", "narrow_block_bwd"):
+    for name in ("narrow_block", "narrow_block_bwd", "concat_block", "add"):
         real = getattr(P, name)
         monkeypatch.setattr(P, name, lambda *a, _n=name, _r=real: used.append(_n) or _r(*a))
     x = tl.randn(2, 16, 3 * 32, requires_grad=True)
     pieces = {"split": lambda: x.split(32, dim=2), "chunk": lambda: x.chunk(3, dim=-1),
               "ellipsis_slice": lambda: (x[..., 40:72],), "ellipsis_int": lambda: (x[..., 9],)}[key]()
-    sum((p * (i + 1)).sum() for i, p in enumerate(pieces)).backward()
+    loss = sum((p * (i + 1)).sum() for i, p in enumerate(pieces))
+    used.clear()
+    loss.backward()
     assert calls == []
-    assert used.count("narrow_block") == len(pieces) and used.count("narrow_block_bwd") == len(pieces)
+    k = len(pieces)
+    assert used.count("concat_block") == k - 1 and used.count("narrow_block_bwd") == (1 if k == 1 else 0)
+    assert "add" not in used
+    want = np.zeros((2, 16, 96), F32)
+    if k == 3:
+        for i in range(3):
+            want[..., 32 * i:32 * (i + 1)] = i + 1
+    elif key == "ellipsis_slice":
+        want[..., 40:72] = 1
+    else:
+        want[..., 9] = 1
+    assert np.array_equal(x.grad.numpy(), want)
+
+
+def test_overlapping_and_partial_pieces_sum_like_pytorch(device):
+    """Gradients of pieces that overlap, leave gaps or come from two narrowed dims add up as
+    PyTorch's (the disjoint ones joined by concat_block, the rest padded and added): within a few
+    float32 roundings of the sums, and exact where only disjoint pieces meet."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((3, 5, 17)).astype(F32)
+
+    def fn(z):
+        return z[..., 1:4] * z[..., 3:6] + z[..., 10:13] + z[:, 2:4, :3].sum(1, keepdim=True)
+
+    x = tl.tensor(a, device=device, requires_grad=True)
+    t = torch.tensor(a, requires_grad=True)
+    w = rng.standard_normal((3, 5, 3)).astype(F32)
+    (fn(x) * tl.tensor(w, device=device)).sum().backward()
+    (fn(t) * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(x.grad.cpu().numpy(), t.grad.numpy(), rtol=1e-6, atol=1e-6)
+    _check_against_torch(lambda z: z[..., :4] * z[..., 4:8] * z[..., 8:12], rng.standard_normal((2, 3, 12)).astype(F32),
+                         device, rng)
 
 
 def test_integer_and_bool_tensors_keep_their_path():

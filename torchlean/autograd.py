@@ -409,24 +409,68 @@ class SliceGrad:
         return _Parts([], [self]).materialize()
 
 
+class BlockGrad:
+    """A VJP result that is zero outside one block of a middle axis: ``buf`` (outer, length, inner)
+    at [:, start:start+length, :] of an (outer, size, inner) gradient. narrow_block's VJP returns
+    one, so that the gradients of the pieces of a split along a later dim (``q, k, v =
+    qkv.split(C, dim=-1)``) are joined by concat_block (pieces - 1 launches, each element written
+    once per join) rather than each padded with zeros and added. Values are those of the padded
+    sums, except that a -0 stays -0."""
+
+    __slots__ = ("buf", "outer", "size", "start", "length", "inner")
+
+    def __init__(self, buf: Buffer, outer: int, size: int, start: int, length: int, inner: int) -> None:
+        self.buf, self.outer, self.size, self.start, self.length, self.inner = buf, outer, size, start, length, inner
+
+    def materialize(self) -> Buffer:
+        return _Parts([], [], [self]).materialize()
+
+
+def join_blocks(pieces: Sequence[tuple[Buffer, int]], outer: int, inner: int) -> Buffer:
+    """The (outer, sum of sizes, inner) join along the middle axis of pieces (buf, size), each
+    (outer, size, inner): concat_block pairwise in rounds (a balanced tree), so each element is
+    copied about log2(len(pieces)) times, not len(pieces) times as in a chain."""
+    level = list(pieces)
+    while len(level) > 1:
+        nxt = [(P.concat_block(a, b, outer, na, nb, inner), na + nb)
+               for (a, na), (b, nb) in zip(level[0::2], level[1::2])]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0][0]
+
+
 class _Parts:
-    """Gradient contributions to one tensor not yet summed: full Buffers and SliceGrads."""
+    """Gradient contributions to one tensor not yet summed: full Buffers, SliceGrads and BlockGrads."""
 
-    __slots__ = ("full", "slices")
+    __slots__ = ("full", "slices", "blocks")
 
-    def __init__(self, full: list[Buffer], slices: list[SliceGrad]) -> None:
-        self.full, self.slices = full, slices
+    def __init__(self, full: list[Buffer], slices: list[SliceGrad], blocks: list[BlockGrad] | None = None) -> None:
+        self.full, self.slices, self.blocks = full, slices, [] if blocks is None else blocks
 
     @staticmethod
-    def of(prev: "Buffer | SliceGrad | _Parts", g: "Buffer | SliceGrad") -> "_Parts":
+    def of(prev: "Buffer | SliceGrad | BlockGrad | _Parts", g: "Buffer | SliceGrad | BlockGrad") -> "_Parts":
         parts = prev if type(prev) is _Parts else _Parts([], [])
         for x in ((g,) if parts is prev else (prev, g)):
-            (parts.slices if type(x) is SliceGrad else parts.full).append(x)
+            kind = type(x)
+            (parts.slices if kind is SliceGrad else parts.blocks if kind is BlockGrad else parts.full).append(x)
         return parts
 
     def materialize(self) -> Buffer:
-        total = self.slices[0].total if self.slices else self.full[0].size
-        dev = (self.slices[0].buf if self.slices else self.full[0]).device
+        out = self._join_slices() if self.slices else None
+        groups: dict[tuple[int, int, int], list[BlockGrad]] = {}
+        for b in self.blocks:
+            groups.setdefault((b.outer, b.size, b.inner), []).append(b)
+        for (outer, size, inner), blocks in groups.items():
+            joined = self._join_blocks(blocks, outer, size, inner)
+            out = joined if out is None else P.add(out, joined)
+        for f in self.full:
+            out = f if out is None else P.add(out, f)
+        return out
+
+    def _join_slices(self) -> Buffer:
+        total = self.slices[0].total
+        dev = self.slices[0].buf.device
         # Disjoint runs in offset order join into one buffer; a run overlapping an earlier one is
         # padded and added like a full gradient.
         runs, rest, end = [], [], 0
@@ -447,8 +491,33 @@ class _Parts:
             out = P.concat1d(out, piece, out.size, piece.size)
         for s in rest:
             out = P.add(out, SliceGrad(s.buf, s.start, s.total).materialize())
-        for f in self.full:
-            out = P.add(out, f)
+        return out
+
+    @staticmethod
+    def _join_blocks(blocks: list[BlockGrad], outer: int, size: int, inner: int) -> Buffer:
+        """Blocks of one (outer, size, inner) gradient summed: the disjoint ones (in start order)
+        joined with zero blocks in the gaps, a block overlapping an earlier one padded and added."""
+        runs, rest, end = [], [], 0
+        for b in sorted(blocks, key=lambda b: b.start):
+            (runs if b.start >= end else rest).append(b)
+            if b.start >= end:
+                end = b.start + b.length
+        if len(runs) == 1:  # one block: one placement into zeros
+            b = runs[0]
+            out = P.narrow_block_bwd(b.buf, outer, size, b.start, b.length, inner)
+        else:
+            dev = runs[0].buf.device
+            pieces, pos = [], 0
+            for b in runs:
+                if b.start > pos:
+                    pieces.append((_zeros_buffer(outer * (b.start - pos) * inner, dev), b.start - pos))
+                pieces.append((b.buf, b.length))
+                pos = b.start + b.length
+            if pos < size:
+                pieces.append((_zeros_buffer(outer * (size - pos) * inner, dev), size - pos))
+            out = join_blocks(pieces, outer, inner)
+        for b in rest:
+            out = P.add(out, P.narrow_block_bwd(b.buf, outer, size, b.start, b.length, inner))
         return out
 
 

@@ -42,7 +42,7 @@ def _half_ulp(ref, *args):
 
 # -- exact: selections, copies, comparisons, moves -----------------------------------------
 for _n in ("abs", "abs_bwd", "copy", "relu", "relu_bwd", "floor", "ceil", "round", "trunc", "sign", "clamp", "clamp_bwd", "max", "min", "reduce_max_axis0", "reduce_max_axis1", "concat1d", "slice1d",
-           "narrow_block", "narrow_block_bwd",
+           "narrow_block", "narrow_block_bwd", "concat_block",
            "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to", "swap_adjacent_at_depth", "permute",
            "transpose2d", "gather_vec", "gather_rows", "rand_uniform", "bernoulli_mask"):
     register(_n, "exact (no rounding: a selection, a move, or a sign/0.5 scaling)", zero_bound, exact=True)

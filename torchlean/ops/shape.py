@@ -297,7 +297,8 @@ def slice0(x: Tensor, start: int, length: int) -> Tensor:
 def narrow_block(x: Tensor, d: int, start: int, length: int) -> Tensor:
     """A float x narrowed to [start, start + length) along dim d >= 1 (checked by the caller): one
     strided copy of x seen as (outer, size, inner), no host index array; its VJP places the
-    gradient back in zeros (narrow_block_bwd). When the dims before d all have size 1 the piece is
+    gradient back in zeros (narrow_block_bwd), or joins it with those of the other pieces
+    (concat_block, autograd.BlockGrad). When the dims before d all have size 1 the piece is
     one contiguous run: slice0's view and concatenating gradient."""
     shape = x.shape
     size, inner, outer = shape[d], numel(shape[d + 1:]), numel(shape[:d])
@@ -305,8 +306,9 @@ def narrow_block(x: Tensor, d: int, start: int, length: int) -> Tensor:
     if outer == 1:
         return reshape(slice0(reshape(x, shape[d:]), start, length), out_shape)
     out = new(P.narrow_block(fbuf("narrow", x), outer, size, start, length, inner), out_shape)
+    # the gradient placed lazily (BlockGrad): the pieces of one split join by concat_block
     return autograd.record("narrow_block", out, (x,),
-                           lambda g: (P.narrow_block_bwd(g, outer, size, start, length, inner),))
+                           lambda g: (autograd.BlockGrad(g, outer, size, start, length, inner),))
 
 
 def pad_block(x: Tensor, d: int, lo: int, hi: int) -> Tensor:
@@ -321,7 +323,8 @@ def pad_block(x: Tensor, d: int, lo: int, hi: int) -> Tensor:
 
 
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    """Concatenate along ``dim`` (dim 0: chained concat1d; other dims: move dim to the front first)."""
+    """Concatenate along ``dim``: contiguous runs joined by concat1d when every dim before ``dim``
+    has size 1, else one concat_block per join (_cat_block); always a new tensor, as PyTorch's."""
     if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
         raise DTypeError(f"cat: expected a list or tuple of Tensors, got {type_name(tensors)}")
     tensors = list(tensors)
@@ -342,18 +345,37 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     for t_ in tensors[1:]:
         if t_.ndim != ref.ndim or t_.shape[:d] + t_.shape[d + 1:] != ref.shape[:d] + ref.shape[d + 1:]:
             raise ShapeError(f"cat: shapes {[tuple(t.shape) for t in tensors]} differ outside dim {d}")
-    if d != 0:
-        moved = [permute(t_, [d] + [i for i in range(t_.ndim) if i != d]) for t_ in tensors]
-        out = cat(moved, 0)
-        inv = [0] * ref.ndim
-        order = [d] + [i for i in range(ref.ndim) if i != d]
-        for j, o in enumerate(order):
-            inv[o] = j
-        return permute(out, inv)
-    out = reshape(tensors[0], -1)
-    for t_ in tensors[1:]:
-        out = concat1d(out, reshape(t_, -1))
-    return reshape(out, (sum(t_.shape[0] for t_ in tensors),) + ref.shape[1:])
+    if len(tensors) == 1:
+        return clone(ref)
+    outer, inner = numel(ref.shape[:d]), numel(ref.shape[d + 1:])
+    if outer != 1:
+        return _cat_block(tensors, d, outer, inner)
+    # every dim before d has size 1: the pieces are contiguous runs, joined end to end (pairwise
+    # in rounds, so each element is copied about log2(len(tensors)) times)
+    level = [reshape(t_, -1) for t_ in tensors]
+    while len(level) > 1:
+        nxt = [concat1d(a, b) for a, b in zip(level[0::2], level[1::2])]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return reshape(level[0], ref.shape[:d] + (sum(t_.shape[d] for t_ in tensors),) + ref.shape[d + 1:])
+
+
+def _cat_block(tensors: list[Tensor], d: int, outer: int, inner: int) -> Tensor:
+    """cat along a dim with outer > 1 elements before it: the pieces, seen as (outer, size_i,
+    inner), joined along the middle axis by concat_block (autograd.join_blocks); each piece's
+    gradient is its block of the output's (narrow_block)."""
+    sizes = [t_.shape[d] for t_ in tensors]
+    total = sum(sizes)
+    ref = tensors[0]
+    out = new(autograd.join_blocks([(fbuf("cat", t_), n) for t_, n in zip(tensors, sizes)], outer, inner),
+              ref.shape[:d] + (total,) + ref.shape[d + 1:])
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+
+    def vjp(g: Buffer) -> tuple[Buffer, ...]:
+        return tuple(P.narrow_block(g, outer, total, s0, n, inner) for s0, n in zip(starts, sizes))
+
+    return autograd.record("cat_block", out, tuple(tensors), vjp)
 
 
 def to_device(x: Tensor, device: Any) -> Tensor:

@@ -47,7 +47,7 @@ __all__ = [
     "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",
     "reduce_max_axis1", "reduce_sum_axis",
     # layout (seed: Kernels page)
-    "concat1d", "slice1d", "narrow_block", "narrow_block_bwd", "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to",
+    "concat1d", "slice1d", "narrow_block", "narrow_block_bwd", "concat_block", "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to",
     "reduce_from_broadcast", "swap_adjacent_at_depth", "permute", "transpose2d", "bmm", "bmm_nt", "bmm_tn",
     # indexing
     "gather_vec", "gather_rows", "scatter_add", "scatter_add_row", "scatter_add_rows",
@@ -507,6 +507,20 @@ def narrow_block_bwd(dy: Buffer, outer: int, size: int, start: int, length: int,
     check_buffer("narrow_block_bwd", "dy", dy, n_out)
     return wrap(dy._ctx, run_allocating("narrow_block_bwd", dy._ctx, n_in, dy._ctx.backend.narrow_block_bwd,
                                         dy._data, o, n, s, ln, i))
+
+
+def concat_block(a: Buffer, b: Buffer, outer: int, size_a: int, size_b: int, inner: int) -> Buffer:
+    """a (outer, size_a, inner) and b (outer, size_b, inner) joined along the middle axis: out
+    (outer, size_a + size_b, inner) (cat along a dim after the first, and the gradient pieces of a
+    split joined in one pass). Ours: the seed has concat1d only."""
+    name = "concat_block"
+    o, na, nb, i = (check_u32(name, k, v) for k, v in
+                    (("outer", outer), ("size_a", size_a), ("size_b", size_b), ("inner", inner)))
+    check_buffer(name, "a", a, check_product(name, "outer*size_a*inner", o, na, i))
+    check_buffer(name, "b", b, check_product(name, "outer*size_b*inner", o, nb, i))
+    ctx = same_device(name, a=a, b=b)
+    n_out = check_product(name, "outer*(size_a+size_b)*inner", o, na + nb, i)
+    return wrap(ctx, run_allocating(name, ctx, n_out, ctx.backend.concat_block, a._data, b._data, o, na, nb, i))
 
 
 def _vec_broadcast(name: str, along_rows: bool, vec: Buffer, rows: int, cols: int) -> Buffer:

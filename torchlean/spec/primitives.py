@@ -22,7 +22,7 @@ __all__ = [
     "sin", "cos", "erf", "log1p", "expm1", "floor", "ceil", "round", "trunc", "sign", "pow_scalar",
     "atan", "asin", "acos", "asinh", "acosh", "atanh", "atan2",
     "reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_max_axis0",
-    "reduce_max_axis1", "reduce_sum_axis", "concat1d", "slice1d", "narrow_block", "narrow_block_bwd",
+    "reduce_max_axis1", "reduce_sum_axis", "concat1d", "slice1d", "narrow_block", "narrow_block_bwd", "concat_block",
     "broadcast_vec_to_rows",
     "broadcast_vec_to_cols", "broadcast_to", "reduce_from_broadcast", "swap_adjacent_at_depth", "permute",
     "transpose2d", "bmm", "bmm_nt", "bmm_tn", "gather_vec", "gather_rows", "scatter_add", "scatter_add_row",
@@ -353,6 +353,13 @@ def narrow_block_bwd(dy, outer, size, start, length, inner):
     out = np.zeros((outer, size, inner), dtype=F64)
     out[:, start:start + length, :] = _f(dy).reshape(outer, length, inner)
     return out.reshape(-1)
+
+
+def concat_block(a, b, outer, size_a, size_b, inner):
+    """a (outer, size_a, inner) and b (outer, size_b, inner) joined along the middle axis: out
+    (outer, size_a + size_b, inner)."""
+    return np.concatenate([_f(a).reshape(outer, size_a, inner), _f(b).reshape(outer, size_b, inner)],
+                          axis=1).reshape(-1)
 
 
 def broadcast_vec_to_rows(vec, rows, cols):

@@ -211,6 +211,32 @@ add(PrimitiveInfo("narrow_block_bwd", lambda rng, d, kind: _narrow_block(rng, d,
                    exact_on_int=True, edge_cases=[
     [np.resize(SPECIALS, o * ln * i), o, n, s, ln, i] for o, n, s, ln, i in _NARROW_EDGES]))
 
+
+
+def _concat_block(rng, d, kind):
+    """(outer, size_a + size_b, inner) drawn from d, split at a random point."""
+    outer, size, inner = d
+    size_a = int(rng.integers(0, size + 1))
+    size_b = size - size_a
+    return [values(rng, outer * size_a * inner, kind), values(rng, outer * size_b * inner, kind), outer, size_a,
+            size_b, inner]
+
+
+_CONCAT_EDGES = [  # (outer, size_a, size_b, inner)
+    (3, 0, 4, 2),         # a empty
+    (3, 4, 0, 2),         # b empty
+    (0, 2, 3, 3),         # outer 0
+    (2, 1, 1, 0),         # inner 0
+    (4, 1, 3, 4),         # float4-sized rows
+    (2, 3, 5, 1),         # odd widths
+    (1, 7, 6, 1),         # one row
+    (66000, 1, 1, 4),     # more rows than CUDA's grid y (65535), float4 rows
+    (65537, 2, 1, 1),     # more rows than grid y, one float per row
+]
+add(PrimitiveInfo("concat_block", _concat_block, 3, max_dim=7, exact_on_int=True, edge_cases=[
+    [np.resize(SPECIALS, o * na * i), np.resize(SPECIALS[::-1], o * nb * i), o, na, nb, i]
+    for o, na, nb, i in _CONCAT_EDGES]))
+
 add(PrimitiveInfo("broadcast_vec_to_rows", lambda rng, d, kind: [values(rng, d[1], kind), d[0], d[1]], 2))
 add(PrimitiveInfo("broadcast_vec_to_cols", lambda rng, d, kind: [values(rng, d[0], kind), d[0], d[1]], 2))
 add(PrimitiveInfo("transpose2d", lambda rng, d, kind: [values(rng, d[0] * d[1], kind), d[0], d[1]], 2))

@@ -29,7 +29,7 @@ MIN_WORK = 1 << 15
 MIN_RUN = 8
 
 __all__ = [
-    "concat1d", "slice1d", "narrow_block", "narrow_block_bwd", "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to",
+    "concat1d", "slice1d", "narrow_block", "narrow_block_bwd", "concat_block", "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to",
     "reduce_from_broadcast", "swap_adjacent_at_depth", "permute", "transpose2d", "bmm", "bmm_nt", "bmm_tn",
     "adjacent_union",
 ]
@@ -75,6 +75,35 @@ def narrow_block_bwd(dy, outer, size, start, length, inner):
     out = out.reshape(-1)
     _rows_par(dy, b - a, 0, out, total, a, b - a, outer, t)
     return out
+
+
+def concat_block(a, b, outer, size_a, size_b, inner):
+    """a (outer, size_a, inner) and b (outer, size_b, inner) joined along the middle axis; from
+    2 * MIN_WORK elements the rows are dealt to Numba's threads."""
+    wa, wb = size_a * inner, size_b * inner
+    t = parallel.parts(outer * (wa + wb), outer, MIN_WORK)
+    out = np.empty((outer, wa + wb), F32)
+    if t == 1:
+        out[:, :wa] = a.reshape(outer, wa)
+        out[:, wa:] = b.reshape(outer, wb)
+        return out.reshape(-1)
+    out = out.reshape(-1)
+    _join_rows_par(a, wa, b, wb, out, outer, t)
+    return out
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _join_rows_par(a, wa, b, wb, out, rows, tasks):
+    """For each of rows: out's row r = a's row r then b's row r (a move: same bits on any split)."""
+    for p in prange(tasks):
+        for r in range(rows * p // tasks, rows * (p + 1) // tasks):
+            o = np.uint64(r * (wa + wb))  # unsigned: no wraparound check, the copies vectorize
+            sa, sb = np.uint64(r * wa), np.uint64(r * wb)
+            for i in range(np.uint64(wa)):
+                out[o + i] = a[sa + i]
+            o += np.uint64(wa)
+            for i in range(np.uint64(wb)):
+                out[o + i] = b[sb + i]
 
 
 @njit(cache=True, nogil=True, parallel=True)

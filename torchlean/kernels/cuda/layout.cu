@@ -153,3 +153,21 @@ extern "C" __global__ void tl_layout_transpose(const float* __restrict__ x, floa
 
 TL_NARROW_BLOCK(f, float, 0.0f)
 TL_NARROW_BLOCK(v4, float4, make_float4(0.0f, 0.0f, 0.0f, 0.0f))
+
+// concat_block: rows of a (rows, wa) and b (rows, wb) joined into out (rows, wa + wb); the grid as
+// narrow_block_bwd's (one row per blockIdx.y), each element of out written once.
+#define TL_CONCAT_BLOCK(SUFFIX, T)                                                                     \
+    extern "C" __global__ void tl_concat_block_##SUFFIX(const T* __restrict__ a, const T* __restrict__ b, \
+                                                        T* __restrict__ out, long long rows,           \
+                                                        long long wa, long long wb) {                  \
+        const long long s = wa + wb;                                                                   \
+        for (long long r = blockIdx.y; r < rows; r += gridDim.y) {                                     \
+            const T* ra = a + r * wa;                                                                  \
+            const T* rb = b + r * wb;                                                                  \
+            T* dst = out + r * s;                                                                      \
+            for (long long j = TL_TID; j < s; j += TL_STRIDE) dst[j] = j < wa ? ra[j] : rb[j - wa];    \
+        }                                                                                              \
+    }
+
+TL_CONCAT_BLOCK(f, float)
+TL_CONCAT_BLOCK(v4, float4)

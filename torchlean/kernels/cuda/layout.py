@@ -27,7 +27,7 @@ from .launch import BLOCK, I64, HostStruct, empty, grid_for, kernel
 
 __all__ = [
     "broadcast_vec_to_rows", "broadcast_vec_to_cols", "broadcast_to", "swap_adjacent_at_depth", "permute",
-    "transpose2d", "narrow_block", "narrow_block_bwd",
+    "transpose2d", "narrow_block", "narrow_block_bwd", "concat_block",
 ]
 
 _FILE = "layout.cu"
@@ -248,3 +248,19 @@ def narrow_block(x, outer, size, start, length, inner):
 def narrow_block_bwd(dy, outer, size, start, length, inner):
     """dy (outer, length, inner) placed at [:, start:start+length, :] of (outer, size, inner) zeros."""
     return _narrow_launch("tl_narrow_block_bwd", dy, True, outer, size, start, length, inner)
+
+
+def concat_block(a, b, outer, size_a, size_b, inner):
+    """a (outer, size_a, inner) and b (outer, size_b, inner) joined along the middle axis: one
+    launch (narrow_block_bwd's grid), float4 when both row widths and all pointers allow it."""
+    wa, wb = size_a * inner, size_b * inner
+    out = empty(outer * (wa + wb))
+    if out.size == 0:
+        return out
+    if wa % 4 == 0 and wb % 4 == 0 and a.data.ptr % 16 == 0 and b.data.ptr % 16 == 0 and out.data.ptr % 16 == 0:
+        suffix, wa, wb = "v4", wa // 4, wb // 4
+    else:
+        suffix = "f"
+    grid, block = _narrow_plan(outer, wa + wb)
+    kernel(_FILE, f"tl_concat_block_{suffix}")(grid, block, (a, b, out, I64(outer), I64(wa), I64(wb)))
+    return out
