@@ -184,7 +184,7 @@ _FAMILY_PREFIXES = {
     "conv.cu": ("conv_",),
     "fast.cu": ("fast_gemm_", "mse_loss_fwd", "mse_loss_bwd"),
     "index.cu": ("gather_vec", "gather_rows", "scatter_add"),
-    "layout.cu": ("layout_", "narrow_block"),
+    "layout.cu": ("layout_", "narrow_block", "concat_block"),
     "norm.cu": ("layer_norm_", "batch_norm_", "norm_", "running_stat_update"),
     "optim.cu": ("adam_step", "sgd_step"),
     "pool.cu": ("max_pool_", "avg_pool_", "smooth_max_pool_"),

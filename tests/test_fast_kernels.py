@@ -566,3 +566,39 @@ def test_linear_bwd_errors():
         P.linear_bwd(b6, b6, up(np.zeros(5, np.float32)), 2, 3, 3)
     with pytest.raises(ShapeError, match="linear_bwd.*n_in"):
         P.linear_bwd(b6, b6, b6, 2, -3, 3)
+
+
+@pytest.mark.cuda
+def test_cuda_fast_gemm_adds_the_bias_in_cublaslt_and_repeats_bitwise(cuda_device, monkeypatch):
+    """On CUDA a linear's product and bias are one cuBLASLt call (the bias in the epilogue): it
+    must load wherever CuPy's cuBLAS does, meet fast_gemm's contract on every layout, with
+    non-finite values, and repeat bitwise; where it has no algorithm the plain path (SGEMM, then
+    the bias kernel) gives the same values within the contract."""
+    from torchlean.kernels.cuda import cublaslt
+
+    assert cublaslt.available()
+    calls = []
+    real = cublaslt.matmul_bias
+    monkeypatch.setattr(cublaslt, "matmul_bias", lambda *a: calls.append(a[3:]) or real(*a))
+    rng = np.random.default_rng(11)
+    m, k, n = 300, 200, 100
+    for ta in (0, 1):
+        for tb in (0, 1):
+            a = rng.standard_normal(m * k).astype(F32)
+            b = rng.standard_normal(k * n).astype(F32)
+            bias = rng.standard_normal(n).astype(F32)
+            a[5], b[7], bias[3] = np.inf, np.nan, -np.inf
+            args = [a, b, bias, m, k, n, ta, tb, 0]
+            verdict = run_case(TABLE["fast_gemm"], args, cuda_device)[0]
+            assert verdict.ok, verdict.detail
+            ab, bb, cb = up(a, cuda_device), up(b, cuda_device), up(bias, cuda_device)
+            first = P.fast_gemm(ab, bb, cb, m, k, n, ta, tb, 0).to_numpy()
+            again = P.fast_gemm(ab, bb, cb, m, k, n, ta, tb, 0).to_numpy()
+            assert np.array_equal(first.view(np.uint32), again.view(np.uint32))
+            with monkeypatch.context() as mp:
+                mp.setattr(cublaslt, "matmul_bias", lambda *a: None)
+                plain = P.fast_gemm(ab, bb, cb, m, k, n, ta, tb, 0).to_numpy()
+            assert np.array_equal(np.isnan(plain), np.isnan(first))
+            fin = np.isfinite(first)
+            np.testing.assert_allclose(plain[fin], first[fin], rtol=1e-4, atol=1e-4)
+    assert len(calls) == 12  # run_case, first and again on each layout

@@ -1,10 +1,11 @@
 """The fast-kernel family on CuPy arrays: fast_gemm (cuBLAS SGEMM / DGEMM), mse_loss_fwd/bwd (fast.cu).
 
-* fast_gemm, fp32: ONE SGEMM (linalg.gemm: the transposes are cuBLAS flags, no copies; TF32 only
-  when ``set_allow_tf32(True)``, like bmm), then the bias added in place on its fresh output
-  (tl_fast_gemm_add_bias_rows: fl(fl(A B) + b), what a beta = 1 epilogue over bias rows gives). Linear with
-  a bias is this: bmm_nt + broadcast + add moved the (m, n) output six times in three launches;
-  this moves it three times in two.
+* fast_gemm, fp32: with a bias, ONE cuBLASLt matmul adding it in the epilogue (cublaslt.py:
+  fl(fl(A B) + b), the output written once); without one, or where cuBLASLt offers no algorithm,
+  ONE SGEMM (linalg.gemm: the transposes are cuBLAS flags, no copies; TF32 only when
+  ``set_allow_tf32(True)``, like bmm), then the bias added in place on its fresh output
+  (tl_fast_gemm_add_bias_rows, the same fl(fl(A B) + b)). Linear with a bias is this: bmm_nt +
+  broadcast + add moved the (m, n) output six times in three launches; this moves it once.
 * fast_gemm, fp64: a and b widened to float64 (tl_fast_gemm_widen_f64, subnormals kept), ONE cublasDgemm into a float64
   (m, n) scratch (FP64 tensor cores on Hopper), then one epilogue kernel adds the bias in double
   and rounds to float32 once (tl_fast_gemm_fp64_epilogue).
@@ -22,6 +23,7 @@ import cupy
 import numpy as np
 
 from ...errors import ArgumentError
+from . import cublaslt
 from .launch import BLOCK, F32, I64, StreamPartials, empty, grid_for, kernel
 
 __all__ = ["fast_gemm", "linear_bwd", "mse_loss_fwd", "mse_loss_bwd"]
@@ -95,6 +97,10 @@ def fast_gemm(a, b, bias, m, k, n, trans_a, trans_b, fp64):
     if k == 0:
         return cupy.zeros(m * n, dtype=cupy.float32) if bias is None else _bias_rows(bias, m, n)
     if not fp64:
+        if bias is not None:
+            out = cublaslt.matmul_bias(a, b, bias, m, k, n, bool(trans_a), bool(trans_b))
+            if out is not None:
+                return out
         out = _linalg().gemm(a, b, empty(m * n), m, n, k, m if trans_a else k, k if trans_b else n, n,
                              trans_a=bool(trans_a), trans_b=bool(trans_b), name="fast_gemm")
         if bias is not None:
