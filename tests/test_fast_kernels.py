@@ -570,10 +570,10 @@ def test_linear_bwd_errors():
 
 @pytest.mark.cuda
 def test_cuda_fast_gemm_adds_the_bias_in_cublaslt_and_repeats_bitwise(cuda_device, monkeypatch):
-    """On CUDA a linear's product and bias are one cuBLASLt call (the bias in the epilogue): it
-    must load wherever CuPy's cuBLAS does, meet fast_gemm's contract on every layout, with
+    """On CUDA a large linear's product and bias are one cuBLASLt call (the bias in the epilogue):
+    it must load wherever CuPy's cuBLAS does, meet fast_gemm's contract on every layout, with
     non-finite values, and repeat bitwise; where it has no algorithm the plain path (SGEMM, then
-    the bias kernel) gives the same values within the contract."""
+    the bias kernel) gives the same values within the contract. Small outputs take the plain path."""
     from torchlean.kernels.cuda import cublaslt
 
     assert cublaslt.available()
@@ -581,7 +581,10 @@ def test_cuda_fast_gemm_adds_the_bias_in_cublaslt_and_repeats_bitwise(cuda_devic
     real = cublaslt.matmul_bias
     monkeypatch.setattr(cublaslt, "matmul_bias", lambda *a: calls.append(a[3:]) or real(*a))
     rng = np.random.default_rng(11)
-    m, k, n = 300, 200, 100
+    P.fast_gemm(up(np.ones(6, F32), cuda_device), up(np.ones(6, F32), cuda_device), up(np.ones(3, F32), cuda_device),
+                2, 3, 3, 0, 1, 0)
+    assert calls == []
+    m, k, n = 2048, 48, 2048  # 2^22 outputs: the smallest that goes to cuBLASLt
     for ta in (0, 1):
         for tb in (0, 1):
             a = rng.standard_normal(m * k).astype(F32)

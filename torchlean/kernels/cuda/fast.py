@@ -1,11 +1,12 @@
 """The fast-kernel family on CuPy arrays: fast_gemm (cuBLAS SGEMM / DGEMM), mse_loss_fwd/bwd (fast.cu).
 
-* fast_gemm, fp32: with a bias, ONE cuBLASLt matmul adding it in the epilogue (cublaslt.py:
-  fl(fl(A B) + b), the output written once); without one, or where cuBLASLt offers no algorithm,
+* fast_gemm, fp32: with a bias and an output of at least 2^22 elements, ONE cuBLASLt matmul
+  adding it in the epilogue (cublaslt.py: fl(fl(A B) + b), the output written once); otherwise,
   ONE SGEMM (linalg.gemm: the transposes are cuBLAS flags, no copies; TF32 only when
   ``set_allow_tf32(True)``, like bmm), then the bias added in place on its fresh output
   (tl_fast_gemm_add_bias_rows, the same fl(fl(A B) + b)). Linear with a bias is this: bmm_nt +
-  broadcast + add moved the (m, n) output six times in three launches; this moves it once.
+  broadcast + add moved the (m, n) output six times in three launches; this moves it once through
+  cuBLASLt, three times in two launches otherwise.
 * fast_gemm, fp64: a and b widened to float64 (tl_fast_gemm_widen_f64, subnormals kept), ONE cublasDgemm into a float64
   (m, n) scratch (FP64 tensor cores on Hopper), then one epilogue kernel adds the bias in double
   and rounds to float32 once (tl_fast_gemm_fp64_epilogue).
@@ -32,6 +33,10 @@ _FILE = "fast.cu"
 _MAX_BLOCKS = 1024        # fixed (not per device): the sum's order depends on n alone
 _PER_THREAD = 32          # elements per thread before another block is worth it
 _INT_MAX = 2**31 - 1
+# Outputs from which the bias goes into cuBLASLt's epilogue: below, the bias pass it saves (two
+# moves of the output) costs less than the ctypes call's extra host time, and for short, wide
+# products (rows 64-512) cuBLASLt's heuristic picked slower kernels than cublasGemmEx's on the H100.
+_LT_MIN_OUT = 1 << 22
 _N, _T = 0, 1             # cublasOperation_t
 _ONE64 = np.ones(1, dtype=np.float64)
 _ZERO64 = np.zeros(1, dtype=np.float64)
@@ -97,7 +102,7 @@ def fast_gemm(a, b, bias, m, k, n, trans_a, trans_b, fp64):
     if k == 0:
         return cupy.zeros(m * n, dtype=cupy.float32) if bias is None else _bias_rows(bias, m, n)
     if not fp64:
-        if bias is not None:
+        if bias is not None and m * n >= _LT_MIN_OUT:
             out = cublaslt.matmul_bias(a, b, bias, m, k, n, bool(trans_a), bool(trans_b))
             if out is not None:
                 return out
