@@ -34,7 +34,7 @@ from ...distributed.common import DistributedError, ReduceOp
 from ...distributed.group import current_group
 from ...errors import DeviceError
 from ...kernels.flags import deterministic_reductions
-from ...runtime.buffer import wrap
+from ...runtime.buffer import Buffer, wrap
 from ...runtime.device import canonical_device, get_context
 from ...tensor import Tensor
 from ..modules.module import Module
@@ -44,13 +44,19 @@ __all__ = ["DistributedDataParallel"]
 _OP = "DistributedDataParallel"
 
 
+# Gradients start at multiples of this many elements in their bucket, so that the averaged
+# gradients handed out as views of it start 16-byte aligned, as every buffer (float4 kernels).
+_ALIGN = 4
+
+
 class _Bucket:
-    __slots__ = ("params", "offsets", "numel", "pending", "flat", "work")
+    __slots__ = ("params", "offsets", "numel", "padded", "pending", "flat", "work")
 
     def __init__(self) -> None:
         self.params: list[Tensor] = []
         self.offsets: list[int] = []
         self.numel = 0
+        self.padded = False  # some gradient is followed by alignment padding (zeroed each step)
         self.pending = 0
         self.flat: Any = None
         self.work: Any = None
@@ -164,10 +170,13 @@ class _Reducer:
             self.bucket_of[id(p)] = (cur, cur.numel)
             cur.params.append(p)
             cur.offsets.append(cur.numel)
-            cur.numel += p.numel()
+            n = p.numel()
+            cur.numel += -(-n // _ALIGN) * _ALIGN
+            cur.padded = cur.padded or n % _ALIGN != 0
         if cur.params:
             self.buckets.append(cur)
         self.params = params
+        self.averaged: list[Any] = []  # the last step's averaged buckets, which the .grad views share
         self.launched = 0
         self.hooked = 0  # gradients the hooks delivered since the last forward
         self.armed = False  # a forward that will be reduced ran; its backward has not finished
@@ -249,7 +258,8 @@ class _Reducer:
         b, off = self.bucket_of[id(p)]
         n = p.numel()
         if b.flat is None:
-            b.flat = self.engine.xp.empty(b.numel, np.float32)
+            xp = self.engine.xp
+            b.flat = (xp.zeros if b.padded else xp.empty)(b.numel, np.float32)
         if p.grad is None:
             b.flat[off:off + n] = 0
         else:
@@ -268,17 +278,22 @@ class _Reducer:
         self.engine.progress()
 
     def _finish(self) -> None:
-        """Every bucket has started: wait for them and hand each parameter its averaged gradient."""
+        """Every bucket has started: wait for them and hand each parameter its averaged gradient,
+        a view of its bucket (no copy on the step's critical path, as PyTorch's
+        gradient_as_bucket_view)."""
         self.armed = False
         ordered = deterministic_reductions()
         ctx = get_context(self.group.device, _OP)
+        averaged = []
         for b in self.buckets:
             got = b.work.enqueue()  # (NCCL: in stream order, the host goes on to the optimizer step)
-            avg = rank_order_sum(got, True) if ordered else got
+            whole = wrap(ctx, rank_order_sum(got, True) if ordered else got)
+            averaged.append(whole)  # counted in the telemetry while its views are the gradients
+            avg = whole._data
             for p, off in zip(b.params, b.offsets):
-                n = p.numel()
-                p.grad = Tensor._wrap(wrap(ctx, avg[off:off + n].copy()), p.shape)
+                p.grad = Tensor._wrap(Buffer._view(avg[off:off + p.numel()], ctx, whole), p.shape)
             b.flat, b.work = None, None
+        self.averaged = averaged
         self.launched = self.hooked = 0
 
 
