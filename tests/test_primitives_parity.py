@@ -428,3 +428,22 @@ def test_max_min_signed_zeros_follow_ieee_2019(n, device):
     assert np.all(hi == 0) and np.all(lo == 0)
     assert np.signbit(hi).tolist() == np.resize([False, False, True], n).tolist()  # -0 only if both are
     assert np.signbit(lo).tolist() == np.resize([True, True, True], n).tolist()    # -0 if either is
+
+
+@pytest.mark.parametrize("name, args", [
+    ("reduce_sum_axis0", (8192, 384)),   # a bias gradient's shape: the chunked column kernel, float4 rows
+    ("reduce_sum_axis0", (4096, 65)),    # rows not a multiple of 4 floats: scalar reads
+    ("reduce_max_axis0", (2048, 130)),
+    ("reduce_sum_axis", ((3, 2048, 40), 1)),
+    ("reduce_sum_axis0", (512, 4096)),   # a short axis: the one-launch tile kernel
+])
+def test_long_column_reductions_within_contract(name, args, device):
+    """Column reductions over long axes with few outputs (tl_reduce_cols_chunk on CUDA: row chunks
+    added in order) on mixed magnitudes, signed zeros, infinities and NaN."""
+    rng = np.random.default_rng(5)
+    dims = args[0] if isinstance(args[0], tuple) else args
+    n = math.prod(dims)
+    x = (rng.standard_normal(n) * 10.0 ** rng.integers(-6, 7, n)).astype(np.float32)
+    x[rng.integers(0, n, 16)] = np.array([np.nan, np.inf, -np.inf, -0.0] * 4, np.float32)
+    verdict = run_case(TABLE[name], [x, *args], device)[0]
+    assert verdict.ok, verdict.detail

@@ -222,6 +222,57 @@ __device__ void cols_tile(const float* __restrict__ x, long long outer, long lon
     }
 }
 
+// inner > 1, long axis, few outputs (a bias gradient: 8192 rows of 384-3072 columns): the tile
+// kernel above would run one block per 32 columns, too few to load the GPU. Block (b, c) here
+// takes a 128-wide tile of columns (a float4 per lane when vec) over rows chunk c of the axis: its
+// 8 warps take rows warp, warp + 8, ... of the chunk, and warp 0 adds the 8 partials in warp
+// order into partials[c][o * inner + i]; cols_finish adds the chunks in order. The chunk count
+// depends on the shape alone (strided_reduce), so the order of the adds is fixed by the shape.
+#define TL_CHUNK_WARPS 8
+template <class Op>
+__device__ void cols_chunk(const float* __restrict__ x, long long outer, long long len, long long inner,
+                           long long chunk, int vec, typename Op::T* __restrict__ partials) {
+    __shared__ typename Op::T part[TL_CHUNK_WARPS][4 * 32 + 1];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    long long tiles = (inner + 127) >> 7, oi = outer * inner;
+    long long lo = blockIdx.y * chunk, hi = min(len, lo + chunk);
+    for (long long b = blockIdx.x; b < outer * tiles; b += gridDim.x) {
+        long long o = b / tiles, i0 = ((b - o * tiles) << 7) + 4 * lane;
+        typename Op::T a0 = Op::init(), a1 = Op::init(), a2 = Op::init(), a3 = Op::init();
+        const float* p = x + o * len * inner + i0;
+        if (vec && i0 < inner) {  // vec: inner % 4 == 0 and x 16-byte aligned, so i0 + 3 < inner
+#pragma unroll 4
+            for (long long l = lo + warp; l < hi; l += TL_CHUNK_WARPS) {
+                float4 v = *reinterpret_cast<const float4*>(p + l * inner);
+                a0 = Op::step(a0, v.x); a1 = Op::step(a1, v.y); a2 = Op::step(a2, v.z); a3 = Op::step(a3, v.w);
+            }
+        } else {
+#pragma unroll 4
+            for (long long l = lo + warp; l < hi; l += TL_CHUNK_WARPS) {
+                const float* r = p + l * inner;
+                if (i0 < inner) a0 = Op::step(a0, r[0]);
+                if (i0 + 1 < inner) a1 = Op::step(a1, r[1]);
+                if (i0 + 2 < inner) a2 = Op::step(a2, r[2]);
+                if (i0 + 3 < inner) a3 = Op::step(a3, r[3]);
+            }
+        }
+        part[warp][4 * lane] = a0; part[warp][4 * lane + 1] = a1;
+        part[warp][4 * lane + 2] = a2; part[warp][4 * lane + 3] = a3;
+        __syncthreads();
+        if (warp == 0) {
+            for (int w = 0; w < 4; ++w) {
+                long long i = i0 + w;
+                if (i < inner) {
+                    typename Op::T r = part[0][4 * lane + w];
+                    for (int k = 1; k < TL_CHUNK_WARPS; ++k) r = Op::comb(r, part[k][4 * lane + w]);
+                    partials[blockIdx.y * oi + o * inner + i] = r;
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
 // (A, B, C) summed over A and C: out[b] (a per-channel sum such as a conv bias gradient), one
 // launch. Block b owns channel b: warp w walks rows a = w, w + nwarps, ... (each a contiguous run
 // of C floats, as float4 when vec), lanes striding the run; then a block tree. The order of the
@@ -273,6 +324,10 @@ extern "C" __global__ void tl_reduce_cols_finish_##SUFFIX(const OP::T* partials,
 extern "C" __global__ void tl_reduce_cols_tile_##SUFFIX(const float* x, long long outer, long long len, \
                                                  long long inner, float* out) {                  \
     cols_tile<OP>(x, outer, len, inner, out);                                                    \
+}                                                                                                \
+extern "C" __global__ void tl_reduce_cols_chunk_##SUFFIX(const float* x, long long outer, long long len, \
+        long long inner, long long chunk, int vec, OP::T* partials) {                            \
+    cols_chunk<OP>(x, outer, len, inner, chunk, vec, partials);                                  \
 }
 
 TL_STRIDED(sum, SumOp)

@@ -29,6 +29,10 @@ _ROW_CHUNK = 4096            # a block's share of a long row when rows are too f
 _TARGET_BLOCKS = 1024
 _TARGET_THREADS = 1 << 18
 _ACC = {"sum": np.float64, "max": np.float32}
+_TILE_FILL = 256             # 32-column tiles from which the one-launch tile kernel loads the GPU
+_CHUNK_BLOCKS = 512          # blocks tl_reduce_cols_chunk aims for (fixed: the sum's order is the shape's)
+_CHUNK_MIN_ROWS = 64         # rows per chunk at least
+_CHUNK_MIN_LEN = 2048        # shorter axes: the tile kernel (BENCHMARKS.md: column sums)
 _TILE_MAX_LEN = 8192         # inner > 1: an axis up to this long is one tl_reduce_cols_tile launch (no partials)
 _OUTER_INNER_MAX = 1 << 18   # (A, B, C) -> B in one launch when a block's A*C elements are at most this
 
@@ -96,6 +100,9 @@ def strided_reduce(x, outer: int, length: int, inner: int, op: str = "sum"):
         return out
     split = 1
     if n_out < _TARGET_THREADS // 4 and length >= 64:
+        chunks = _col_chunks(outer, length, inner)
+        if chunks > 1:
+            return _cols_chunked(x, outer, length, inner, chunks, op, out)
         if length <= _TILE_MAX_LEN:
             # One launch: a block per 32 columns, its warps splitting the axis (the warp count
             # depends on the length alone, so the order of the adds is fixed by the shape).
@@ -112,6 +119,31 @@ def strided_reduce(x, outer: int, length: int, inner: int, op: str = "sum"):
         kernel(_FILE, f"tl_reduce_cols_finish_{op}")((grid_for(n_out),), (BLOCK,),
                                              (partials, I64(n_out), I64(split), out))
         give_back(partials)
+    return out
+
+
+def _col_chunks(outer: int, length: int, inner: int) -> int:
+    """How many row chunks tl_reduce_cols_chunk splits the axis into: 1 (the one-launch tile
+    kernel) for an axis shorter than _CHUNK_MIN_LEN (the second launch costs more than it saves)
+    or when the tile kernel's 32-column tiles already make _TILE_FILL blocks, else enough
+    128-column chunk blocks for _CHUNK_BLOCKS, each chunk at least _CHUNK_MIN_ROWS long. Shape
+    only: the order of the adds must not depend on the device."""
+    if length < _CHUNK_MIN_LEN or outer * _cdiv(inner, 32) >= _TILE_FILL:
+        return 1
+    return max(1, min(length // _CHUNK_MIN_ROWS, _cdiv(_CHUNK_BLOCKS, outer * _cdiv(inner, 128))))
+
+
+def _cols_chunked(x, outer: int, length: int, inner: int, chunks: int, op: str, out):
+    chunk = _cdiv(length, chunks)
+    chunks = _cdiv(length, chunk)
+    n_out = outer * inner
+    partials = _partials(n_out * chunks, op)
+    vec = np.int32(inner % 4 == 0 and x.data.ptr % 16 == 0)
+    tiles = outer * _cdiv(inner, 128)
+    kernel(_FILE, f"tl_reduce_cols_chunk_{op}")((min(tiles, 65535), chunks), (32 * 8,), (
+        x, I64(outer), I64(length), I64(inner), I64(chunk), vec, partials))
+    kernel(_FILE, f"tl_reduce_cols_finish_{op}")((grid_for(n_out),), (BLOCK,), (partials, I64(n_out), I64(chunks), out))
+    give_back(partials)
     return out
 
 
