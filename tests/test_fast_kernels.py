@@ -581,7 +581,7 @@ def test_cuda_fast_gemm_adds_the_bias_in_cublaslt_and_repeats_bitwise(cuda_devic
     real = cublaslt.matmul_bias
     monkeypatch.setattr(cublaslt, "matmul_bias", lambda *a: calls.append(a[3:]) or real(*a))
     rng = np.random.default_rng(11)
-    P.fast_gemm(up(np.ones(6, F32), cuda_device), up(np.ones(6, F32), cuda_device), up(np.ones(3, F32), cuda_device),
+    P.fast_gemm(up(np.ones(6, F32), cuda_device), up(np.ones(9, F32), cuda_device), up(np.ones(3, F32), cuda_device),
                 2, 3, 3, 0, 1, 0)
     assert calls == []
     m, k, n = 2048, 48, 2048  # 2^22 outputs: the smallest that goes to cuBLASLt
