@@ -121,12 +121,13 @@ def test_fno2d_builds_its_grid_once_per_shape(monkeypatch):
 
 
 def test_fno2d_step_has_no_host_indices_or_pad_pieces(monkeypatch):
-    calls = _spy(monkeypatch, INDEXED + ("concat1d",))
+    calls = _spy(monkeypatch, INDEXED + ("concat1d", "concat_block"))
     tl.manual_seed(0)
     model = fno_nd.FNO2d(3, 3, 4, padding=3)
     model(tl.randn(2, 6, 6, 1)).sum().backward()
     assert [c for c in calls if c in INDEXED] == []
-    assert calls.count("concat1d") == 1  # the grid channels only
+    # the grid channels only: cat((x, grid), dim=-1), one join along the last dim
+    assert calls.count("concat_block") == 1 and calls.count("concat1d") == 0
 
 
 def test_scale_case_fno2d_trains_like_the_reference_twin():
