@@ -605,3 +605,22 @@ def test_cuda_fast_gemm_adds_the_bias_in_cublaslt_and_repeats_bitwise(cuda_devic
             fin = np.isfinite(first)
             np.testing.assert_allclose(plain[fin], first[fin], rtol=1e-4, atol=1e-4)
     assert len(calls) == 12  # run_case, first and again on each layout
+
+
+@pytest.mark.cuda
+def test_cuda_cublaslt_plans_stay_bounded(cuda_device, monkeypatch):
+    """A program of ever new shapes does not grow the plan cache past its bound: the plans are
+    destroyed and made again, and the products stay right."""
+    from torchlean.kernels.cuda import cublaslt
+
+    monkeypatch.setattr(cublaslt, "_MAX_PLANS", 2)
+    rng = np.random.default_rng(12)
+    m = n = 2048
+    for k in (8, 16, 24, 8):
+        a = rng.integers(-4, 5, m * k).astype(F32)
+        b = rng.integers(-4, 5, n * k).astype(F32)
+        bias = rng.integers(-4, 5, n).astype(F32)
+        got = P.fast_gemm(up(a, cuda_device), up(b, cuda_device), up(bias, cuda_device), m, k, n, 0, 1, 0).to_numpy()
+        want = (a.reshape(m, k).astype(np.float64) @ b.reshape(n, k).T.astype(np.float64) + bias).reshape(-1)
+        assert np.array_equal(got, want)  # small integers: every sum is exact
+        assert len(cublaslt._plans) <= 2

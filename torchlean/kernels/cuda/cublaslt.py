@@ -51,6 +51,7 @@ _lock = threading.Lock()
 _call_lock = threading.Lock()     # a plan's descriptor holds the bias pointer of the call in flight
 _state: dict[str, object] = {}    # "lib": the CDLL or None once tried; "handles": device -> handle
 _plans: dict[tuple, object] = {}  # (device, m, n, k, trans_a, trans_b, compute) -> _Plan or None
+_MAX_PLANS = 256                  # more shapes than this: every plan is destroyed and made again on use
 # per (device, stream): the workspace the plans were chosen for (a cache in cached_bytes)
 _workspaces: dict[tuple[int, int], cupy.ndarray] = {}
 register_table("cuda", _workspaces, lambda a: a.nbytes)
@@ -86,6 +87,8 @@ def _declare(lib):
             ("cublasLtMatmulDescCreate", [ctypes.POINTER(p), i32, i32]),
             ("cublasLtMatmulDescSetAttribute", [p, i32, p, sz]),
             ("cublasLtMatrixLayoutCreate", [ctypes.POINTER(p), i32, u64, u64, i64]),
+            ("cublasLtMatmulDescDestroy", [p]),
+            ("cublasLtMatrixLayoutDestroy", [p]),
             ("cublasLtMatmulPreferenceCreate", [ctypes.POINTER(p)]),
             ("cublasLtMatmulPreferenceSetAttribute", [p, i32, p, sz]),
             ("cublasLtMatmulPreferenceDestroy", [p]),
@@ -158,10 +161,24 @@ def _make_plan(lib, handle, m: int, n: int, k: int, trans_a: bool, trans_b: bool
                                                     ctypes.byref(count))
     finally:
         lib.cublasLtMatmulPreferenceDestroy(pref)
-    if status != 0 or count.value < 1:
-        return None  # no algorithm for this case: the caller's plain path
+    if status != 0 or count.value < 1:  # no algorithm for this case: the caller's plain path
+        lib.cublasLtMatmulDescDestroy(desc)
+        for layout in (la, lb, lc):
+            lib.cublasLtMatrixLayoutDestroy(layout)
+        return None
     ws_bytes = int.from_bytes(result.raw[64:72], "little")
     return _Plan(desc, la, lb, lc, result, ws_bytes)
+
+
+def _drop_plans(lib) -> None:
+    """Destroy every plan's descriptors (a program of ever new shapes must not grow this cache)."""
+    with _call_lock:
+        for plan in _plans.values():
+            if plan is not None:
+                lib.cublasLtMatmulDescDestroy(plan.desc)
+                for layout in (plan.a, plan.b, plan.c):
+                    lib.cublasLtMatrixLayoutDestroy(layout)
+        _plans.clear()
 
 
 def _workspace(nbytes: int):
@@ -190,6 +207,8 @@ def matmul_bias(a, b, bias, m: int, k: int, n: int, trans_a: bool, trans_b: bool
         _check(lib.cublasLtCreate(ctypes.byref(handle)), "cublasLtCreate")
         handles[dev] = handle
     if plan is False:
+        if len(_plans) >= _MAX_PLANS:
+            _drop_plans(lib)
         plan = _plans[key] = _make_plan(lib, handle, m, n, k, bool(trans_a), bool(trans_b), compute)
     if plan is None:
         return None
