@@ -176,7 +176,7 @@ class _Reducer:
         if cur.params:
             self.buckets.append(cur)
         self.params = params
-        self.averaged: list[Any] = []  # the last step's averaged buckets, which the .grad views share
+        self.averaged: list[Any] = []  # the step's averaged buckets, which the .grad views share
         self.launched = 0
         self.hooked = 0  # gradients the hooks delivered since the last forward
         self.armed = False  # a forward that will be reduced ran; its backward has not finished
@@ -222,6 +222,9 @@ class _Reducer:
     # -- each step ---------------------------------------------------------------------------
     def before_forward(self) -> None:
         self.engine.raise_if_failed(_OP)  # (a collective the watchdog found past its deadline)
+        # The last step's buckets leave the telemetry here (gradients still held keep their memory
+        # as views): held into the next backward, they would raise its peak by the gradients' size.
+        self.averaged = []
         if self.armed and self.hooked:
             raise DistributedError(
                 f"{_OP}: the previous backward reduced only {self.launched} of {len(self.buckets)} gradient buckets: "
