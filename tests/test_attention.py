@@ -219,10 +219,14 @@ def test_vjp_matches_finite_differences(mode, causal, device):
     out.backward(tl.tensor(w, device=device))
     m64 = None if mask is None else mask.astype(np.float64).reshape(-1)
     fds = fd_grads(_ref_attention(m64, causal, mode, float(F32(scale))), [q, k, v], w)
+    # A gradient that is 0 in exact arithmetic (a row whose only allowed key is key 0: softmax of
+    # one score) comes out as the rounding of dP - D, a few float32 ulps of terms of size ~1:
+    # the absolute floor is 1e-5 (up to 1.6e-6 seen over 300 seeds on CUDA's 3xTF32 kernels).
+    floor = 1e-5
     for t, fd, name in zip(ts, fds, "qkv"):
         ours = t.grad.numpy()
-        assert _within(ours, fd), f"d{name} ({mode}, causal={causal}): {_report(ours, fd)}"
-        assert not _within(2 * fd, fd) or np.abs(fd).max() < 1e-6
+        assert _within(ours, fd, floor), f"d{name} ({mode}, causal={causal}): {_report(ours, fd, floor)}"
+        assert not _within(2 * fd, fd, floor) or np.abs(fd).max() < 1e-4
 
 
 def test_separate_bwd_components_equal_fused(device):

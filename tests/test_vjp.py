@@ -46,22 +46,23 @@ H = 1e-6
 
 
 # -- tolerance ---------------------------------------------------------------------------------
-def _tol(fd: np.ndarray) -> np.ndarray:
+def _tol(fd: np.ndarray, floor: float = 1e-6) -> np.ndarray:
+    """1e-4 relative to each element and to a tenth of the largest, plus an absolute ``floor``."""
     fd = np.asarray(fd, dtype=np.float64)
     scale = float(np.max(np.abs(fd))) if fd.size else 0.0
-    return 1e-4 * (np.abs(fd) + 0.1 * scale) + 1e-6
+    return 1e-4 * (np.abs(fd) + 0.1 * scale) + floor
 
 
-def _within(ours: np.ndarray, fd: np.ndarray) -> bool:
+def _within(ours: np.ndarray, fd: np.ndarray, floor: float = 1e-6) -> bool:
     ours = np.asarray(ours, dtype=np.float64)
     fd = np.asarray(fd, dtype=np.float64)
-    return ours.shape == fd.shape and bool(np.all(np.abs(ours - fd) <= _tol(fd)))
+    return ours.shape == fd.shape and bool(np.all(np.abs(ours - fd) <= _tol(fd, floor)))
 
 
-def _report(ours: np.ndarray, fd: np.ndarray) -> str:
+def _report(ours: np.ndarray, fd: np.ndarray, floor: float = 1e-6) -> str:
     err = np.abs(np.asarray(ours, np.float64) - fd)
-    i = int(np.argmax(err / _tol(fd))) if err.size else 0
-    return (f"max err/tol = {float(np.max(err / _tol(fd))):.3g}; at flat [{i}] ours={np.ravel(ours)[i]!r} "
+    i = int(np.argmax(err / _tol(fd, floor))) if err.size else 0
+    return (f"max err/tol = {float(np.max(err / _tol(fd, floor))):.3g}; at flat [{i}] ours={np.ravel(ours)[i]!r} "
             f"fd={np.ravel(fd)[i]!r}\nours=\n{ours}\nfd=\n{fd}")
 
 

@@ -103,6 +103,26 @@ def is_inference_mode_enabled() -> bool:
     return _mode.inference
 
 
+def current_mode() -> tuple[bool, bool]:
+    """(recording, inference): the mode an op asked for now would run under (ops/pending.py
+    replays layout ops later, under the mode of the moment they were asked for)."""
+    return (_mode.enabled, _mode.inference)
+
+
+class run_in_mode:
+    """``with run_in_mode(mode):`` runs under a mode ``current_mode()`` returned; restores on exit."""
+
+    def __init__(self, mode: tuple[bool, bool]) -> None:
+        self.mode = mode
+
+    def __enter__(self) -> None:
+        self._prev = (_mode.enabled, _mode.inference)
+        _mode.enabled, _mode.inference = self.mode
+
+    def __exit__(self, *exc: object) -> None:
+        _mode.enabled, _mode.inference = self._prev
+
+
 class enable_grad(no_grad):
     """``with enable_grad(): ...`` records even inside ``no_grad``."""
 

@@ -52,7 +52,7 @@ class Tensor:
     """A float32 (or index/mask) tensor. Create with ``torchlean.tensor``, ``zeros``, ``randn`` ..."""
 
     __slots__ = ("_buf", "_arr", "_shape", "_device", "requires_grad", "grad", "_node", "_retains_grad",
-                 "_data_of", "_mirror", "__weakref__")
+                 "_data_of", "_mirror", "_pending", "__weakref__")  # (_pending: ops/pending.py)
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -39,6 +39,8 @@ from ..runtime.arrays import to_host
 from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
 from ._base import Tensor, fbuf, new, numel, same_device
+from . import pending as PV
+from .shape import permute_now, reshape
 
 __all__ = ["flash_attention", "flash_attention_packed", "scaled_dot_product_attention"]
 FUNCTIONAL = ["scaled_dot_product_attention", "flash_attention_packed"]
@@ -228,6 +230,10 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         raise ArgumentError(f"{op}: argument enable_gqa=True is not supported yet (only enable_gqa=False)")
     if attn_mask is not None and is_causal:
         raise ArgumentError(f"{op}: attn_mask and is_causal=True cannot be given together (PyTorch raises too)")
+    packed = _heads_of_packed(query, key, value)
+    if packed is not None:  # the heads of one projection, not moved yet (ops/pending.py): read in place
+        qkv, heads = packed
+        return _heads_view(_packed(op, qkv, heads, attn_mask, is_causal, scale), heads)
     _check_qkv(op, query, key, value)
     return _attend(op, query, key, value, attn_mask, bool(is_causal), _scale(op, scale, query.shape[-1]), None)
 
@@ -255,6 +261,10 @@ def flash_attention_packed(qkv: Tensor, num_heads: int, attn_mask: Any = None, i
                          f"got {qkv.shape}")
     if attn_mask is not None and is_causal:
         raise ArgumentError(f"{op}: attn_mask and is_causal=True cannot be given together")
+    return _packed(op, qkv, int(num_heads), attn_mask, is_causal, scale)
+
+
+def _packed(op: str, qkv: Tensor, heads: int, attn_mask: Any, is_causal: bool, scale: float | None) -> Tensor:
     lead, n, e = tuple(qkv.shape[:-2]), qkv.shape[-2], qkv.shape[-1] // 3
     d = e // heads
     sc = _scale(op, scale, d)
@@ -269,3 +279,43 @@ def flash_attention_packed(qkv: Tensor, num_heads: int, attn_mask: Any = None, i
 
     ws = (lse_b, mask_b) if own else (lse_b,)
     return autograd.record(op, new(out_b, lead + (n, e)), (qkv,), vjp, workspace=ws)
+
+
+# -- heads of a packed projection, as pending views (ops/pending.py) --------------------------------
+def _heads_of_packed(q: Any, k: Any, v: Any) -> tuple[Tensor, int] | None:
+    """(qkv, heads) when q, k and v (..., H, L, d) are unmaterialized pending views of one source
+    whose memory is (..., L, 3, H, d) with q, k and v at thirds 0, 1, 2: the layout
+    ``flash_attention_packed`` reads (nanoGPT's split/view/transpose, timm's reshape/permute/unbind).
+    qkv is that source as (..., L, 3 H d). None otherwise."""
+    P_ = PV.PendingView
+    if type(q) is not P_ or type(k) is not P_ or type(v) is not P_ or q.ndim < 3:
+        return None
+    if q.shape != k.shape or q.shape != v.shape or not all(PV.in_current_mode(t) for t in (q, k, v)):
+        return None
+    (src, oq, sq), (sk_src, ok, sk), (sv_src, ov, sv) = PV.layout(q), PV.layout(k), PV.layout(v)
+    if not PV.same_source(src, sk_src) or not PV.same_source(src, sv_src):
+        return None
+    shape = tuple(q.shape)
+    lead, heads, n, d = shape[:-3], shape[-3], shape[-2], shape[-1]
+    e = heads * d
+    if n == 0 or e == 0 or numel(src.shape) != numel(lead) * n * 3 * e:
+        return None
+    want = PV.contiguous_strides(lead + (n * 3 * e,))[:-1] + (d, 3 * e, 1)
+    for offset, strides, third in ((oq, sq, 0), (ok, sk, e), (ov, sv, 2 * e)):
+        if offset != third or not PV.same_layout(shape, strides, want):
+            return None
+    qkv = src if tuple(src.shape) == lead + (n, 3 * e) else reshape(src, lead + (n, 3 * e))
+    return qkv, heads
+
+
+def _heads_view(y: Tensor, heads: int) -> Tensor:
+    """y (..., L, H d) seen as (..., H, L, d): pending (the program's transpose back then makes it a
+    reshape of y again), or computed at once when y cannot be a source."""
+    shape = tuple(y.shape)
+    lead, n, e = shape[:-2], shape[-2], shape[-1]
+    split = lead + (n, heads, e // heads)
+    perm = tuple(range(len(lead))) + (len(lead) + 1, len(lead), len(lead) + 2)
+    if not PV.eligible(y):
+        return permute_now(reshape(y, split), perm)
+    return PV.of_source(y, ((reshape, (split,)), (permute_now, (perm,))), PV.permuted(split, perm), 0,
+                        PV.permuted(PV.contiguous_strides(split), perm))

@@ -26,6 +26,8 @@ from ..runtime import primitives as P
 from ._base import Tensor, dim_index, host_indices, new, numel, operand, same_device, tensor_arg
 from .index import gather_vec, getitem, scatter_add as scatter_add_1d
 from . import integer
+from . import pending as PV
+from .pending import PendingView
 from .results import array_result, host_values
 from .shape import cat, expand, narrow_block, permute, reshape, slice0, squeeze, transpose, unsqueeze
 
@@ -76,9 +78,24 @@ def narrow(x: Tensor, dim: int, start: Any, length: int) -> Tensor:
     if not 0 <= start <= size or length < 0 or start + length > size:
         raise IndexOutOfRangeError(f"narrow: start {start} and length {length} are out of range for dim {d} "
                                    f"of size {size}")
+    if type(x) is PendingView:
+        _, offset, strides = PV.layout(x)
+        out = PV.extend(x, (_narrow_eager, (d, start, length)), x.shape[:d] + (length,) + x.shape[d + 1:],
+                        PV.narrowed(offset, strides, d, start), strides)
+        if out is not None:
+            return out
     if x._buf is not None:
-        return slice0(x, start, length) if d == 0 else narrow_block(x, d, start, length)
+        if d > 0 and numel(x.shape[:d]) > 1 and PV.eligible(x):
+            # a layout for later (ops/pending.py): attention may read the piece in place
+            return PV.start(x, (_narrow_eager, (d, start, length)), x.shape[:d] + (length,) + x.shape[d + 1:],
+                            PV.narrowed(0, PV.contiguous_strides(x.shape), d, start), PV.contiguous_strides(x.shape))
+        return _narrow_eager(x, d, start, length)
     return _move(x, lambda p: np.take(p, np.arange(start, start + length), axis=d))
+
+
+def _narrow_eager(x: Tensor, d: int, start: int, length: int) -> Tensor:
+    """narrow of a float tensor computed now (also a pending view's step)."""
+    return slice0(x, start, length) if d == 0 else narrow_block(x, d, start, length)
 
 
 def split(x: Tensor, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
@@ -120,7 +137,7 @@ def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
 def unbind(x: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
     tensor_arg("unbind", "input", x)
     d = dim_index("unbind", dim, x.ndim)
-    if x._buf is None:
+    if type(x) is not PendingView and x._buf is None:
         vals = host_values(x)
         return tuple(array_result(np.take(vals, i, axis=d), x.device) for i in range(x.shape[d]))
     return tuple(squeeze(narrow(x, d, i, 1), d) for i in range(x.shape[d]))

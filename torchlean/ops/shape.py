@@ -13,6 +13,8 @@ from ..runtime import primitives as P
 from ..runtime.buffer import Buffer
 from .._validate import type_name
 from . import integer
+from . import pending as PV
+from .pending import PendingView
 from ._base import Tensor, dim_index, axis_map_for, fbuf, new, numel, same_device, tensor_arg
 
 
@@ -77,6 +79,11 @@ def reshape(x: Tensor, *shape: Any) -> Tensor:
     if not isinstance(x, Tensor):
         tensor_arg("reshape", "input", x)
     new_shape = _resolve_shape("reshape", shape, x.numel())
+    if type(x) is PendingView:
+        _, offset, strides = PV.layout(x)
+        out = PV.extend(x, (reshape, (new_shape,)), new_shape, offset, PV.viewed(x._shape, strides, new_shape))
+        if out is not None:
+            return out
     if x._buf is None:
         return Tensor._wrap_array(x._arr.reshape(new_shape), x.device)
     out = new(x._buf, new_shape)
@@ -163,6 +170,10 @@ def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
     a, b = sorted((dim_index("transpose", dim0, x.ndim), dim_index("transpose", dim1, x.ndim)))
     if a == b:
         return x
+    if type(x) is PendingView or (x.ndim >= 3 and PV.eligible(x)):
+        perm = list(range(x.ndim))
+        perm[a], perm[b] = perm[b], perm[a]
+        return permute(x, *perm)
     if x._buf is None:
         return integer.transpose(x, a, b)
     if x.ndim == 2:
@@ -224,6 +235,29 @@ def permute(x: Tensor, *dims: Any) -> Tensor:
             if len(_permute_plans) > 4096:
                 _permute_plans.clear()
             _permute_plans[key] = plan
+    if plan is None:
+        return x
+    if type(x) is PendingView or (x.ndim >= 3 and PV.eligible(x)):
+        # a layout for later (ops/pending.py): attention may read it in place, or it is undone
+        perm = _adjacent(x.ndim, plan) if type(plan) is int else plan[0]
+        out_shape = PV.permuted(x._shape, perm)
+        if type(x) is PendingView:
+            _, offset, strides = PV.layout(x)
+            out = PV.extend(x, (permute_now, (tuple(perm),)), out_shape, offset, PV.permuted(strides, perm))
+            if out is not None:
+                return out
+        else:
+            return PV.start(x, (permute_now, (tuple(perm),)), out_shape, 0,
+                            PV.permuted(PV.contiguous_strides(x._shape), perm))
+    return _permute_planned(x, plan)
+
+
+def permute_now(x: Tensor, perm: tuple[int, ...]) -> Tensor:
+    """permute(x, *perm) computed now (a pending view's step)."""
+    return _permute_planned(x, _permute_plan(x, perm))
+
+
+def _permute_planned(x: Tensor, plan: Any) -> Tensor:
     if plan is None:
         return x
     if x._buf is None:
