@@ -57,49 +57,30 @@ class _Record:
         self.src, self.steps, self.offset, self.strides, self.mode = src, steps, offset, strides, mode
 
 
+def _slot(slot: Any, read_materializes: bool) -> property:
+    """A Tensor slot seen through a pending view: writing it (and reading it, when the value does
+    not exist before the steps run) materializes the view first."""
+    def get(self: Tensor) -> Any:
+        if read_materializes:
+            materialize(self)
+        return slot.__get__(self)
+
+    def put(self: Tensor, value: Any) -> None:
+        materialize(self)  # (requires_grad_, retain_grad: the tensor they name must exist)
+        slot.__set__(self, value)
+
+    return property(get, put)
+
+
 class PendingView(Tensor):
     """A float tensor whose values are a layout of another's, computed on first use (module
     docstring). Same slots as Tensor: materializing swaps the class to Tensor."""
 
     __slots__ = ()
-
-    @property
-    def _buf(self) -> Any:
-        materialize(self)
-        return _BUF.__get__(self)
-
-    @_buf.setter
-    def _buf(self, value: Any) -> None:
-        materialize(self)
-        _BUF.__set__(self, value)
-
-    @property
-    def _node(self) -> Any:
-        materialize(self)
-        return _NODE.__get__(self)
-
-    @_node.setter
-    def _node(self, value: Any) -> None:
-        materialize(self)
-        _NODE.__set__(self, value)
-
-    @property
-    def requires_grad(self) -> bool:
-        return _RG.__get__(self)
-
-    @requires_grad.setter
-    def requires_grad(self, value: bool) -> None:  # (requires_grad_: the tensor it names must exist)
-        materialize(self)
-        _RG.__set__(self, value)
-
-    @property
-    def _retains_grad(self) -> bool:
-        return _RETAIN.__get__(self)
-
-    @_retains_grad.setter
-    def _retains_grad(self, value: bool) -> None:  # (retain_grad: its gradient must reach this tensor)
-        materialize(self)
-        _RETAIN.__set__(self, value)
+    _buf = _slot(_BUF, True)
+    _node = _slot(_NODE, True)
+    requires_grad = _slot(_RG, False)  # known before the steps run: what record() will give
+    _retains_grad = _slot(_RETAIN, False)
 
     @property
     def dtype(self) -> Any:

@@ -54,15 +54,15 @@ def fast_gemm(a: Buffer, b: Buffer, bias: Buffer | None, m: int, k: int, n: int,
     if bias is None:
         if b._ctx is not ctx:  # (keywords build a dict: only for the error)
             same_device(op, a=a, b=b)
-        bias_data = None
     else:
         check_buffer(op, "bias", bias, n_)
         if b._ctx is not ctx or bias._ctx is not ctx:
             same_device(op, a=a, b=b, bias=bias)
-        bias_data = bias._data
     n_out = check_product(op, "m*n", m_, n_)
-    return wrap(ctx, run_allocating(op, ctx, n_out, ctx.backend.fast_gemm, a._data, b._data, bias_data, m_, k_, n_,
-                           ta, tb, f64))
+    # (no local alias of bias's array: when the caller's bias Buffer dies as this frame is
+    # cleared, the free list must see its array held by nobody; tests/ownership_audit.py)
+    return wrap(ctx, run_allocating(op, ctx, n_out, ctx.backend.fast_gemm, a._data, b._data,
+                                    None if bias is None else bias._data, m_, k_, n_, ta, tb, f64))
 
 
 def linear_bwd(g: Buffer, x: Buffer, w: Buffer, rows: int, n_in: int, n_out: int) -> tuple[Buffer, Buffer, Buffer]:
