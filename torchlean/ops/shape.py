@@ -414,15 +414,13 @@ def _cat_block(tensors: list[Tensor], d: int, outer: int, inner: int) -> Tensor:
 
 def to_device(x: Tensor, device: Any) -> Tensor:
     """A copy on another device; the VJP copies the gradient back."""
-    from ..runtime.buffer import Buffer as _B
-
     if x._buf is None:
         from ..runtime.device import get_context
 
         return integer.to_device(x, get_context(device, "to").name)
     src = x.device
-    out = new(_B.from_numpy(x._buf.to_numpy(), device), x.shape)
-    return autograd.record("to_device", out, (x,), lambda g: (_B.from_numpy(g.to_numpy(), src),))
+    out = new(x._buf.copy_to(device), x.shape)
+    return autograd.record("to_device", out, (x,), lambda g: (g.copy_to(src),))
 
 
 def clone(x: Tensor) -> Tensor:

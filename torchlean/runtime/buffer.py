@@ -120,6 +120,14 @@ class Buffer:
         """A fresh host float32 copy of the contents."""
         return self._ctx.backend.to_host(self._live())
 
+    def copy_to(self, device: Any) -> "Buffer":
+        """A copy of the contents on ``device``: one transfer (a host buffer is read where it is,
+        not copied to a fresh host array first)."""
+        ctx = get_context(device, "Buffer.copy_to")
+        d = self._live()
+        host = d if isinstance(d, np.ndarray) else self._ctx.backend.to_host(d)
+        return Buffer(run_allocating("Buffer.copy_to", ctx, host.size, ctx.backend.from_host, host), ctx)
+
     # -- ownership ----------------------------------------------------------------------
     def release(self) -> bool:
         """Free the storage now. True when a live allocation was freed, False if already released."""
