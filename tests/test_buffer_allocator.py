@@ -67,6 +67,21 @@ def test_to_numpy_returns_a_fresh_copy(device):
     assert isinstance(again, np.ndarray) and again.dtype == F32 and again.shape == (3,)
 
 
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_copy_to_is_an_independent_copy_on_the_target(device, target):
+    if target == "cuda" and cuda_unavailable_reason() is not None:
+        pytest.skip(cuda_unavailable_reason())
+    vals = np.array([1.5, -0.0, np.inf, np.nan], F32)
+    b = Buffer.from_numpy(vals, device)
+    c = b.copy_to(target)
+    assert c.device == canonical_device(target) and c is not b
+    assert np.array_equal(c.to_numpy().view(np.uint32), vals.view(np.uint32))
+    b.release()  # the copy owns its memory
+    assert np.array_equal(c.to_numpy().view(np.uint32), vals.view(np.uint32))
+    with pytest.raises(BufferReleasedError):
+        b.copy_to(target)
+
+
 def test_from_numpy_flattens_row_major_and_converts_to_float32(device):
     a = np.arange(12, dtype=np.float64).reshape(3, 4)
     assert Buffer.from_numpy(a, device).to_numpy().tolist() == list(range(12))
