@@ -204,15 +204,41 @@ def test_float_uploads_through_pinned_slots_are_exact_and_snapshots(cuda_device)
     assert Buffer.from_numpy(np.zeros(0, F32), cuda_device).size == 0
 
 
+def _check_table_reuse(monkeypatch, call, gs, written, draw):
+    """The pointer-table cache of a multi-tensor step: ``call(in_place, g)`` runs its out-of-place
+    or in-place primitive with gradients g; ``written`` are the buffers the in-place one writes.
+    Two out-of-place calls build two tables (new outputs); in place, with gradients alternating
+    between two sets of arrays (a training loop's free list, ``draw()`` makes one), a table per
+    set, then none, and every step computes what the out-of-place primitive computes."""
+    from torchlean.kernels.cuda import optim as cuda_optim
+
+    built = []
+    table = cuda_optim._table
+    monkeypatch.setattr(cuda_optim, "_table", lambda *a: built.append(1) or table(*a))
+    ref = call(False, gs)
+    again = call(False, gs)  # new outputs: a new table
+    for x, y in zip(ref, again):
+        np.testing.assert_array_equal(x.to_numpy(), y.to_numpy())
+    assert len(built) == 2
+    ga, gb = draw(), draw()
+    inplace_built = []
+    for k in range(6):
+        g = (ga, gb)[k % 2]
+        want = call(False, g)
+        n0 = len(built)
+        call(True, g)
+        inplace_built.append(len(built) - n0)
+        for got, w in zip(written, want):
+            np.testing.assert_array_equal(got.to_numpy().view(np.uint32), w.to_numpy().view(np.uint32))
+    assert inplace_built == [1, 1, 0, 0, 0, 0]
+
+
 @cuda
 def test_adam_pointer_table_is_reused_only_when_unchanged(cuda_device, monkeypatch):
     from torchlean.kernels.cuda import optim as cuda_optim
 
     rng = np.random.default_rng(5)
     sizes = (5, 64, 3)
-    built = []
-    table = cuda_optim._table
-    monkeypatch.setattr(cuda_optim, "_table", lambda *a: built.append(1) or table(*a))
 
     def bufs(abs_=False):
         return [Buffer.from_numpy((np.abs if abs_ else np.asarray)(rng.normal(size=n)).astype(F32), cuda_device)
@@ -220,25 +246,33 @@ def test_adam_pointer_table_is_reused_only_when_unchanged(cuda_device, monkeypat
 
     ps, gs, ms, vs = bufs(), bufs(), bufs(), bufs(True)
     coef = (1e-3, 0.9, 0.999, 1e-8, 0.0, 2, False)  # lr, beta1, beta2, eps, weight_decay, step, decoupled
-    ref = P.adam_step_many(ps, gs, ms, vs, *coef)
-    again = P.adam_step_many(ps, gs, ms, vs, *coef)  # new outputs: a new table
-    for x, y in zip(ref, again):
-        np.testing.assert_array_equal(x.to_numpy(), y.to_numpy())
-    assert len(built) == 2
-    # in place, gradients alternating between two sets of arrays (a training loop's free list):
-    # a table per set, then none; every step computes what adam_step_many computes
-    ga, gb = bufs(), bufs()
-    inplace_built = []
-    for k in range(6):
-        g = (ga, gb)[k % 2]
-        want = P.adam_step_many(ps, g, ms, vs, *coef)
-        n0 = len(built)
-        P.adam_step_many_inplace(ps, g, ms, vs, *coef)
-        inplace_built.append(len(built) - n0)
-        for got, w in zip((*ps, *ms, *vs), want):
-            np.testing.assert_array_equal(got.to_numpy(), w.to_numpy())
-    assert inplace_built == [1, 1, 0, 0, 0, 0]
+    _check_table_reuse(monkeypatch, lambda in_place, g: (P.adam_step_many_inplace if in_place else P.adam_step_many)(
+        ps, g, ms, vs, *coef), gs, (*ps, *ms, *vs), bufs)
     # bounded: the oldest tables go (back to the free list)
     for _ in range(cuda_optim._TABLES_KEPT + 3):
         P.adam_step_many_inplace(ps, bufs(), ms, vs, *coef)
     assert all(len(kept) <= cuda_optim._TABLES_KEPT for kept in cuda_optim._tables.values())
+
+
+@cuda
+def test_sgd_pointer_table_is_reused_only_when_unchanged(cuda_device, monkeypatch):
+    # tl_sgd_step_many shares adam's table cache (5 pointer rows instead of 7)
+    rng = np.random.default_rng(6)
+    sizes = (5, 64, 3)
+
+    def bufs():
+        return [Buffer.from_numpy(rng.normal(size=n).astype(F32), cuda_device) for n in sizes]
+
+    ps, gs, bs = bufs(), bufs(), bufs()
+    coef = (0.1, 0.9, 0.0, 0.01, True, False)  # lr, momentum, dampening, weight_decay, nesterov, first
+    _check_table_reuse(monkeypatch, lambda in_place, g: (P.sgd_step_many_inplace if in_place else P.sgd_step_many)(
+        ps, g, bs, *coef), gs, (*ps, *bs), bufs)
+    # plain SGD in place (no buffers kept): p alone is written, the gradients are untouched
+    plain = (0.1, 0.0, 0.0, 0.01, False, True)
+    want = P.sgd_step_many(ps, gs, None, *plain)
+    g_before = [g.to_numpy() for g in gs]
+    assert P.sgd_step_many_inplace(ps, gs, None, *plain) == tuple(ps)
+    for got, w in zip(ps, want):
+        np.testing.assert_array_equal(got.to_numpy().view(np.uint32), w.to_numpy().view(np.uint32))
+    for g, before in zip(gs, g_before):
+        np.testing.assert_array_equal(g.to_numpy().view(np.uint32), before.view(np.uint32))

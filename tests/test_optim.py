@@ -715,6 +715,243 @@ def test_backward_unpins_what_the_tape_read():
     assert w._buf._pins == 0
 
 
+# -- sgd_step_many: T tensors in one call, the same bits as T sgd_step calls -------------------
+# (momentum, dampening, weight_decay, nesterov, first, bufs given): plain SGD, the first step with
+# momentum (buffers not read), later steps with dampening, weight decay, nesterov
+_SGD_CASES = [(0.0, 0.0, 0.0, False, True, False), (0.0, 0.3, 0.05, False, True, False),
+              (0.9, 0.0, 0.01, False, True, False), (0.9, 0.0, 0.1, True, True, True),
+              (0.9, 0.3, 0.01, False, False, True), (0.9, 0.0, 0.1, True, False, True),
+              (0.5, 0.0, 0.0, False, False, True)]
+_SGD_SIZES = [0, 1, 3, 4, 5, 17, 1000, 4099, 2, 0, 64, (1 << 16) + 37]  # the last: the CPU's parallel chunks
+
+
+def _sgd_many_inputs(rng, sizes, device):
+    """ps, gs, bufs as Buffers, with NaN, infinities and huge values among the normal ones."""
+    def draw(n):
+        a = rng.standard_normal(n).astype(F32)
+        a[rng.integers(0, n, min(n, 3))] = rng.choice(np.array([np.nan, np.inf, -np.inf, 3e38], F32), min(n, 3))
+        return Buffer.from_numpy(a, device)
+    return [[draw(n) for n in sizes] for _ in range(3)]
+
+
+def _bits(buf):
+    return buf.to_numpy().view(np.uint32)
+
+
+def _sgd_many_case(case, seed, device):
+    """(ps, gs, bufs or None, the hyperparameters, sgd_step_many's output) of a _SGD_CASES entry."""
+    mom, damp, wd, nesterov, first, given = case
+    ps, gs, bufs = _sgd_many_inputs(np.random.default_rng(seed), _SGD_SIZES, device)
+    bufs = bufs if given else None
+    hyper = (0.05, mom, damp, wd, nesterov, first)
+    return ps, gs, bufs, hyper, P.sgd_step_many(ps, gs, bufs, *hyper)
+
+
+@pytest.mark.parametrize("case", _SGD_CASES)
+def test_sgd_step_many_equals_sgd_step_bitwise(device, case):
+    ps, gs, bufs, hyper, out = _sgd_many_case(case, 11, device)
+    t = len(_SGD_SIZES)
+    assert len(out) == 2 * t
+    for i, n in enumerate(_SGD_SIZES):
+        one = P.sgd_step(ps[i], gs[i], None if bufs is None else bufs[i], n, *hyper)
+        for k in range(2):
+            a = out[k * t + i]
+            assert a.size == n and np.array_equal(_bits(a), _bits(one[k])), (i, k)
+
+
+@pytest.mark.parametrize("case", _SGD_CASES)
+def test_sgd_step_many_inplace_equals_sgd_step_many_bitwise(device, case):
+    ps, gs, bufs, hyper, out = _sgd_many_case(case, 12, device)
+    before = [_bits(g) for g in gs]
+    written = P.sgd_step_many_inplace(ps, gs, bufs, *hyper)
+    # the written buffers themselves, in order: ps then bufs (ps alone without bufs: none is kept)
+    want = ps if bufs is None else ps + bufs
+    assert len(written) == len(want) and all(a is b for a, b in zip(written, want))
+    for got, ref in zip(written, out):
+        assert np.array_equal(_bits(got), _bits(ref))
+    for g, b in zip(gs, before):
+        assert np.array_equal(_bits(g), b)  # the gradients are only read
+
+
+@pytest.mark.cuda
+def test_sgd_step_many_takes_unaligned_views(cuda_device):
+    # DLPack views into the middle of torch tensors are not 16-byte aligned: they take the
+    # one-tensor kernel's scalar path (in place: into scratch, copied back), with the same bits.
+    src = [torch.arange(40, dtype=torch.float32, device="cuda") / k for k in (7, 3, 5)]
+    views = [[tl.from_dlpack(t[1:10])._buf, tl.from_dlpack(t[11:40])._buf] for t in src]
+    plain = [[Buffer.from_numpy(v.to_numpy(), cuda_device) for v in row] for row in views]
+    hyper = (1e-2, 0.9, 0.1, 0.01, False, False)
+    a = P.sgd_step_many(*views, *hyper)
+    b = P.sgd_step_many(*plain, *hyper)
+    for x, y in zip(a, b):
+        assert np.array_equal(_bits(x), _bits(y))
+    P.sgd_step_many_inplace(*views, *hyper)
+    for x, y in zip(views[0] + views[2], b):
+        assert np.array_equal(_bits(x), _bits(y))
+
+
+def test_sgd_step_many_errors():
+    b3, b4 = Buffer.from_numpy(np.ones(3, F32)), Buffer.from_numpy(np.ones(4, F32))
+    hyper = (0.1, 0.9, 0.0, 0.0, False, False)
+    with pytest.raises(ArgumentError, match="sgd_step_many: ps, gs and bufs must have the same length"):
+        P.sgd_step_many([b3], [b3, b3], [b3], *hyper)
+    with pytest.raises(ArgumentError, match="sgd_step_many: ps and gs must have the same length"):
+        P.sgd_step_many([b3], [], None, 0.1, 0.0, 0.0, 0.0, False, True)
+    with pytest.raises(ShapeError, match=r"sgd_step_many.*gs\[0\]"):
+        P.sgd_step_many([b3], [b4], [b3], *hyper)
+    with pytest.raises(ShapeError, match=r"sgd_step_many.*bufs\[0\]"):
+        P.sgd_step_many([b3], [b3], [b4], *hyper)
+    with pytest.raises(ArgumentError, match="sgd_step_many: argument ps must be a list or tuple"):
+        P.sgd_step_many(b3, [b3], [b3], *hyper)
+    with pytest.raises(ArgumentError, match="sgd_step_many: argument bufs must be a list or tuple"):
+        P.sgd_step_many([b3], [b3], b3, *hyper)
+    with pytest.raises(ArgumentError, match="sgd_step_many: argument bufs may be None only when first=True"):
+        P.sgd_step_many([b3], [b3], None, *hyper)
+    with pytest.raises(ArgumentError, match="sgd_step_many: argument momentum must be a real"):
+        P.sgd_step_many([b3], [b3], [b3], 0.1, "0.9", 0.0, 0.0, False, False)
+    with pytest.raises(ArgumentError, match="sgd_step_many: argument lr must be finite"):
+        P.sgd_step_many([b3], [b3], [b3], math.inf, 0.9, 0.0, 0.0, False, False)
+    with pytest.raises(ArgumentError, match="sgd_step_many_inplace: argument nesterov must be a bool"):
+        P.sgd_step_many_inplace([b3], [b3], [b4], 0.1, 0.9, 0.0, 0.0, "yes", False)
+    assert P.sgd_step_many([], [], [], *hyper) == ()
+    assert P.sgd_step_many_inplace([], [], None, 0.1, 0.0, 0.0, 0.0, False, True) == ()
+
+
+def test_sgd_step_many_inplace_refuses_aliased_buffers():
+    a, b, g = (Buffer.from_numpy(np.ones(3, F32)) for _ in range(3))
+    hyper = (0.1, 0.9, 0.0, 0.0, False, False)
+    with pytest.raises(ArgumentError, match="sgd_step_many_inplace: ps and bufs must be 2 distinct buffers"):
+        P.sgd_step_many_inplace([a], [g], [a], *hyper)
+    with pytest.raises(ArgumentError, match="none of them in gs"):
+        P.sgd_step_many_inplace([a], [b], [b], *hyper)
+    with pytest.raises(ArgumentError, match="ps and bufs must be 2 distinct buffers"):
+        P.sgd_step_many_inplace([a, a], [g, g], None, 0.1, 0.0, 0.0, 0.0, False, True)
+    for x in (a, b):
+        assert same_bits(x.to_numpy(), np.ones(3, F32))  # nothing was written
+
+
+# -- SGD.step: one sgd_step_many call per group and buffer presence, in place when unobservable ----
+_SGD_KWS = [dict(lr=0.1), dict(lr=0.05, weight_decay=0.01, dampening=0.2),
+            dict(lr=0.05, momentum=0.9), dict(lr=0.05, momentum=0.9, dampening=0.3, weight_decay=0.01),
+            dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1)]
+_SGD_STEPS = 4
+
+
+def _sgd_grads(init, rng):
+    """Gradients per step; parameter 1 has none at step 0 (no momentum buffer until step 1) and
+    parameter 2 none at step 2."""
+    grads = [[rng.standard_normal(w.shape).astype(F32) for w in init] for _ in range(_SGD_STEPS)]
+    grads[0][1] = grads[2][2] = None
+    return grads
+
+
+def _sgd_reference(init, grads, kw, device):
+    """SGD as it was before sgd_step_many: one P.sgd_step per parameter and step, always rebinding."""
+    lr, mom, damp = kw["lr"], kw.get("momentum", 0.0), kw.get("dampening", 0.0)
+    wd, nesterov = kw.get("weight_decay", 0.0), kw.get("nesterov", False)
+    ps = [Buffer.from_numpy(w.reshape(-1), device) for w in init]
+    bufs = [None] * len(init)
+    for step in grads:
+        for i, g in enumerate(step):
+            if g is None:
+                continue
+            gb = Buffer.from_numpy(g.reshape(-1), device)
+            if mom != 0:
+                ps[i], bufs[i] = P.sgd_step(ps[i], gb, bufs[i], ps[i].size, lr, mom, damp, wd, nesterov,
+                                            bufs[i] is None)
+            else:
+                ps[i], _ = P.sgd_step(ps[i], gb, None, ps[i].size, lr, 0.0, damp, wd, False, True)
+    return [p.to_numpy() for p in ps], [None if b is None else b.to_numpy() for b in bufs]
+
+
+def _sgd_run(init, grads, kw, device, hold):
+    """SGD.step over tensors from init; hold(ws, opt) may keep references after step 0 (before
+    step 1); returns the final parameters, momentum buffers and what hold kept."""
+    ws = [tl.nn.Parameter(tl.tensor(w, device=device)) for w in init]
+    opt = optim.SGD(ws, **kw)
+    kept = None
+    for k, step in enumerate(grads):
+        for w, g in zip(ws, step):
+            w.grad = None if g is None else tl.tensor(g, device=device)
+        opt.step()
+        if k == 0:
+            kept = hold(ws, opt)
+    bufs = [opt.state[w].get("momentum_buffer") if w in opt.state else None for w in ws]
+    return [w.numpy().reshape(-1) for w in ws], [None if b is None else b.numpy().reshape(-1) for b in bufs], kept
+
+
+_SGD_HOLDERS = {
+    "nothing": lambda ws, opt: [],
+    "detach": lambda ws, opt: [(t, t.numpy().copy()) for t in (ws[0].detach(),)],
+    "optimizer state dict": lambda ws, opt: [(t, t.numpy().copy()) for st in opt.state_dict()["state"].values()
+                                             for t in st.values() if t is not None],
+    "raw array": lambda ws, opt: [(ws[3]._buf.data, ws[3].numpy().copy())],
+}
+
+
+@pytest.mark.parametrize("holder", list(_SGD_HOLDERS))
+@pytest.mark.parametrize("kw", _SGD_KWS, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items()))
+def test_sgd_equals_per_parameter_sgd_step_bitwise(device, kw, holder):
+    rng = np.random.default_rng(21)
+    init = [rng.standard_normal(s).astype(F32) for s in SHAPES + [(70000,)]]
+    grads = _sgd_grads(init, rng)
+    ref_p, ref_b = _sgd_reference(init, grads, kw, device)
+    got_p, got_b, kept = _sgd_run(init, grads, kw, device, _SGD_HOLDERS[holder])
+    for i, (a, b) in enumerate(zip(got_p, ref_p)):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), (holder, i)
+    for i, (a, b) in enumerate(zip(got_b, ref_b)):
+        assert (a is None) == (b is None) and (a is None or np.array_equal(a.view(np.uint32), b.view(np.uint32))), i
+    for obj, snap in kept:  # a holder's values are never written over
+        now = obj if isinstance(obj, np.ndarray) else obj.numpy()
+        assert same_bits(now, snap), holder
+
+
+def _sgd_paths(monkeypatch):
+    calls = []
+    for name in ("sgd_step_many", "sgd_step_many_inplace"):
+        real = getattr(P, name)
+        monkeypatch.setattr(P, name, lambda *a, name=name, real=real: calls.append((name, len(a[0]))) or real(*a))
+    return calls
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_sgd_one_call_per_group_in_place_when_unobservable(monkeypatch, momentum):
+    calls = _sgd_paths(monkeypatch)
+    ws = [tl.randn(k, requires_grad=True) for k in (2, 3, 4, 5)]
+    opt = optim.SGD(ws, lr=0.1, momentum=momentum)
+
+    def step():
+        calls.clear()
+        for w in ws:
+            w.grad = tl.ones(*w.shape)
+        opt.step()
+        return list(calls)
+
+    # the first step: out of place with momentum (it makes the buffers), in place without
+    assert step() == [("sgd_step_many" if momentum else "sgd_step_many_inplace", 4)]
+    assert step() == [("sgd_step_many_inplace", 4)]
+    snap = opt.state_dict()
+    held = ws[1].detach()
+    # w1 (a detached view) and, with momentum, every buffer (in the snapshot) step out of place
+    assert step() == ([("sgd_step_many", 4)] if momentum else [("sgd_step_many_inplace", 3), ("sgd_step_many", 1)])
+    del snap, held  # the step above rebound what they held: in place again
+    assert step() == [("sgd_step_many_inplace", 4)]
+
+
+def test_sgd_buckets_by_momentum_buffer_presence(monkeypatch):
+    # a parameter without a gradient at the first step has no buffer at the second: two calls
+    calls = _sgd_paths(monkeypatch)
+    ws = [tl.randn(3, requires_grad=True) for _ in range(3)]
+    opt = optim.SGD(ws, lr=0.1, momentum=0.9)
+    ws[0].grad, ws[2].grad = tl.ones(3), tl.ones(3)
+    opt.step()
+    ws[1].grad = tl.ones(3)
+    calls.clear()
+    opt.step()
+    assert sorted(calls) == [("sgd_step_many", 1), ("sgd_step_many_inplace", 2)]
+    assert all("momentum_buffer" in opt.state[w] for w in ws)
+
+
 # -- the step-count cache: bounded, and emptied by collect_allocator(True) ----------------------------
 @pytest.mark.parametrize("name", ["adam", "adamw", "sgd_momentum"])
 def test_optimizer_leaves_no_buffers_behind(name):

@@ -1,4 +1,5 @@
-"""Contracts of the fused optimizer steps: adam_step and sgd_step.
+"""Contracts of the fused optimizer steps: adam_step and sgd_step (and their multi-tensor forms:
+the one-tensor bound on each tensor).
 
 Notation (per element, all in float64): u = 2^-24, gamma(k) = k u / (1 - k u), S = 2^-149 (the
 smallest subnormal: twice the error of one rounding that underflows; every quantity gets a few S
@@ -101,7 +102,7 @@ def _adam_bound(ref, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step, d
 
 
 def _sgd_bound(ref, p, g, buf, n, lr, momentum, dampening, weight_decay, nesterov, first):
-    p_ref, b_ref = (np.asarray(r, dtype=np.float64).reshape(-1) for r in ref)
+    p_ref = np.asarray(ref[0], dtype=np.float64).reshape(-1)  # (buf's bound does not depend on buf')
     P, G0 = _a(p), _a(g)
     lr, mom, damp, wd = abs(float(lr)), abs(float(momentum)), float(dampening), float(weight_decay)
     with np.errstate(all="ignore"):
@@ -144,3 +145,18 @@ register("adam_step_many", "adam_step on each of T tensors (one launch on CUDA):
           "(the kernels run the same per-element arithmetic, so the bits equal T adam_step calls)", _adam_many_bound)
 register("adam_step_many_inplace", "adam_step_many's values, written over ps, ms and vs: its bound "
           "(the same kernels with the outputs pointed at the inputs, so the same bits)", _adam_many_bound)
+
+
+def _sgd_many_bound(ref, ps, gs, bufs, lr, momentum, dampening, weight_decay, nesterov, first):
+    """sgd_step's bound per tensor, for the new ps and bufs, or the new ps alone when ref holds only
+    those (sgd_step_many_inplace without bufs)."""
+    t = len(ps)
+    per = [_sgd_bound((ref[i],), p, g, None if bufs is None else bufs[i], np.size(p), lr, momentum, dampening,
+                      weight_decay, nesterov, first) for i, (p, g) in enumerate(zip(ps, gs))]
+    return tuple(b[k] for k in range(len(ref) // t if t else 0) for b in per)
+
+
+register("sgd_step_many", "sgd_step on each of T tensors (one launch on CUDA): sgd_step's bound per tensor "
+          "(the kernels run the same per-element arithmetic, so the bits equal T sgd_step calls)", _sgd_many_bound)
+register("sgd_step_many_inplace", "sgd_step_many's values, written over ps and bufs (ps alone when bufs is None): "
+          "its bound (the same kernels with the outputs pointed at the inputs, so the same bits)", _sgd_many_bound)

@@ -1,7 +1,7 @@
 """``torchlean.optim``: PyTorch's optimizers and schedulers over torchlean tensors.
 
-``SGD``, ``Adam``, ``AdamW`` (one fused step kernel per parameter: the ``sgd_step`` and
-``adam_step`` primitives); ``RMSprop``, ``Adagrad``, ``Adadelta``, ``Adamax``, ``NAdam``,
+``SGD``, ``Adam``, ``AdamW`` (fused steps, one call per group: the ``sgd_step_many`` and
+``adam_step_many`` primitives); ``RMSprop``, ``Adagrad``, ``Adadelta``, ``Adamax``, ``NAdam``,
 ``RAdam``, ``Rprop``, ``ASGD`` (PyTorch's single-tensor formulas, a few element-wise primitives
 per parameter) and ``LBFGS``; the ``Optimizer`` base class with PyTorch's param groups and state
 dicts (a torch optimizer's state dict loads), and the schedulers of ``lr_scheduler``.

@@ -9,7 +9,7 @@ from ..errors import ArgumentError
 from ..runtime import primitives as P
 from ..runtime.buffer import zeros
 from ..tensor import Tensor
-from .optimizer import Optimizer, check_real, step_buffer, step_tensor, step_value, exclusively_held
+from .optimizer import Optimizer, check_real, split_by_ownership, step_buffer, step_tensor, step_value
 
 __all__ = ["Adam", "AdamW"]
 
@@ -105,12 +105,10 @@ class Adam(Optimizer):
 
 def _split_by_ownership(entries: list) -> tuple[list, list]:
     """The (p, exp_avg, exp_avg_sq) tensors of ``entries`` ((parameter, its state) pairs), split
-    into those whose three buffers can be written in place and the others.
-
-    In place needs each buffer held by its own tensor alone (``exclusively_held``: a state_dict
-    snapshot, a detached tensor or a retained graph keeps its values) and the 3T buffers distinct
-    and not a gradient. The first step creates the zero moments here."""
-    own, shared, seen, ordered = [], [], set(), []
+    into those whose three buffers can be written in place and the others (``split_by_ownership``:
+    a state_dict snapshot, a detached tensor or a retained graph keeps its values). The first step
+    creates the zero moments here."""
+    rows = []
     for p, st in entries:
         if not st:  # first step: zero moments (step 0 until this step lands)
             pb = p._buf
@@ -118,20 +116,8 @@ def _split_by_ownership(entries: list) -> tuple[list, list]:
             st["step"] = step_tensor(0.0)
             st["exp_avg"] = Tensor._wrap(zeros(n, dev), p.shape)
             st["exp_avg_sq"] = Tensor._wrap(zeros(n, dev), p.shape)
-        m, v = st["exp_avg"], st["exp_avg_sq"]
-        pmv = (p, m, v)
-        ordered.append(pmv)
-        ids = (id(p._buf), id(m._buf), id(v._buf))
-        if exclusively_held(p, m, v) and not seen.intersection(ids) and len(set(ids)) == 3:
-            own.append(pmv)
-            seen.update(ids)
-        else:
-            shared.append(pmv)
-    if own:  # a gradient that is one of the written buffers (p.grad = p.detach(), say)
-        grads = {id(p.grad._buf) for p, _ in entries}
-        if grads & seen:
-            return [], ordered
-    return own, shared
+        rows.append((p, st["exp_avg"], st["exp_avg_sq"]))
+    return split_by_ownership(rows)
 
 
 def _step_args(triples: list) -> tuple[list, list, list, list]:

@@ -6,9 +6,9 @@ Differences from ``torch.optim.Optimizer`` (documented where they show):
   the fused step's new buffer, keeping the Parameter and state Tensor objects (what PyTorch's
   in-place update looks like from outside). ``state_dict()`` therefore returns a true snapshot
   (new Tensor objects over the current, never-mutated buffers): no ``deepcopy`` is needed to keep
-  a checkpoint, and resuming from it is bitwise identical to not stopping. (Adam writes over a
-  buffer in place, allocating nothing, only when nothing but its own Parameter or state Tensor
-  refers to it: see ``exclusively_held``. Nobody can observe the difference.)
+  a checkpoint, and resuming from it is bitwise identical to not stopping. (Adam and SGD write
+  over a buffer in place, allocating nothing, only when nothing but its own Parameter or state
+  Tensor refers to it: see ``exclusively_held``. Nobody can observe the difference.)
 * ``load_state_dict`` also takes a PyTorch optimizer's state dict (torch tensors are copied to
   the parameter's device). It is all or nothing: every key, type, range and shape is checked
   against this optimizer (an explicit schema: unknown keys are refused) before anything changes.
@@ -79,6 +79,27 @@ def exclusively_held(*tensors: Tensor) -> bool:
         if b is None or t._node is not None or not exclusive(b):  # (only leaves: autograd.Node)
             return False
     return True
+
+
+def split_by_ownership(rows: list) -> tuple[list, list]:
+    """Rows of tensors (a parameter that has a gradient, then its state tensors: one row per
+    parameter) split into those whose buffers a step may write in place and the others.
+
+    In place needs each buffer held by its own tensor alone (``exclusively_held``), the buffers of
+    all rows written in place distinct, and none of them a gradient (``p.grad = p.detach()``,
+    say: then no row is written in place, as an element read after it was overwritten would be
+    wrong). The others step out of place and rebind."""
+    own, shared, seen = [], [], set()
+    for row in rows:
+        ids = {id(t._buf) for t in row}
+        if exclusively_held(*row) and len(ids) == len(row) and seen.isdisjoint(ids):
+            own.append(row)
+            seen.update(ids)
+        else:
+            shared.append(row)
+    if own and any(id(row[0].grad._buf) in seen for row in rows):
+        return [], list(rows)
+    return own, shared
 
 
 def step_buffer(step: float) -> Buffer:

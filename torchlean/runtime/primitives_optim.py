@@ -1,4 +1,5 @@
-"""Primitives of the fused optimizer steps: adam_step (Adam and AdamW) and sgd_step.
+"""Primitives of the fused optimizer steps: adam_step (Adam and AdamW) and sgd_step, and their
+multi-tensor forms adam_step_many and sgd_step_many (T tensors in one call: one launch on CUDA).
 
 Each is ONE pass over the parameter: every input element is read once and every output element
 written once (a step of PyTorch's single-tensor Adam is about ten passes). The arithmetic follows
@@ -16,9 +17,10 @@ torchlean step lands within an ulp or two of torch's:
   after each operation. The remaining difference to torch: torch's CPU float32 sqrt (MKL VML) is
   not correctly rounded (we measured 0.75 ulp), ours is.
 
-Inputs are never modified; the outputs are new buffers. The one exception is
-``adam_step_many_inplace``, named for it: the optimizer's own step, which writes the new p, m, v
-over the old ones (as every PyTorch optimizer does) and so allocates nothing.
+Inputs are never modified; the outputs are new buffers. The exceptions are
+``adam_step_many_inplace`` and ``sgd_step_many_inplace``, named for it: the optimizer's own step,
+which writes the new p and state over the old ones (as every PyTorch optimizer does) and so
+allocates nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from .buffer import Buffer, check_buffer, same_device, wrap
 from .checks import check_u32
 from .oom import run_allocating
 
-__all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step"]
+__all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step", "sgd_step_many",
+           "sgd_step_many_inplace"]
 
 _F32 = struct.Struct("f")
 
@@ -150,10 +153,7 @@ def adam_step_many_inplace(ps: Any, gs: Any, ms: Any, vs: Any, lr: float, beta1:
     ctx, coef = _many_args(op, ps, gs, ms, vs, lr, beta1, beta2, eps, weight_decay, step, decoupled)
     if ctx is None:
         return ()
-    written = {id(b) for b in (*ps, *ms, *vs)}
-    if len(written) != 3 * len(ps) or any(id(g) in written for g in gs):
-        raise ArgumentError(f"{op}: ps, ms and vs must be {3 * len(ps)} distinct buffers and none of them in gs "
-                            "(they are updated in place)")
+    _check_written(op, "ps, ms and vs", (*ps, *ms, *vs), gs)
     run_allocating(op, ctx, 0, ctx.backend.adam_step_many_inplace, [p._data for p in ps], [g._data for g in gs],
          [m._data for m in ms], [v._data for v in vs], *coef)
     return (*ps, *ms, *vs)
@@ -162,15 +162,7 @@ def adam_step_many_inplace(ps: Any, gs: Any, ms: Any, vs: Any, lr: float, beta1:
 def _many_args(op: str, ps: Any, gs: Any, ms: Any, vs: Any, lr: Any, beta1: Any, beta2: Any, eps: Any,
                weight_decay: Any, step: Any, decoupled: Any) -> tuple[Any, tuple]:
     """Check adam_step_many's arguments: (the device context, or None for T = 0; the coefficients)."""
-    seqs = {}
-    for name, seq in (("ps", ps), ("gs", gs), ("ms", ms), ("vs", vs)):
-        if not isinstance(seq, (list, tuple)):
-            raise ArgumentError(f"{op}: argument {name} must be a list or tuple of Buffers, got {type(seq).__name__}")
-        seqs[name] = seq
-    t = len(ps)
-    for name, seq in seqs.items():
-        if len(seq) != t:
-            raise ArgumentError(f"{op}: ps, gs, ms and vs must have the same length; ps has {t}, {name} has {len(seq)}")
+    t = _sequences(op, ps=ps, gs=gs, ms=ms, vs=vs)
     coef = _adam_hyper(op, lr, beta1, beta2, eps, weight_decay, step, decoupled)
     if t == 0:
         return None, coef
@@ -181,17 +173,47 @@ def _many_args(op: str, ps: Any, gs: Any, ms: Any, vs: Any, lr: Any, beta1: Any,
         if type(p) is Buffer and p._data is not None and type(g) is Buffer and g._data is not None \
                 and type(m) is Buffer and m._data is not None and type(v) is Buffer and v._data is not None \
                 and p._nbytes == g._nbytes == m._nbytes == v._nbytes \
-                and (ctx is None or p._ctx is g._ctx is m._ctx is v._ctx is ctx):
+                and p._ctx is g._ctx is m._ctx is v._ctx is (p._ctx if ctx is None else ctx):
             ctx = p._ctx
             continue
-        if type(p) is not Buffer or p._data is None:
-            check_buffer(op, f"ps[{i}]", p)
-        c = _buffers(op, p.size, **{f"ps[{i}]": p, f"gs[{i}]": g, f"ms[{i}]": m, f"vs[{i}]": v})
-        if ctx is None:
-            ctx = c
-        elif c is not ctx:
-            raise ArgumentError(f"{op}: all buffers must be on one device; ps[0] is on {ctx.name}, ps[{i}] on {c.name}")
+        ctx = _row_context(op, i, ctx, {f"ps[{i}]": p, f"gs[{i}]": g, f"ms[{i}]": m, f"vs[{i}]": v})
     return ctx, coef
+
+
+def _sequences(op: str, **seqs: Any) -> int:
+    """Check that the named arguments are equally long lists or tuples; their length T."""
+    for name, seq in seqs.items():
+        if not isinstance(seq, (list, tuple)):
+            raise ArgumentError(f"{op}: argument {name} must be a list or tuple of Buffers, got {type(seq).__name__}")
+    names = list(seqs)
+    t = len(seqs[names[0]])
+    for name, seq in seqs.items():
+        if len(seq) != t:
+            raise ArgumentError(f"{op}: {', '.join(names[:-1])} and {names[-1]} must have the same length; "
+                                f"{names[0]} has {t}, {name} has {len(seq)}")
+    return t
+
+
+def _row_context(op: str, i: int, ctx: Any, row: dict[str, Any]) -> Any:
+    """The named checks of the i-th buffers of a multi-tensor call (``row``: name -> buffer, the
+    parameter first), where the one-test fast path failed: the device context they share, which
+    must be ``ctx`` unless that is None (the first row)."""
+    name, p = next(iter(row.items()))
+    if type(p) is not Buffer or p._data is None:
+        check_buffer(op, name, p)
+    c = _buffers(op, p.size, **row)
+    if ctx is not None and c is not ctx:
+        raise ArgumentError(f"{op}: all buffers must be on one device; ps[0] is on {ctx.name}, ps[{i}] on {c.name}")
+    return c
+
+
+def _check_written(op: str, what: str, written: tuple, gs: Any) -> None:
+    """An in-place step's written buffers must be distinct and none a gradient: an element updated
+    twice, or read after it was overwritten, would be wrong."""
+    ids = {id(b) for b in written}
+    if len(ids) != len(written) or any(id(g) in ids for g in gs):
+        raise ArgumentError(f"{op}: {what} must be {len(written)} distinct buffers and none of them in gs "
+                            "(they are updated in place)")
 
 
 def sgd_step(p: Buffer, g: Buffer, buf: Buffer | None, n: int, lr: float, momentum: float, dampening: float,
@@ -209,11 +231,83 @@ def sgd_step(p: Buffer, g: Buffer, buf: Buffer | None, n: int, lr: float, moment
         ctx = _buffers(op, n, p=p, g=g)
     else:
         ctx = _buffers(op, n, p=p, g=g, buf=buf)
+    coef = _sgd_hyper(op, lr, momentum, dampening, weight_decay, nesterov, is_first)
+    pn, bn = run_allocating(op, ctx, 2 * n, ctx.backend.sgd_step, p._data, g._data, None if buf is None else buf._data, n,
+                  *coef)
+    return wrap(ctx, pn), wrap(ctx, bn)
+
+
+def _sgd_hyper(op: str, lr: Any, momentum: Any, dampening: Any, weight_decay: Any, nesterov: Any,
+               is_first: bool) -> tuple:
+    """Check SGD's hyperparameters and derive the kernels' float32 coefficients and mode:
+    (wd, momentum, 1 - dampening, -lr, mode) with mode bits 1 = weight decay, 2 = first step
+    (the buffer starts at the gradient, buf is not read), 4 = nesterov."""
     lr_, mom = _real(op, "lr", lr), _real(op, "momentum", momentum)
     damp, wd = _real(op, "dampening", dampening), _real(op, "weight_decay", weight_decay)
     nest = _flag(op, "nesterov", nesterov)
-    wd_f, mom_f, keep_f, neg_lr = sgd_coefficients(lr_, mom, damp, wd)
     mode = (1 if wd != 0.0 else 0) | (2 if is_first else 0) | (4 if nest else 0)
-    pn, bn = run_allocating(op, ctx, 2 * n, ctx.backend.sgd_step, p._data, g._data, None if buf is None else buf._data, n,
-                  wd_f, mom_f, keep_f, neg_lr, mode)
-    return wrap(ctx, pn), wrap(ctx, bn)
+    return (*sgd_coefficients(lr_, mom, damp, wd), mode)
+
+
+def sgd_step_many(ps: Any, gs: Any, bufs: Any, lr: float, momentum: float, dampening: float, weight_decay: float,
+                  nesterov: bool, first: bool) -> tuple[Buffer, ...]:
+    """sgd_step on T tensors at once, with the same hyperparameters: ps, gs and bufs are equally
+    long sequences of buffers on one device (the i-th of each of the same size); bufs may be None
+    when ``first`` (not read, as sgd_step's buf). Returns the flat tuple (p_new_0, ...,
+    p_new_{T-1}, buf_new_0, ..., buf_new_{T-1}), bitwise equal to T sgd_step calls. On CUDA it is
+    one launch (per 1024 tensors) instead of T."""
+    op = "sgd_step_many"
+    ctx, coef = _sgd_many_args(op, ps, gs, bufs, lr, momentum, dampening, weight_decay, nesterov, first)
+    if ctx is None:
+        return ()
+    po, bo = run_allocating(op, ctx, 2 * sum(p.size for p in ps), ctx.backend.sgd_step_many, [p._data for p in ps],
+                            [g._data for g in gs], None if bufs is None else [b._data for b in bufs], *coef)
+    return tuple(wrap(ctx, a) for a in (*po, *bo))
+
+
+def sgd_step_many_inplace(ps: Any, gs: Any, bufs: Any, lr: float, momentum: float, dampening: float,
+                          weight_decay: float, nesterov: bool, first: bool) -> tuple[Buffer, ...]:
+    """sgd_step_many with the results written over ps and bufs (the same bits; nothing is
+    allocated, and on CUDA the step is one launch). bufs may be None when ``first``: then only ps
+    are written and the new buffers are not kept (plain SGD, momentum 0, keeps none). Returns the
+    written buffers: (*ps, *bufs), or ps alone. Like adam_step_many_inplace it modifies its inputs:
+    ps and bufs must be distinct buffers and none of them a gradient (ArgumentError otherwise), and
+    every tensor sharing one of them sees the new values, as in PyTorch."""
+    op = "sgd_step_many_inplace"
+    ctx, coef = _sgd_many_args(op, ps, gs, bufs, lr, momentum, dampening, weight_decay, nesterov, first)
+    if ctx is None:
+        return ()
+    written = tuple(ps) if bufs is None else (*ps, *bufs)
+    _check_written(op, "ps and bufs", written, gs)
+    run_allocating(op, ctx, 0, ctx.backend.sgd_step_many_inplace, [p._data for p in ps], [g._data for g in gs],
+                   None if bufs is None else [b._data for b in bufs], *coef)
+    return written
+
+
+def _sgd_many_args(op: str, ps: Any, gs: Any, bufs: Any, lr: Any, momentum: Any, dampening: Any, weight_decay: Any,
+                   nesterov: Any, first: Any) -> tuple[Any, tuple]:
+    """Check sgd_step_many's arguments: (the device context, or None for T = 0; the coefficients)."""
+    is_first = _flag(op, "first", first)
+    if bufs is None:
+        if not is_first:
+            raise ArgumentError(f"{op}: argument bufs may be None only when first=True")
+        t = _sequences(op, ps=ps, gs=gs)
+    else:
+        t = _sequences(op, ps=ps, gs=gs, bufs=bufs)
+    coef = _sgd_hyper(op, lr, momentum, dampening, weight_decay, nesterov, is_first)
+    if t == 0:
+        return None, coef
+    ctx = None
+    for i in range(t):
+        p, g = ps[i], gs[i]
+        b = g if bufs is None else bufs[i]  # (no buffers: g checked twice, one test for both cases)
+        if type(p) is Buffer and p._data is not None and type(g) is Buffer and g._data is not None \
+                and type(b) is Buffer and b._data is not None and p._nbytes == g._nbytes == b._nbytes \
+                and p._ctx is g._ctx is b._ctx is (p._ctx if ctx is None else ctx):
+            ctx = p._ctx
+            continue
+        row = {f"ps[{i}]": p, f"gs[{i}]": g}
+        if bufs is not None:
+            row[f"bufs[{i}]"] = b
+        ctx = _row_context(op, i, ctx, row)
+    return ctx, coef

@@ -1,4 +1,5 @@
-"""Float64 references of the fused optimizer steps: adam_step (Adam and AdamW) and sgd_step.
+"""Float64 references of the fused optimizer steps: adam_step (Adam and AdamW) and sgd_step, and
+their multi-tensor forms (adam_step_many, sgd_step_many: the one-tensor step on each tensor).
 
 Written from the textbook formulas (Kingma & Ba; PyTorch's SGD docs), in a different algebraic
 form from the kernels (beta * m + (1 - beta) * g instead of a lerp, sqrt(v / bc2) instead of
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step"]
+__all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step", "sgd_step_many",
+           "sgd_step_many_inplace"]
 
 
 def _f64(a):
@@ -66,3 +68,18 @@ def adam_step_many(ps, gs, ms, vs, lr, beta1, beta2, eps, weight_decay, step, de
 def adam_step_many_inplace(ps, gs, ms, vs, lr, beta1, beta2, eps, weight_decay, step, decoupled):
     """The values adam_step_many_inplace writes over ps, ms, vs: adam_step_many's."""
     return adam_step_many(ps, gs, ms, vs, lr, beta1, beta2, eps, weight_decay, step, decoupled)
+
+
+def sgd_step_many(ps, gs, bufs, lr, momentum, dampening, weight_decay, nesterov, first):
+    """sgd_step on each tensor of the lists, the same hyperparameters for all (bufs None: the
+    first step, no buffer read): the flat tuple (p_new_0, ..., p_new_{T-1}, buf_new_0, ...)."""
+    outs = [sgd_step(p, g, None if bufs is None else bufs[i], np.size(p), lr, momentum, dampening, weight_decay,
+                     nesterov, first) for i, (p, g) in enumerate(zip(ps, gs))]
+    return tuple(o[k] for k in range(2) for o in outs)
+
+
+def sgd_step_many_inplace(ps, gs, bufs, lr, momentum, dampening, weight_decay, nesterov, first):
+    """The values sgd_step_many_inplace writes over ps and bufs: sgd_step_many's (only the new
+    ps when bufs is None: then no buffer is written)."""
+    out = sgd_step_many(ps, gs, bufs, lr, momentum, dampening, weight_decay, nesterov, first)
+    return out if bufs is not None else out[:len(ps)]

@@ -423,7 +423,7 @@ def _is_buffer_arg(a: Any) -> bool:
 
 
 def _is_buffer_list(a: Any) -> bool:
-    """A list of float32 arrays: a list of buffers (adam_step_many's arguments)."""
+    """A list of float32 arrays: a list of buffers (adam_step_many's and sgd_step_many's arguments)."""
     return isinstance(a, list) and all(_is_buffer_arg(x) for x in a)
 
 

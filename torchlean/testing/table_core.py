@@ -70,7 +70,7 @@ class PrimitiveInfo:
 TABLE: dict[str, PrimitiveInfo] = {}
 # Primitives that write their results over some inputs (by argument position) and return them:
 # every other input is left unchanged, as for all other primitives.
-IN_PLACE: dict[str, tuple[int, ...]] = {"adam_step_many_inplace": (0, 2, 3)}
+IN_PLACE: dict[str, tuple[int, ...]] = {"adam_step_many_inplace": (0, 2, 3), "sgd_step_many_inplace": (0, 2)}
 
 
 ACCUMULATING = {"reduce_sum", "reduce_mean", "reduce_sum_axis0", "reduce_sum_axis1", "reduce_sum_axis",

@@ -1,4 +1,4 @@
-"""Primitive table entries of the optim family: adam_step and sgd_step.
+"""Primitive table entries of the optim family: adam_step and sgd_step, and their multi-tensor forms.
 
 Random draws use finite kinds (normal, wide, int): with infinities the spec's algebraic form
 (beta m + (1 - beta) g) and the kernels' lerp meet inf - inf differently, which is IEEE behaviour,
@@ -88,3 +88,24 @@ _adam_many_edges = [
 add(PrimitiveInfo("adam_step_many", _adam_many, 1, edge_cases=_adam_many_edges, max_dim=12, kinds=_KINDS))
 add(PrimitiveInfo("adam_step_many_inplace", _adam_many, 1, edge_cases=_adam_many_edges, max_dim=12, kinds=_KINDS))
 add(PrimitiveInfo("sgd_step", _sgd, 1, edge_cases=_sgd_edges, max_dim=40, kinds=_KINDS))
+
+
+def _sgd_many(rng, d, kind):
+    """d[0] tensors of random sizes 0..13 (quads and scalar tails on CUDA), one hyperparameter set;
+    the buffers are given (and written in place) on the first step too, where they are not read."""
+    sizes = [int(s) for s in rng.integers(0, 14, d[0])]
+    ps, gs, bufs = ([values(rng, s, kind) for s in sizes] for _ in range(3))
+    return [ps, gs, bufs, *_sgd(rng, (1,), kind)[4:]]
+
+
+_sgd_many_edges = [
+    [[], [], [], 0.1, 0.9, 0.0, 0.0, False, False],                             # no tensors
+    [[], [], None, 0.1, 0.0, 0.0, 0.0, False, True],                            # no tensors, no buffers
+    [[_Z0, _P], [_Z0, _G], [_Z0, _B], 0.1, 0.9, 0.0, 0.01, True, False],        # an empty one first; nesterov
+    [[_P, _P[:3], _P[:5]], [_G, _G[:3], _G[:5]], None, 0.1, 0.0, 0.0, 0.0, False, True],  # plain SGD, tails
+    [[_P, _P[:3], _P[:5]], [_G, _G[:3], _G[:5]], [_B, _B[:3], _B[:5]], 0.01, 0.9, 0.5, 0.0, False, False],  # dampening
+    [[_P, _P[:5]], [_G, _G[:5]], [_B, _B[:5]], 1.0, 0.9, 0.0, 0.1, True, True],  # first step: bufs not read
+    [[_P, _P[:7]], [_G, _G[:7]], None, 0.5, 0.9, 0.0, 0.5, True, True],        # first step, no buffers given
+]
+add(PrimitiveInfo("sgd_step_many", _sgd_many, 1, edge_cases=_sgd_many_edges, max_dim=12, kinds=_KINDS))
+add(PrimitiveInfo("sgd_step_many_inplace", _sgd_many, 1, edge_cases=_sgd_many_edges, max_dim=12, kinds=_KINDS))

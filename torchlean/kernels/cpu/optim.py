@@ -1,4 +1,5 @@
-"""CPU kernels of the fused optimizer steps: adam_step and sgd_step (Numba, one pass).
+"""CPU kernels of the fused optimizer steps: adam_step and sgd_step (Numba, one pass), and their
+multi-tensor forms (a loop over the tensors: on the CPU a call costs microseconds, not a launch).
 
 Each element is read once and written once (p, g, m, v in; p, m, v out), in float32 arithmetic
 arranged as PyTorch's CPU kernels arrange it (see runtime/primitives_optim.py): a fused
@@ -18,7 +19,8 @@ from .parallel import parts
 
 F32 = np.float32
 
-__all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step"]
+__all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step", "sgd_step_many",
+           "sgd_step_many_inplace"]
 
 _CHUNK = 1 << 15  # elements per parallel task, and the work that pays for a thread (parallel.parts)
 
@@ -101,25 +103,41 @@ def _adam_par_inplace(p, g, m, v, wd, decay, w1, b2, w2, bc2s, eps, nss, mode):
 
 
 @njit(inline="always", error_model="numpy")
+def _sgd_elem(pi, gi, b, i, wd, mom, keep, nlr, has_wd, first, nesterov):
+    """One element's new (p, buf); b[i] is read only after the first step."""
+    if has_wd:
+        gi = _fmaf(pi, wd, gi)                  # grad.add(param, alpha=wd)
+    if first:
+        bi = gi                                 # buf = grad.clone()
+    else:
+        bi = _fmaf(gi, keep, b[i] * mom)        # buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+    if nesterov:
+        di = _fmaf(bi, mom, gi)                 # grad.add(buf, alpha=momentum)
+    else:
+        di = bi
+    return _fmaf(di, nlr, pi), bi               # param.add_(grad, alpha=-lr)
+
+
+# In place is its own loop, as Adam's: p and b written where they were read. _NO_BUF (a mode bit
+# the kernels alone use) leaves b unwritten: sgd_step_many_inplace without buffers (plain SGD).
+_NO_BUF = 8
+
+
+@njit(inline="always", error_model="numpy")
 def _sgd_range(p, g, b, po, bo, wd, mom, keep, nlr, mode):
-    has_wd = (mode & 1) != 0
-    first = (mode & 2) != 0
-    nesterov = (mode & 4) != 0
+    has_wd, first, nesterov = (mode & 1) != 0, (mode & 2) != 0, (mode & 4) != 0
     for i in range(p.size):
-        pi = p[i]
-        gi = g[i]
-        if has_wd:
-            gi = _fmaf(pi, wd, gi)              # grad.add(param, alpha=wd)
-        if first:
-            bi = gi                             # buf = grad.clone()
-        else:
-            bi = _fmaf(gi, keep, b[i] * mom)    # buf.mul_(momentum).add_(grad, alpha=1 - dampening)
-        if nesterov:
-            di = _fmaf(bi, mom, gi)             # grad.add(buf, alpha=momentum)
-        else:
-            di = bi
-        po[i] = _fmaf(di, nlr, pi)              # param.add_(grad, alpha=-lr)
-        bo[i] = bi
+        po[i], bo[i] = _sgd_elem(p[i], g[i], b, i, wd, mom, keep, nlr, has_wd, first, nesterov)
+
+
+@njit(inline="always", error_model="numpy")
+def _sgd_range_inplace(p, g, b, wd, mom, keep, nlr, mode):
+    has_wd, first, nesterov, write_b = (mode & 1) != 0, (mode & 2) != 0, (mode & 4) != 0, (mode & _NO_BUF) == 0
+    for i in range(p.size):
+        pi, bi = _sgd_elem(p[i], g[i], b, i, wd, mom, keep, nlr, has_wd, first, nesterov)
+        p[i] = pi
+        if write_b:
+            b[i] = bi
 
 
 @njit(cache=True, error_model="numpy")
@@ -134,6 +152,20 @@ def _sgd_par(p, g, b, po, bo, wd, mom, keep, nlr, mode):
         lo = c * _CHUNK
         hi = min(n, lo + _CHUNK)
         _sgd_range(p[lo:hi], g[lo:hi], b[lo:hi], po[lo:hi], bo[lo:hi], wd, mom, keep, nlr, mode)
+
+
+@njit(cache=True, error_model="numpy")
+def _sgd_seq_inplace(p, g, b, wd, mom, keep, nlr, mode):
+    _sgd_range_inplace(p, g, b, wd, mom, keep, nlr, mode)
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def _sgd_par_inplace(p, g, b, wd, mom, keep, nlr, mode):
+    n = p.size
+    for c in prange((n + _CHUNK - 1) // _CHUNK):
+        lo = c * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        _sgd_range_inplace(p[lo:hi], g[lo:hi], b[lo:hi], wd, mom, keep, nlr, mode)
 
 
 def adam_step(p, g, m, v, n, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode):
@@ -169,4 +201,23 @@ def adam_step_many(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_
         for out, a in zip(outs, adam_step(p, g, m, v, p.size, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size,
                                           mode)):
             out.append(a)
+    return outs
+
+
+def sgd_step_many_inplace(ps, gs, bufs, wd, momentum, keep, neg_lr, mode):
+    """sgd_step per tensor with its outputs the inputs p and buf (bufs None: p alone; the first
+    step's buffer, g in its place, is then neither read nor written)."""
+    c = (F32(wd), F32(momentum), F32(keep), F32(neg_lr), int(mode) | (_NO_BUF if bufs is None else 0))
+    for p, g, b in zip(ps, gs, gs if bufs is None else bufs):
+        if p.size:
+            (_sgd_par_inplace if _split(p.size) else _sgd_seq_inplace)(p, g, b, *c)
+
+
+def sgd_step_many(ps, gs, bufs, wd, momentum, keep, neg_lr, mode):
+    """sgd_step per tensor: the lists (p_new per tensor, buf_new per tensor)."""
+    outs = ([], [])
+    for i, (p, g) in enumerate(zip(ps, gs)):
+        pn, bn = sgd_step(p, g, None if bufs is None else bufs[i], p.size, wd, momentum, keep, neg_lr, mode)
+        outs[0].append(pn)
+        outs[1].append(bn)
     return outs

@@ -1,4 +1,5 @@
-// Fused optimizer steps: adam_step (Adam / AdamW) and sgd_step. One grid-stride pass: each element
+// Fused optimizer steps: adam_step (Adam / AdamW) and sgd_step, and their multi-tensor forms
+// (adam_step_many, sgd_step_many: one launch over a table of tensors). One grid-stride pass: each element
 // of p, g, m, v (or buf) is read once and each output written once, float4 loads and stores when
 // every pointer is 16-byte aligned (the launcher checks), a scalar tail for n % 4.
 // Arithmetic follows PyTorch's CPU kernels (see runtime/primitives_optim.py): fmaf exactly where
@@ -59,6 +60,11 @@ struct TlSgdCoef {
     bool has_wd, first, nesterov;
 };
 
+// mode bits (runtime/primitives_optim.py): 1 weight decay, 2 first step, 4 nesterov
+__device__ __forceinline__ TlSgdCoef tl_sgd_coef(float wd, float mom, float keep, float nlr, int mode) {
+    return TlSgdCoef{wd, mom, keep, nlr, (mode & 1) != 0, (mode & 2) != 0, (mode & 4) != 0};
+}
+
 __device__ __forceinline__ void tl_sgd_elem(float p, float g, float b, const TlSgdCoef& c, float& po, float& bo) {
     if (c.has_wd) g = fmaf(p, c.wd, g);
     b = c.first ? g : fmaf(g, c.keep, b * c.mom);
@@ -67,12 +73,21 @@ __device__ __forceinline__ void tl_sgd_elem(float p, float g, float b, const TlS
     bo = b;
 }
 
+// Four elements (a float4 of each input; b is not read on the first step: the caller passes g).
+__device__ __forceinline__ void tl_sgd_elem4(float4 a, float4 g, float4 b, const TlSgdCoef& c, float4& po,
+                                             float4& bo) {
+    tl_sgd_elem(a.x, g.x, b.x, c, po.x, bo.x);
+    tl_sgd_elem(a.y, g.y, b.y, c, po.y, bo.y);
+    tl_sgd_elem(a.z, g.z, b.z, c, po.z, bo.z);
+    tl_sgd_elem(a.w, g.w, b.w, c, po.w, bo.w);
+}
+
 // buf is not read on the first step (the launcher then passes g in its place).
 extern "C" __global__ void tl_sgd_step(const float* __restrict__ p, const float* __restrict__ g,
                                        const float* __restrict__ buf, float* __restrict__ po,
                                        float* __restrict__ bo, long long n, float wd, float mom, float keep,
                                        float nlr, int mode, int vec) {
-    TlSgdCoef c{wd, mom, keep, nlr, (mode & 1) != 0, (mode & 2) != 0, (mode & 4) != 0};
+    const TlSgdCoef c = tl_sgd_coef(wd, mom, keep, nlr, mode);
     long long stride = TL_STRIDE, start = 0;
     if (vec) {
         long long n4 = n >> 2;
@@ -81,10 +96,7 @@ extern "C" __global__ void tl_sgd_step(const float* __restrict__ p, const float*
         float4 *po4 = reinterpret_cast<float4*>(po), *bo4 = reinterpret_cast<float4*>(bo);
         for (long long i = TL_TID; i < n4; i += stride) {
             float4 a = p4[i], gg = g4[i], bb = c.first ? gg : b4[i], rp, rb;
-            tl_sgd_elem(a.x, gg.x, bb.x, c, rp.x, rb.x);
-            tl_sgd_elem(a.y, gg.y, bb.y, c, rp.y, rb.y);
-            tl_sgd_elem(a.z, gg.z, bb.z, c, rp.z, rb.z);
-            tl_sgd_elem(a.w, gg.w, bb.w, c, rp.w, rb.w);
+            tl_sgd_elem4(a, gg, bb, c, rp, rb);
             po4[i] = rp;
             bo4[i] = rb;
         }
@@ -94,22 +106,21 @@ extern "C" __global__ void tl_sgd_step(const float* __restrict__ p, const float*
         tl_sgd_elem(p[i], g[i], c.first ? 0.f : buf[i], c, po[i], bo[i]);
 }
 
-// adam_step_many: the same step over T tensors in one launch (PyTorch's multi_tensor_apply idea).
-// `ptrs` holds 7 rows of T device pointers (p, g, m, v, p_out, m_out, v_out); `quads` holds the
-// prefix sums of each tensor's quad count (ceil(n_i / 4)), T + 1 entries; `sizes` the n_i. A
-// thread's global quad index picks its tensor by binary search in `quads` (kept in shared memory);
-// each quad is a float4 (every tensor is a whole CuPy allocation, hence 16-byte aligned) or, at a
-// tensor's end, up to 3 scalars. Same per-element arithmetic as tl_adam_step: the bits equal the
-// one-tensor kernel's.
-#define TL_ADAM_MANY_MAX 1024
-extern "C" __global__ void tl_adam_step_many(const long long* __restrict__ ptrs, const long long* __restrict__ quads,
-                                             const long long* __restrict__ sizes, int T, float wd, float decay,
-                                             float w1, float b2, float w2, float bc2s, float eps, float nss,
-                                             int mode) {
-    __shared__ long long q[TL_ADAM_MANY_MAX + 1];
+// The multi-tensor kernels (PyTorch's multi_tensor_apply idea): `ptrs` holds R rows of T device
+// pointers (the inputs, then the outputs); `quads` the prefix sums of each tensor's quad count
+// (ceil(n_i / 4)), T + 1 entries; `sizes` the n_i. The prefix sums go to shared memory, and a
+// thread's global quad index picks its tensor by binary search in them; each quad is a float4
+// (the launcher sends only 16-byte aligned tensors) or, at a tensor's end, up to 3 scalars.
+#define TL_STEP_MANY_MAX 1024
+
+// Calls body(t, k, n) for each quad this thread owns: tensor t, its quad k, its size n. Every
+// thread of the block calls it (a barrier after the prefix sums are in shared memory).
+template <class Body>
+__device__ __forceinline__ void tl_step_many_each(const long long* __restrict__ quads,
+                                                  const long long* __restrict__ sizes, int T, Body body) {
+    __shared__ long long q[TL_STEP_MANY_MAX + 1];
     for (int i = threadIdx.x; i <= T; i += blockDim.x) q[i] = quads[i];
     __syncthreads();
-    TlAdamCoef c{wd, decay, w1, w1 - 1.f, b2, w2, bc2s, eps, nss, mode, w1 < 0.5f};
     const long long total = q[T];
     for (long long j = TL_TID; j < total; j += TL_STRIDE) {
         int lo = 0, hi = T - 1;  // the last t with q[t] <= j (tensors of size 0 have q[t] == q[t+1])
@@ -117,15 +128,28 @@ extern "C" __global__ void tl_adam_step_many(const long long* __restrict__ ptrs,
             int mid = (lo + hi + 1) >> 1;
             if (q[mid] <= j) lo = mid; else hi = mid - 1;
         }
-        const int t = lo;
-        const long long k = j - q[t], n = sizes[t], e = k << 2;
-        const float* p = reinterpret_cast<const float*>(ptrs[t]);
-        const float* g = reinterpret_cast<const float*>(ptrs[T + t]);
-        const float* m = reinterpret_cast<const float*>(ptrs[2 * T + t]);
-        const float* v = reinterpret_cast<const float*>(ptrs[3 * T + t]);
-        float* po = reinterpret_cast<float*>(ptrs[4 * T + t]);
-        float* mo = reinterpret_cast<float*>(ptrs[5 * T + t]);
-        float* vo = reinterpret_cast<float*>(ptrs[6 * T + t]);
+        body(lo, j - q[lo], sizes[lo]);
+    }
+}
+
+// Tensor t's pointer in row r of the table.
+__device__ __forceinline__ float* tl_step_many_row(const long long* __restrict__ ptrs, int T, int r, int t) {
+    return reinterpret_cast<float*>(ptrs[r * T + t]);
+}
+
+// adam_step_many: tl_adam_step over T tensors in one launch, R = 7 rows (p, g, m, v, p_out, m_out,
+// v_out). Same per-element arithmetic as tl_adam_step: the bits equal the one-tensor kernel's.
+extern "C" __global__ void tl_adam_step_many(const long long* __restrict__ ptrs, const long long* __restrict__ quads,
+                                             const long long* __restrict__ sizes, int T, float wd, float decay,
+                                             float w1, float b2, float w2, float bc2s, float eps, float nss,
+                                             int mode) {
+    const TlAdamCoef c{wd, decay, w1, w1 - 1.f, b2, w2, bc2s, eps, nss, mode, w1 < 0.5f};
+    tl_step_many_each(quads, sizes, T, [&](int t, long long k, long long n) {
+        const float *p = tl_step_many_row(ptrs, T, 0, t), *g = tl_step_many_row(ptrs, T, 1, t);
+        const float *m = tl_step_many_row(ptrs, T, 2, t), *v = tl_step_many_row(ptrs, T, 3, t);
+        float *po = tl_step_many_row(ptrs, T, 4, t), *mo = tl_step_many_row(ptrs, T, 5, t),
+              *vo = tl_step_many_row(ptrs, T, 6, t);
+        const long long e = k << 2;
         if (e + 4 <= n) {
             float4 a = reinterpret_cast<const float4*>(p)[k], b = reinterpret_cast<const float4*>(g)[k];
             float4 f = reinterpret_cast<const float4*>(m)[k], h = reinterpret_cast<const float4*>(v)[k];
@@ -140,5 +164,39 @@ extern "C" __global__ void tl_adam_step_many(const long long* __restrict__ ptrs,
         } else {
             for (long long i = e; i < n; ++i) tl_adam_elem(p[i], g[i], m[i], v[i], c, po[i], mo[i], vo[i]);
         }
-    }
+    });
+}
+
+// sgd_step_many: tl_sgd_step over T tensors in one launch, R = 5 rows (p, g, buf, p_out, buf_out);
+// the same per-element arithmetic (tl_sgd_elem), so the bits equal the one-tensor kernel's. buf
+// is not read on the first step (the launcher then passes g's pointers in its row). In place the
+// output rows are the input rows: each thread reads its quad before it writes it (no __restrict__
+// on these pointers). Mode bit TL_SGD_NO_BUF (sgd_step_many_inplace without buffers: plain SGD
+// keeps none) leaves buf_out unwritten.
+#define TL_SGD_NO_BUF 8
+extern "C" __global__ void tl_sgd_step_many(const long long* __restrict__ ptrs, const long long* __restrict__ quads,
+                                            const long long* __restrict__ sizes, int T, float wd, float mom,
+                                            float keep, float nlr, int mode) {
+    const TlSgdCoef c = tl_sgd_coef(wd, mom, keep, nlr, mode);
+    const bool write_buf = (mode & TL_SGD_NO_BUF) == 0;
+    tl_step_many_each(quads, sizes, T, [&](int t, long long k, long long n) {
+        const float *p = tl_step_many_row(ptrs, T, 0, t), *g = tl_step_many_row(ptrs, T, 1, t),
+                    *b = tl_step_many_row(ptrs, T, 2, t);
+        float *po = tl_step_many_row(ptrs, T, 3, t), *bo = tl_step_many_row(ptrs, T, 4, t);
+        const long long e = k << 2;
+        if (e + 4 <= n) {
+            float4 a = reinterpret_cast<const float4*>(p)[k], gg = reinterpret_cast<const float4*>(g)[k];
+            float4 bb = c.first ? gg : reinterpret_cast<const float4*>(b)[k], rp, rb;
+            tl_sgd_elem4(a, gg, bb, c, rp, rb);
+            reinterpret_cast<float4*>(po)[k] = rp;
+            if (write_buf) reinterpret_cast<float4*>(bo)[k] = rb;
+        } else {
+            for (long long i = e; i < n; ++i) {
+                float rp, rb;
+                tl_sgd_elem(p[i], g[i], c.first ? 0.f : b[i], c, rp, rb);
+                po[i] = rp;
+                if (write_buf) bo[i] = rb;
+            }
+        }
+    });
 }

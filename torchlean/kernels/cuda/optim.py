@@ -1,4 +1,5 @@
-"""CUDA kernels of the fused optimizer steps: adam_step and sgd_step (kernels in optim.cu).
+"""CUDA kernels of the fused optimizer steps: adam_step and sgd_step (kernels in optim.cu), and
+their multi-tensor forms adam_step_many and sgd_step_many (one launch over a pointer table).
 
 One launch per call, a grid-stride loop with float4 loads and stores when every pointer is
 16-byte aligned (whole CuPy allocations are). Bytes moved per element: adam_step reads p, g, m, v
@@ -19,7 +20,8 @@ from .freelist import give_back
 from .launch import BLOCK, F32, I64, empty, grid_for, kernel
 from .staging import upload_i64
 
-__all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step"]
+__all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step", "sgd_step_many",
+           "sgd_step_many_inplace"]
 
 _FILE = "optim.cu"
 _I32 = np.int32
@@ -41,7 +43,8 @@ def adam_step(p, g, m, v, n, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_s
     return po, mo, vo
 
 
-_MANY_MAX = 1024  # tensors per launch (TL_ADAM_MANY_MAX in optim.cu: the quad table sits in shared memory)
+_MANY_MAX = 1024  # tensors per launch (TL_STEP_MANY_MAX in optim.cu: the quad table sits in shared memory)
+_SGD_NO_BUF = 8  # tl_sgd_step_many's mode bit TL_SGD_NO_BUF: the new buffers are not written
 
 
 def adam_step_many(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode):
@@ -63,7 +66,7 @@ def adam_step_many(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_
         outs[1].append(mo)
         outs[2].append(vo)
     ptrs = [[a.data.ptr for a in arrays] for arrays in (ps, gs, ms, vs, *outs)]
-    _launch_many(batch, ptrs, [p.size for p in ps], coef)
+    _launch_many("tl_adam_step_many", batch, ptrs, [p.size for p in ps], _adam_args(coef))
     return outs
 
 
@@ -83,7 +86,14 @@ def adam_step_many_inplace(ps, gs, ms, vs, wd, decay, w1, beta2, w2, bc2_sqrt, e
             p, m, v = ps[i], ms[i], vs[i]
             for dst, src in zip((p, m, v), adam_step(p, gs[i], m, v, n, *coef)):
                 dst.data.copy_from_device_async(src.data, src.nbytes)
-    _launch_many(batch, (pp, pg, pm, pv, pp, pm, pv), sizes, coef)
+    _launch_many("tl_adam_step_many", batch, (pp, pg, pm, pv, pp, pm, pv), sizes, _adam_args(coef))
+
+
+def _adam_args(coef) -> tuple:
+    """tl_adam_step_many's scalar arguments after the table: the coefficients, typed."""
+    wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode = coef
+    return (F32(wd), F32(decay), F32(w1), F32(beta2), F32(w2), F32(bc2_sqrt), F32(eps), F32(neg_step_size),
+            _I32(mode))
 
 
 # Recent launches' tables per (device, stream), keyed by their content: a training loop that updates
@@ -121,20 +131,22 @@ def _clear_tables() -> int:
 register("cuda", _table_bytes, _clear_tables)  # counted as cached, dropped by collect(True)
 
 
-def _launch_many(batch, ptrs7, sizes, coef):
-    """tl_adam_step_many over the tensors batch (indices) of the 7 pointer lists p, g, m, v, p_out,
-    m_out, v_out: the pointers, quad offsets and sizes go up in one small host-to-device copy per
-    launch, or none when a recent call on this stream had the same ones."""
+def _launch_many(name, batch, ptrs, sizes, args):
+    """The multi-tensor kernel ``name`` over the tensors batch (indices) of the R pointer lists ptrs
+    (inputs, then outputs: 7 for tl_adam_step_many, 5 for tl_sgd_step_many), with the scalar
+    arguments args: the pointers, quad offsets and sizes go up in one small host-to-device copy per
+    launch, or none when a recent call on this stream had the same ones (the table is data alone:
+    R is in the key's length, and the kernel reads what it holds)."""
     if not batch:
         return
-    key = (tuple(batch), tuple(sizes), *map(tuple, ptrs7))
+    key = (tuple(batch), tuple(sizes), *map(tuple, ptrs))
     dev_key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr)
     kept = _tables.get(dev_key)
     if kept is None:
         kept = _tables[dev_key] = OrderedDict()
     plans = kept.get(key)
     if plans is None:
-        plans = kept[key] = [_table(batch[lo:lo + _MANY_MAX], ptrs7, sizes) for lo in range(0, len(batch), _MANY_MAX)]
+        plans = kept[key] = [_table(batch[lo:lo + _MANY_MAX], ptrs, sizes) for lo in range(0, len(batch), _MANY_MAX)]
         if len(kept) > _TABLES_KEPT:
             old = kept.popitem(last=False)[1]
             while old:
@@ -143,27 +155,26 @@ def _launch_many(batch, ptrs7, sizes, coef):
                 del dev_table
     else:
         kept.move_to_end(key)
-    wd, decay, w1, beta2, w2, bc2_sqrt, eps, neg_step_size, mode = coef
+    rows = len(ptrs)
     for table in plans:
         dev, t, total = table.dev, table.tensors, table.quads
         base = dev.data.ptr
-        kernel(_FILE, "tl_adam_step_many")(
+        kernel(_FILE, name)(
             (grid_for(total),), (BLOCK,),
-            (dev, _U64(base + 8 * 7 * t), _U64(base + 8 * (8 * t + 1)), _I32(t), F32(wd), F32(decay), F32(w1),
-             F32(beta2), F32(w2), F32(bc2_sqrt), F32(eps), F32(neg_step_size), _I32(mode)))
+            (dev, _U64(base + 8 * rows * t), _U64(base + 8 * ((rows + 1) * t + 1)), _I32(t), *args))
 
 
-def _table(idx, ptrs7, sizes) -> _Table:
-    """The launch table of the tensors idx: 7T pointers, T + 1 quad prefix sums, T sizes,
-    uploaded asynchronously (stream-ordered: dropping it after the launch is safe)."""
-    t = len(idx)
-    table = np.empty(7 * t + 2 * t + 1, dtype=np.int64)
-    for row, col in enumerate(ptrs7):
+def _table(idx, ptrs, sizes) -> _Table:
+    """The launch table of the tensors idx: R T pointers (R = len(ptrs)), T + 1 quad prefix sums, T
+    sizes, uploaded asynchronously (stream-ordered: dropping it after the launch is safe)."""
+    t, rows = len(idx), len(ptrs)
+    table = np.empty(rows * t + 2 * t + 1, dtype=np.int64)
+    for row, col in enumerate(ptrs):
         table[row * t:(row + 1) * t] = [col[i] for i in idx]
-    table[8 * t + 1:] = [sizes[i] for i in idx]
-    quads = table[7 * t:8 * t + 1]
+    table[(rows + 1) * t + 1:] = [sizes[i] for i in idx]
+    quads = table[rows * t:(rows + 1) * t + 1]
     quads[0] = 0
-    np.cumsum((table[8 * t + 1:] + 3) // 4, out=quads[1:])
+    np.cumsum((table[(rows + 1) * t + 1:] + 3) // 4, out=quads[1:])
     return _Table(upload_i64(table), t, int(quads[-1]))
 
 
@@ -176,3 +187,52 @@ def sgd_step(p, g, buf, n, wd, momentum, keep, neg_lr, mode):
             (grid_for((n + 3) // 4 if vec else n),), (BLOCK,),
             (p, g, b, po, bo, I64(n), F32(wd), F32(momentum), F32(keep), F32(neg_lr), _I32(mode), _I32(vec)))
     return po, bo
+
+
+def sgd_step_many(ps, gs, bufs, wd, momentum, keep, neg_lr, mode):
+    """sgd_step over T tensors with one launch per 1024 tensors (tl_sgd_step_many), as adam_step_many:
+    tensors whose storage is not 16-byte aligned take the one-tensor kernel, the same bits. bufs
+    None (the first step, buf not read): g's pointers fill the buffer row."""
+    coef = (wd, momentum, keep, neg_lr, mode)
+    bs = gs if bufs is None else bufs
+    outs = ([], [])
+    batch = []  # indices of aligned, non-empty tensors
+    for i, (p, g, b) in enumerate(zip(ps, gs, bs)):
+        n = p.size
+        if n and not _aligned(p, g, b):
+            po, bo = sgd_step(p, g, b, n, *coef)
+        else:
+            po, bo = empty(n), empty(n)
+            if n:
+                batch.append(i)
+        outs[0].append(po)
+        outs[1].append(bo)
+    ptrs = [[a.data.ptr for a in arrays] for arrays in (ps, gs, bs, *outs)]
+    _launch_many("tl_sgd_step_many", batch, ptrs, [p.size for p in ps], _sgd_args(coef, False))
+    return outs
+
+
+def sgd_step_many_inplace(ps, gs, bufs, wd, momentum, keep, neg_lr, mode):
+    """sgd_step_many with the output pointers the inputs p and buf. bufs None (first step, plain
+    SGD): p alone is written (_SGD_NO_BUF) and g's pointers fill both buffer rows, neither read nor
+    written. An unaligned tensor runs the one-tensor kernel into scratch, copied back."""
+    coef = (wd, momentum, keep, neg_lr, mode)
+    pp, pg = ([a.data.ptr for a in arrays] for arrays in (ps, gs))
+    pb = pg if bufs is None else [b.data.ptr for b in bufs]
+    sizes = [p.size for p in ps]
+    batch = []
+    for i, n in enumerate(sizes):
+        if n and not (pp[i] | pg[i] | pb[i]) & 15:
+            batch.append(i)
+        elif n:
+            p, b = ps[i], None if bufs is None else bufs[i]
+            po, bo = sgd_step(p, gs[i], b, n, *coef)
+            for dst, src in ((p, po),) if b is None else ((p, po), (b, bo)):
+                dst.data.copy_from_device_async(src.data, src.nbytes)
+    _launch_many("tl_sgd_step_many", batch, (pp, pg, pb, pp, pb), sizes, _sgd_args(coef, bufs is None))
+
+
+def _sgd_args(coef, no_buf: bool) -> tuple:
+    """tl_sgd_step_many's scalar arguments after the table: the coefficients, typed, and the mode."""
+    wd, momentum, keep, neg_lr, mode = coef
+    return F32(wd), F32(momentum), F32(keep), F32(neg_lr), _I32(mode | (_SGD_NO_BUF if no_buf else 0))
