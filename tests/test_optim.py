@@ -28,6 +28,7 @@ from torchlean.optim import lr_scheduler
 from torchlean.runtime import Buffer
 from torchlean.runtime import primitives as P
 from torchlean.runtime import primitives_optim as PO
+from torchlean.runtime.arrays import to_host
 from torchlean.testing.primitive_table import TABLE, run_case
 
 pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"),
@@ -633,7 +634,7 @@ def test_adam_in_place_only_when_nobody_else_sees_the_buffers(monkeypatch):
         for a, b in zip(final, ref):
             assert same_bits(a, b), name  # the same training either way
         for obj, snap in kept[0]:
-            now = obj if isinstance(obj, np.ndarray) else obj.numpy()
+            now = obj.numpy() if isinstance(obj, tl.Tensor) else to_host(obj)  # (a raw array: NumPy or CuPy)
             assert same_bits(now, snap), f"{name}: a held buffer was written over"
         assert "adam_step_many" in [c[0] for c in calls], name
 
@@ -902,7 +903,7 @@ def test_sgd_equals_per_parameter_sgd_step_bitwise(device, kw, holder):
     for i, (a, b) in enumerate(zip(got_b, ref_b)):
         assert (a is None) == (b is None) and (a is None or np.array_equal(a.view(np.uint32), b.view(np.uint32))), i
     for obj, snap in kept:  # a holder's values are never written over
-        now = obj if isinstance(obj, np.ndarray) else obj.numpy()
+        now = obj.numpy() if isinstance(obj, tl.Tensor) else to_host(obj)  # (a raw array: NumPy or CuPy)
         assert same_bits(now, snap), holder
 
 
