@@ -70,6 +70,24 @@ def test_relu_gradient_bits_from_output_match_input_rule():
     np.testing.assert_array_equal(x.grad.numpy(), np.where(v > 0, g, 0).astype(np.float32))
 
 
+def test_leaky_relu_keeps_its_output_not_its_input_and_the_bits_of_the_input_rule():
+    # slope >= 0: y > 0 exactly where x > 0, so the VJP reads y and x is freed during forward (the
+    # memory PyTorch's inplace=True saves); a negative slope keeps x
+    v = np.array([-2.0, -0.0, 0.0, 1e-45, -1e-45, 3.0, np.nan, -np.inf, np.inf], np.float32)
+    g = np.arange(1, 10, dtype=np.float32)
+    for slope in (0.2, 0.0, -0.3):
+        x = tl.tensor(v, requires_grad=True)
+        h = ops.mul(x, 1.0)
+        ref = weakref.ref(h._buf)
+        y = ops.leaky_relu(h, slope)
+        del h
+        gc.collect()
+        assert (ref() is None) == (slope >= 0), slope
+        (y * tl.tensor(g)).sum().backward()
+        want = np.where(v > 0, g, g * np.float32(slope)).astype(np.float32)
+        np.testing.assert_array_equal(x.grad.numpy().view(np.uint32), want.view(np.uint32))
+
+
 def test_saved_buffers_are_released_as_soon_as_their_node_has_run():
     x = tl.randn(1000, requires_grad=True)
     y = ops.exp(x)     # saves its output

@@ -59,8 +59,16 @@ def relu(x: Tensor) -> Tensor:
 
 
 def leaky_relu(x: Tensor, slope: float) -> Tensor:
-    """x where x > 0, else slope * x; the VJP reads x only (PyTorch's formula, slope at x == 0)."""
+    """x where x > 0, else slope * x; the VJP is PyTorch's formula (slope at x == 0).
+
+    With slope >= 0 the VJP reads the output, as relu's: y > 0 exactly where x > 0 (a NaN stays
+    NaN), so leaky_relu_bwd(y) is the same bits, and the input (a batch norm's output, say) is freed
+    during forward: the memory PyTorch saves with ``inplace=True``. A negative slope flips signs:
+    then it reads x."""
     slope = real_arg("leaky_relu", "negative_slope", slope)
+    if slope >= 0.0:
+        return _unary("leaky_relu", x, lambda xb: P.leaky_relu(xb, slope),
+                      lambda xb, yb, g: P.leaky_relu_bwd(yb, g, slope), "y")
     return _unary("leaky_relu", x, lambda xb: P.leaky_relu(xb, slope),
                   lambda xb, yb, g: P.leaky_relu_bwd(xb, g, slope), "x")
 
