@@ -47,6 +47,15 @@ def _timm_heads(qkv, eager):
     return q, k, v
 
 
+def _timm_indexed_heads(qkv, eager):
+    """Older timm and many ViTs: the same permute, then qkv[0], qkv[1], qkv[2]."""
+    t = qkv.reshape(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
+    q, k, v = t[0], t[1], t[2]
+    if eager:
+        q, k, v = q + 0, k + 0, v + 0
+    return q, k, v
+
+
 def _attention_step(lib, heads, device, eager, mask=None, causal=True):
     x, w, g = _data()
     xt = lib.tensor(x, device=device, requires_grad=True)
@@ -63,7 +72,7 @@ def _np(t):
     return t.detach().cpu().numpy()
 
 
-@pytest.mark.parametrize("heads", [_gpt_heads, _timm_heads], ids=["nanogpt", "timm"])
+@pytest.mark.parametrize("heads", [_gpt_heads, _timm_heads, _timm_indexed_heads], ids=["nanogpt", "timm", "indexed"])
 def test_attention_reads_the_packed_projection_with_the_eager_bits(heads, device, monkeypatch):
     calls = []
     for name in ("flash_attention_packed_fwd", "flash_attention_packed_bwd", "flash_attention_fwd", "narrow_block",
@@ -127,6 +136,16 @@ def test_views_stay_pending_until_read_and_run_no_kernel_when_dropped(monkeypatc
     assert calls == ["narrow_block", "swap_adjacent_at_depth"] and type(q) is tl.Tensor
     want = qkv.numpy()[:, :, :C].reshape(B, T, H, C // H).transpose(0, 2, 1, 3)
     assert np.array_equal(got, want)
+
+
+def test_an_int_index_of_a_pending_view_stays_pending_with_the_row_values():
+    a = np.arange(2 * 3 * 4, dtype=F32).reshape(2, 3, 4)
+    y = tl.tensor(a) * 1.0
+    t = y.permute(2, 0, 1)
+    rows = [t[1], t[-1]]
+    assert all(type(r) is PendingView for r in rows)
+    assert np.array_equal(rows[0].numpy(), a.transpose(2, 0, 1)[1])
+    assert np.array_equal(rows[1].numpy(), a.transpose(2, 0, 1)[-1])
 
 
 def test_a_transpose_back_is_a_reshape_of_the_source():

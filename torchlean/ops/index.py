@@ -17,6 +17,7 @@ from ..runtime import primitives as P
 from ..runtime.arrays import to_host
 from ..runtime.buffer import Buffer, zeros
 from . import integer
+from . import pending as PV
 from ._base import Tensor, dim_index, fbuf, host_indices, new, numel, same_device, tensor_arg
 from .shape import narrow_block, reshape, slice0
 
@@ -153,7 +154,12 @@ def getitem(x: Tensor, key: Any) -> Tensor:
         n0 = x.shape[0]
         if not -n0 <= key < n0:
             raise IndexOutOfRangeError(f"getitem: index {key} is out of bounds for dim 0 of size {n0}")
-        return reshape(slice0(x, key % n0, 1), x.shape[1:]) if x._buf is not None else integer.getitem(x, key)
+        if type(x) is PV.PendingView:  # (qkv[0], qkv[1], qkv[2] of permuted heads: still pending)
+            _, offset, strides = PV.layout(x)
+            out = PV.extend(x, (_row_now, (key % n0,)), x.shape[1:], offset + (key % n0) * strides[0], strides[1:])
+            if out is not None:
+                return out
+        return _row_now(x, key % n0) if x._buf is not None else integer.getitem(x, key)
     if x.ndim >= 1 and type(key) is slice and key.step is None and x._buf is not None \
             and (key.start is None or type(key.start) is int) and (key.stop is None or type(key.stop) is int):
         start, stop, _ = key.indices(x.shape[0])
@@ -169,6 +175,11 @@ def getitem(x: Tensor, key: Any) -> Tensor:
         return _narrow_blocks(x, axes)
     flat = np.arange(x.numel(), dtype=np.int64).reshape(x.shape)
     return _gather_flat(x, np.asarray(_index_host(flat, hk, x.shape)))
+
+
+def _row_now(x: Tensor, i: int) -> Tensor:
+    """x[i] of a float tensor, computed now (also a pending view's step): a view of one row."""
+    return reshape(slice0(x, i, 1), x.shape[1:])
 
 
 def _index_host(arr: np.ndarray, key: Any, shape: tuple) -> Any:
