@@ -309,13 +309,11 @@ def _heads_of_packed(q: Any, k: Any, v: Any) -> tuple[Tensor, int] | None:
 
 
 def _heads_view(y: Tensor, heads: int) -> Tensor:
-    """y (..., L, H d) seen as (..., H, L, d): pending (the program's transpose back then makes it a
-    reshape of y again), or computed at once when y cannot be a source."""
+    """y (..., L, H d), the packed attention's fresh output, seen as (..., H, L, d): pending (the
+    program's transpose back then makes it a reshape of y again)."""
     shape = tuple(y.shape)
     lead, n, e = shape[:-2], shape[-2], shape[-1]
     split = lead + (n, heads, e // heads)
     perm = tuple(range(len(lead))) + (len(lead) + 1, len(lead), len(lead) + 2)
-    if not PV.eligible(y):
-        return permute_now(reshape(y, split), perm)
     return PV.of_source(y, ((reshape, (split,)), (permute_now, (perm,))), PV.permuted(split, perm), 0,
                         PV.permuted(PV.contiguous_strides(split), perm))
