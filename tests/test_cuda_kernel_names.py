@@ -191,6 +191,7 @@ _FAMILY_PREFIXES = {
     "reduce.cu": ("reduce_", "softmax_rows_", "log_softmax_rows_"),
     "rng.cu": ("rand_uniform", "rand_normal", "bernoulli_mask"),
     "rnn.cu": ("lstm_cell_", "gru_cell_"),
+    "rnn_seq.cu": ("lstm_recurrence_",),
     "scan.cu": ("selective_scan_",),
     "spectral.cu": ("irfft1d_packed_", "spectral_conv1d_rfft_"),
     "spectral_nd.cu": ("spectral_conv_nd_rfft_",),  # shared by spectral_conv{2,3}d_rfft_*

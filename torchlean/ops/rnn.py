@@ -4,12 +4,14 @@ per tape node.
 A layer-direction is x (T, B, I) -> out (T, B, H):
 
 * the input projection of every step at once, ``linear(x, W_ih, b_ih)``: one GEMM, its own node;
-* the recurrence (``_recurrence``), one node: per step the GEMM ``h W_hh^T + b_hh`` (fast_gemm,
-  bias in the epilogue) and the fused cell (``lstm_cell_fwd`` / ``gru_cell_fwd``; the plain RNN
-  is ``add`` then ``tanh`` / ``relu``, already fused enough). Its VJP runs backpropagation through
-  time with the cell backwards (``lstm_cell_bwd`` / ``gru_cell_bwd`` / ``tanh_bwd`` / ``relu_bwd``)
-  and ``dh W_hh`` per step, then the weight gradients of all steps at once: dW_hh = dG^T H_prev
-  (one GEMM), db_hh = the column sums of dG.
+* the recurrence, one node. The LSTM's is one primitive (``_lstm_recurrence``:
+  ``lstm_recurrence_fwd`` / ``_bwd`` run every step's GEMM ``h W_hh^T + b_hh`` and cell, so a GPU
+  issues one fused launch per step, not three). The GRU's and the plain RNN's (``_recurrence``)
+  run per step the GEMM (fast_gemm, bias in the epilogue) and the fused cell (``gru_cell_fwd``;
+  the plain RNN is ``add`` then ``tanh`` / ``relu``, already fused enough); their VJP runs
+  backpropagation through time with the cell backwards (``gru_cell_bwd`` / ``tanh_bwd`` /
+  ``relu_bwd``) and ``dh W_hh`` per step. Then, for all three, the weight gradients of all steps at
+  once: dW_hh = dG^T H_prev (one GEMM), db_hh = the column sums of dG.
 
 The LSTM node's output is (T + 1, B, H): the outputs, then c_n (one node, one output tensor; the
 layer slices it). h_n is the output row of the last step processed (T - 1, or 0 when reversed).
@@ -42,28 +44,57 @@ def _join(bufs: list[Buffer], size: int) -> Buffer:
     return stack_buffers("rnn", bufs, (size,), 0, bufs[0].device)
 
 
-def _recurrence(mode: str, gi: Tensor, h0: Tensor, c0: Tensor | None, w_hh: Tensor, b_hh: Tensor | None,
-                reverse: bool) -> Tensor:
+def _weight_grads(dG: Buffer, hp: Any, w_hh: Tensor, b_hh: Tensor | None, rows: int, G: int, H: int) -> list:
+    """[dW_hh, db_hh] (those asked for) from every step's gate gradients dG (rows, G) and the states
+    they multiplied, hp (rows, H), a Buffer or a function making it (only called when needed)."""
+    grads: list[Any] = [P.fast_gemm(dG, hp() if callable(hp) else hp, None, G, rows, H, 1, 0, 0)
+                        if w_hh.requires_grad else None]
+    if b_hh is not None:
+        grads.append(P.reduce_sum_axis0(dG, rows, G) if b_hh.requires_grad else None)
+    return grads
+
+
+def _lstm_recurrence(gi: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, b_hh: Tensor | None, reverse: bool) -> Tensor:
     T, B, G = gi.shape
     H = h0.shape[-1]
-    lstm, gru = mode == "LSTM", mode == "GRU"
+    n = B * H
+    wb, h0b, c0b = fbuf("LSTM", w_hh), fbuf("LSTM", h0), fbuf("LSTM", c0)
+    bb = None if b_hh is None else fbuf("LSTM", b_hh)
+    y, cs, act = P.lstm_recurrence_fwd(fbuf("LSTM", gi), h0b, c0b, wb, bb, T, B, H, int(reverse))
+    parents = tuple(p for p in (gi, h0, c0, w_hh, b_hh) if p is not None)
+
+    def h_prev() -> Buffer:
+        """Every step's h_prev by time index: h0 then y's rows 0..T-2 (y's rows 1..T-1 then h0 when
+        reversed)."""
+        rest = P.slice1d(y, (T + 1) * n, n if reverse else 0, (T - 1) * n)
+        return P.concat1d(rest, h0b, (T - 1) * n, n) if reverse else P.concat1d(h0b, rest, n, (T - 1) * n)
+
+    def vjp(g: Buffer):
+        dG, dh0, dc0 = P.lstm_recurrence_bwd(act, cs, c0b, wb, g, T, B, H, int(reverse))
+        grads: list[Any] = [dG if gi.requires_grad else None, dh0 if h0.requires_grad else None,
+                            dc0 if c0.requires_grad else None]
+        return tuple(grads + _weight_grads(dG, h_prev if T else dG, w_hh, b_hh, T * B, G, H))
+
+    return autograd.record("lstm_recurrence", new(y, (T + 1, B, H)), parents, vjp, workspace=[cs, act])
+
+
+def _recurrence(mode: str, gi: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Tensor | None, reverse: bool) -> Tensor:
+    """The GRU's and the plain RNN's recurrence: per step the GEMM and the cell, as primitives."""
+    T, B, G = gi.shape
+    H = h0.shape[-1]
+    gru = mode == "GRU"
     gib, wb = fbuf(mode, gi), fbuf(mode, w_hh)
     bb = None if b_hh is None else fbuf(mode, b_hh)
     h = h0b = fbuf(mode, h0)
-    c = c0b = fbuf(mode, c0) if lstm else None
     step = B * G
     order = range(T - 1, -1, -1) if reverse else range(T)
     hs: list[Any] = [None] * T
     hprev: list[Any] = [None] * T
     acts: list[Any] = [None] * T
-    cprev: list[Any] = [None] * T
     for t in order:
         git = P.slice1d(gib, T * step, t * step, step)
         gh = P.fast_gemm(h, wb, bb, B, H, G, 0, 1, 0)
-        if lstm:
-            hn, cn, act = P.lstm_cell_fwd(git, gh, c, B, H)
-            cprev[t], c = c, cn
-        elif gru:
+        if gru:
             hn, act = P.gru_cell_fwd(git, gh, h, B, H)
         else:
             pre = P.add(git, gh)
@@ -74,25 +105,18 @@ def _recurrence(mode: str, gi: Tensor, h0: Tensor, c0: Tensor | None, w_hh: Tens
         hprev[t], hs[t], acts[t] = h, hn, act
         h = hn
     n = B * H
-    out = _join(hs + [c] if lstm else hs, n)  # c_n joined in the same copy
-    work = [b for b in hs + acts + cprev + ([c] if lstm else []) if b is not None and b is not out
-            and b is not h0b and b is not c0b]
-    parents = tuple(p for p in (gi, h0, c0, w_hh, b_hh) if p is not None)
-    shape = (T + 1, B, H) if lstm else (T, B, H)
+    out = _join(hs, n)
+    work = [b for b in hs + acts if b is not None and b is not out and b is not h0b]
+    parents = tuple(p for p in (gi, h0, w_hh, b_hh) if p is not None)
 
     def vjp(g: Buffer):
         dh: Buffer | None = None
-        dc = P.slice1d(g, (T + 1) * n, T * n, n) if lstm else None
         dgi: list[Any] = [None] * T
         dgh: list[Any] = [None] * T
         for t in reversed(order):
             gt = P.slice1d(g, g.size, t * n, n)
             dht = gt if dh is None else P.add(gt, dh)
-            if lstm:
-                dg, dc = P.lstm_cell_bwd(acts[t], cprev[t], dht, dc, B, H)
-                dgi[t] = dgh[t] = dg
-                dh = P.fast_gemm(dg, wb, None, B, G, H, 0, 0, 0)
-            elif gru:
+            if gru:
                 dgi[t], dgh[t], direct = P.gru_cell_bwd(acts[t], hprev[t], dht, B, H)
                 back = P.fast_gemm(dgh[t], wb, None, B, G, H, 0, 0, 0)
                 dh = P.add(direct, back)
@@ -105,18 +129,9 @@ def _recurrence(mode: str, gi: Tensor, h0: Tensor, c0: Tensor | None, w_hh: Tens
         dGI = _join(dgi, step)
         dGH = dGI if not gru else _join(dgh, step)
         grads: list[Any] = [dGI if gi.requires_grad else None, dh if h0.requires_grad else None]
-        if lstm:
-            grads.append(dc if c0.requires_grad else None)
-        if w_hh.requires_grad:
-            hp = _join(hprev, n)
-            grads.append(P.fast_gemm(dGH, hp, None, G, T * B, H, 1, 0, 0))
-        else:
-            grads.append(None)
-        if b_hh is not None:
-            grads.append(P.reduce_sum_axis0(dGH, T * B, G) if b_hh.requires_grad else None)
-        return tuple(grads)
+        return tuple(grads + _weight_grads(dGH, lambda: _join(hprev, n), w_hh, b_hh, T * B, G, H))
 
-    return autograd.record(f"{mode.lower()}_recurrence", new(out, shape), parents, vjp, workspace=work)
+    return autograd.record(f"{mode.lower()}_recurrence", new(out, (T, B, H)), parents, vjp, workspace=work)
 
 
 def rnn_layer(mode: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Tensor, w_hh: Tensor,
@@ -126,7 +141,10 @@ def rnn_layer(mode: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Tensor,
     T, B = x.shape[0], x.shape[1]
     H = h0.shape[-1]
     gi = linear(x, w_ih, b_ih)
-    packed = _recurrence(mode, gi, h0, c0, w_hh, b_hh, reverse)
+    if mode == "LSTM":
+        packed = _lstm_recurrence(gi, h0, c0, w_hh, b_hh, reverse)  # type: ignore[arg-type]
+    else:
+        packed = _recurrence(mode, gi, h0, w_hh, b_hh, reverse)
     out = slice0(packed, 0, T) if mode == "LSTM" else packed
     h_n = reshape(slice0(out, 0 if reverse else T - 1, 1), (B, H))
     c_n = reshape(slice0(packed, T, 1), (B, H)) if mode == "LSTM" else None

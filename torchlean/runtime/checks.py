@@ -31,6 +31,15 @@ def check_u32(op: str, name: str, value: Any) -> int:
     return v
 
 
+def check_flag(op: str, name: str, value: Any) -> int:
+    """``value`` as 0 or 1 (a bool or an integer 0 / 1); otherwise ``ArgumentError`` naming ``name``."""
+    if type(value) is int and value in (0, 1):
+        return value
+    if isinstance(value, numbers.Integral) and int(value) in (0, 1):  # bool, numpy ints
+        return int(value)
+    raise ArgumentError(f"{op}: argument {name} must be 0 or 1 (a flag), got {value!r} ({type(value).__name__})")
+
+
 def check_u32_tuple(op: str, name: str, values: Any) -> tuple[int, ...]:
     """A sequence of uint32 values (dims, axis numbers) as a tuple."""
     if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):

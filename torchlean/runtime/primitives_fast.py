@@ -22,24 +22,14 @@ outputs are new Buffers.
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
-from ..errors import ArgumentError
 from .buffer import Buffer, check_buffer, same_device, wrap
-from .checks import check_product, check_u32
+from .checks import check_flag, check_product, check_u32
 from .device import DeviceContext
 from .oom import run_allocating
 
 __all__ = ["fast_gemm", "linear_bwd", "mse_loss_fwd", "mse_loss_bwd"]
-
-
-def _flag(op: str, name: str, value: Any) -> int:
-    if type(value) is int and value in (0, 1):
-        return value
-    if isinstance(value, numbers.Integral) and int(value) in (0, 1):  # bool, numpy ints
-        return int(value)
-    raise ArgumentError(f"{op}: argument {name} must be 0 or 1 (a flag), got {value!r} ({type(value).__name__})")
 
 
 def fast_gemm(a: Buffer, b: Buffer, bias: Buffer | None, m: int, k: int, n: int, trans_a: int, trans_b: int,
@@ -47,7 +37,7 @@ def fast_gemm(a: Buffer, b: Buffer, bias: Buffer | None, m: int, k: int, n: int,
     """op(a) (m, k) @ op(b) (k, n) (+ bias on every row): (m, n); fp64 = 1 computes in float64."""
     op = "fast_gemm"
     m_, k_, n_ = check_u32(op, "m", m), check_u32(op, "k", k), check_u32(op, "n", n)
-    ta, tb, f64 = _flag(op, "trans_a", trans_a), _flag(op, "trans_b", trans_b), _flag(op, "fp64", fp64)
+    ta, tb, f64 = check_flag(op, "trans_a", trans_a), check_flag(op, "trans_b", trans_b), check_flag(op, "fp64", fp64)
     check_buffer(op, "a", a, check_product(op, "m*k", m_, k_))
     check_buffer(op, "b", b, check_product(op, "k*n", k_, n_))
     ctx = a._ctx
@@ -92,7 +82,7 @@ def mse_loss_fwd(input: Buffer, target: Buffer, n: int, mean: int) -> Buffer:
     """sum (input - target)^2 (/ n when mean; the mean of nothing is NaN) in float64, rounded once: (1,)."""
     op = "mse_loss_fwd"
     n_ = _pair(op, input, target, n)
-    mn = _flag(op, "mean", mean)
+    mn = check_flag(op, "mean", mean)
     ctx = same_device(op, input=input, target=target)
     return wrap(ctx, run_allocating(op, ctx, 1, ctx.backend.mse_loss_fwd, input._data, target._data, n_, mn))
 
@@ -102,7 +92,7 @@ def mse_loss_bwd(input: Buffer, target: Buffer, g: Buffer, n: int, mean: int) ->
     op = "mse_loss_bwd"
     n_ = _pair(op, input, target, n)
     check_buffer(op, "g", g, 1)
-    mn = _flag(op, "mean", mean)
+    mn = check_flag(op, "mean", mean)
     ctx = same_device(op, input=input, target=target, g=g)
     return wrap(ctx, run_allocating(op, ctx, n_, ctx.backend.mse_loss_bwd, input._data, target._data, g._data, n_, mn))
 

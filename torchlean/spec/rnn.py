@@ -19,6 +19,21 @@ GEMM primitives; these primitives take their results.
         dn = dh (1 - z), dz = dh (h_prev - n), dnp = dn (1 - n^2), dr = dnp gh_n
         dgi = [dr r (1 - r), dz z (1 - z), dnp],  dgh = [dgi_r, dgi_z, dnp r],  dh_prev = dh z
 
+The whole recurrence of one LSTM layer-direction, one primitive (a GPU runs it as one fused launch
+per step instead of a GEMM and a cell each):
+
+    lstm_recurrence_fwd(gi (T, B, 4H), h0, c0 (B, H), w_hh (4H, H), b_hh (4H) or None, T, B, H, reverse)
+        -> (y (T + 1, B, H), cs (T, B, H), act (T, B, 5H))
+        steps t = 0 .. T-1 (T-1 .. 0 when reverse), from (h0, c0): gh = h_prev w_hh^T + b_hh (the sum,
+        then the bias), then lstm_cell_fwd(gi_t, gh, c_prev); y row t = h_t, y row T = c of the last
+        step processed (c0 when T = 0), cs row t = c_t, act row t = the cell's act
+    lstm_recurrence_bwd(act, cs, c0, w_hh, gy (T + 1, B, H), T, B, H, reverse) -> (dgates (T, B, 4H), dh0, dc0)
+        the VJP for the cotangent gy of y, walking the steps backwards: dh_t = gy_t + dgates_next w_hh
+        (the product, then the sum; gy_t alone at the first step walked), dc from gy row T on, then
+        lstm_cell_bwd(act_t, c_prev, dh_t, dc); dh0 = dgates of the first step processed times w_hh,
+        dc0 the last dc. The gradients of gi, w_hh (dgates^T h_prev) and b_hh (column sums) are the
+        caller's GEMM and reduction, from dgates.
+
 The order of operations is the kernels' (so IEEE specials meet the same NaN and inf); sigmoid is
 1 / (1 + exp(-x)) in float64, the kernels use the same split form as the ``sigmoid`` primitive.
 """
@@ -27,7 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["lstm_cell_fwd", "lstm_cell_bwd", "gru_cell_fwd", "gru_cell_bwd"]
+__all__ = ["lstm_cell_fwd", "lstm_cell_bwd", "gru_cell_fwd", "gru_cell_bwd", "lstm_recurrence_fwd",
+           "lstm_recurrence_bwd"]
 
 
 def _rows(a, batch, k, hidden):
@@ -88,3 +104,57 @@ def gru_cell_bwd(act, h_prev, dh, batch, hidden):
         dgh = np.stack([dr, dz, dnp * r], axis=1)
         dh_prev = dh * z
     return dgi.reshape(-1), dgh.reshape(-1), dh_prev.reshape(-1)
+
+
+def recurrence_order(steps, reverse):
+    """The time indices in the order the forward processes them."""
+    return range(steps - 1, -1, -1) if reverse else range(steps)
+
+
+def _matmul(a, b):
+    # einsum, not BLAS: inf * 0 is NaN in every term, as in the kernels
+    with np.errstate(all="ignore"):
+        return np.einsum("ik,kj->ij", a, b, optimize=False)
+
+
+def lstm_recurrence_fwd(gi, h0, c0, w_hh, b_hh, steps, batch, hidden, reverse):
+    T, B, H = steps, batch, hidden
+    n = B * H
+    gi = np.asarray(gi, dtype=np.float64).reshape(T, 4 * n)
+    W = np.asarray(w_hh, dtype=np.float64).reshape(4 * H, H)
+    h = np.asarray(h0, dtype=np.float64).reshape(-1)
+    c = np.asarray(c0, dtype=np.float64).reshape(-1)
+    y, cs, act = np.zeros((T + 1, n)), np.zeros((T, n)), np.zeros((T, 5 * n))
+    for t in recurrence_order(T, reverse):
+        gh = _matmul(h.reshape(B, H), W.T)
+        if b_hh is not None:
+            with np.errstate(all="ignore"):
+                gh = gh + np.asarray(b_hh, dtype=np.float64).reshape(1, 4 * H)
+        h, c, act[t] = lstm_cell_fwd(gi[t], gh.reshape(-1), c, B, H)
+        y[t], cs[t] = h, c
+    y[T] = c
+    return y.reshape(-1), cs.reshape(-1), act.reshape(-1)
+
+
+def lstm_recurrence_bwd(act, cs, c0, w_hh, gy, steps, batch, hidden, reverse):
+    T, B, H = steps, batch, hidden
+    n = B * H
+    act = np.asarray(act, dtype=np.float64).reshape(T, 5 * n)
+    cs = np.asarray(cs, dtype=np.float64).reshape(T, n)
+    c0 = np.asarray(c0, dtype=np.float64).reshape(-1)
+    W = np.asarray(w_hh, dtype=np.float64).reshape(4 * H, H)
+    gy = np.asarray(gy, dtype=np.float64).reshape(T + 1, n)
+    order = list(recurrence_order(T, reverse))
+    dgates = np.zeros((T, 4 * n))
+    dc, dg_next = gy[T].copy(), None
+    for s in range(T - 1, -1, -1):
+        t = order[s]
+        c_prev = cs[order[s - 1]] if s > 0 else c0
+        dh = gy[t]
+        if dg_next is not None:
+            with np.errstate(all="ignore"):
+                dh = dh + _matmul(dg_next.reshape(B, 4 * H), W).reshape(-1)
+        dgates[t], dc = lstm_cell_bwd(act[t], c_prev, dh, dc, B, H)
+        dg_next = dgates[t]
+    dh0 = _matmul(dg_next.reshape(B, 4 * H), W).reshape(-1) if dg_next is not None else np.zeros(n)
+    return dgates.reshape(-1), dh0, dc

@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit, prange
 
 from .classify import exp32
+from .gemm import gemm
 from .parallel import parts
 
 F32 = np.float32
@@ -41,7 +42,8 @@ _FWD_MIN_ELEMS = 2048       # elements per part at least, forward cells (~4 ns a
 _BWD_MIN_ELEMS = 32768      # backward cells (under 1 ns an element)
 _ITEM = 512                 # elements per indivisible item (parts at most n / _ITEM)
 
-__all__ = ["lstm_cell_fwd", "lstm_cell_bwd", "gru_cell_fwd", "gru_cell_bwd"]
+__all__ = ["lstm_cell_fwd", "lstm_cell_bwd", "gru_cell_fwd", "gru_cell_bwd", "lstm_recurrence_fwd",
+           "lstm_recurrence_bwd"]
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -216,26 +218,75 @@ def _parts(batch: int, hidden: int, min_elems: int) -> int:
     return parts(n, n // _ITEM, min_elems)
 
 
-def lstm_cell_fwd(gi, gh, c_prev, batch, hidden):
+def _lstm_fwd_into(gi, gh, c_prev, batch, hidden, h, c, act):
     n = batch * hidden
-    h, c, act = np.empty(n, F32), np.empty(n, F32), np.empty(5 * n, F32)
     k = _parts(batch, hidden, _FWD_MIN_ELEMS)
     if k > 1:
         _lstm_fwd_par(gi, gh, c_prev, batch, hidden, k, h, c, act)
     else:
         _lstm_fwd_rows(gi, gh, c_prev, hidden, 0, n, h, c, act)
+
+
+def _lstm_bwd_into(act, c_prev, dh, dc, batch, hidden, dg, dcp):
+    n = batch * hidden
+    k = _parts(batch, hidden, _BWD_MIN_ELEMS)
+    if k > 1:
+        _lstm_bwd_par(act, c_prev, dh, dc, batch, hidden, k, dg, dcp)
+    else:
+        _lstm_bwd_rows(act, c_prev, dh, dc, hidden, 0, n, dg, dcp)
+
+
+def lstm_cell_fwd(gi, gh, c_prev, batch, hidden):
+    n = batch * hidden
+    h, c, act = np.empty(n, F32), np.empty(n, F32), np.empty(5 * n, F32)
+    _lstm_fwd_into(gi, gh, c_prev, batch, hidden, h, c, act)
     return h, c, act
 
 
 def lstm_cell_bwd(act, c_prev, dh, dc, batch, hidden):
     n = batch * hidden
     dg, dcp = np.empty(4 * n, F32), np.empty(n, F32)
-    k = _parts(batch, hidden, _BWD_MIN_ELEMS)
-    if k > 1:
-        _lstm_bwd_par(act, c_prev, dh, dc, batch, hidden, k, dg, dcp)
-    else:
-        _lstm_bwd_rows(act, c_prev, dh, dc, hidden, 0, n, dg, dcp)
+    _lstm_bwd_into(act, c_prev, dh, dc, batch, hidden, dg, dcp)
     return dg, dcp
+
+
+# The recurrence: per step the GEMM (gemm.py, bias in its epilogue) and the cell writing straight
+# into the step's rows of the outputs (no per-step buffers to join afterwards).
+def _order(steps, reverse):
+    return range(steps - 1, -1, -1) if reverse else range(steps)
+
+
+def lstm_recurrence_fwd(gi, h0, c0, w_hh, b_hh, steps, batch, hidden, reverse):
+    T, B, H = steps, batch, hidden
+    n, G = B * H, 4 * hidden
+    y, cs, act = np.empty((T + 1) * n, F32), np.empty(T * n, F32), np.empty(5 * T * n, F32)
+    h, c = h0, c0
+    for t in _order(T, reverse):
+        gh = gemm(h, w_hh, 1, B, G, H, False, True, bias=b_hh)
+        h, c_prev, c = y[t * n:(t + 1) * n], c, cs[t * n:(t + 1) * n]
+        _lstm_fwd_into(gi[t * G * B:(t + 1) * G * B], gh, c_prev, B, H, h, c, act[t * 5 * n:(t + 1) * 5 * n])
+    y[T * n:] = c
+    return y, cs, act
+
+
+def lstm_recurrence_bwd(act, cs, c0, w_hh, gy, steps, batch, hidden, reverse):
+    T, B, H = steps, batch, hidden
+    n, G = B * H, 4 * hidden
+    order = list(_order(T, reverse))
+    dgates = np.empty(T * G * B, F32)
+    dc, dc_next = gy[T * n:].copy(), np.empty(n, F32)
+    dg = None
+    for s in range(T - 1, -1, -1):
+        t = order[s]
+        dh = gy[t * n:(t + 1) * n]
+        if dg is not None:  # the product, then the sum with gy (as the spec)
+            dh = np.add(gemm(dg, w_hh, 1, B, H, G, False, False), dh)
+        c_prev = cs[order[s - 1] * n:(order[s - 1] + 1) * n] if s > 0 else c0
+        dg = dgates[t * G * B:(t + 1) * G * B]
+        _lstm_bwd_into(act[t * 5 * n:(t + 1) * 5 * n], c_prev, dh, dc, B, H, dg, dc_next)
+        dc, dc_next = dc_next, dc
+    dh0 = gemm(dg, w_hh, 1, B, H, G, False, False) if dg is not None else np.zeros(n, F32)
+    return dgates, dh0, dc
 
 
 def gru_cell_fwd(gi, gh, h_prev, batch, hidden):

@@ -8,10 +8,10 @@ from typing import Any, Callable
 import cupy
 
 from . import (attention, classify, conv, elementwise, fast, freelist, index, layout, linalg, memory, norm, optim, pool,
-               reduce, rng, rnn, scan, spectral)
+               reduce, rng, rnn, rnn_seq, scan, spectral)
 
 _MODULES = (elementwise, reduce, layout, index, linalg, memory, conv, pool, norm, classify, spectral, scan,
-            attention, optim, fast, rnn)
+            attention, optim, fast, rnn, rnn_seq)
 from . import fft as _fft  # noqa: E402  (the fft family: cupy.fft, no raw kernels)
 _MODULES += (_fft,)
 from . import spectral_nd as _spectral_nd  # noqa: E402  (2-D/3-D spectral convolutions)

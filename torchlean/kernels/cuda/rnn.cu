@@ -4,11 +4,7 @@
 // consecutive columns of each gate block, coalesced). Each expression is the spec's
 // (torchlean/spec/rnn.py), in its order; with --fmad=false every operation rounds once, as on the CPU.
 
-__device__ __forceinline__ float rnn_sigmoid(float x) {
-    float e = expf(-fabsf(x));                  // in (0, 1]: never overflows
-    float num = x >= 0.f ? 1.f : e;             // NaN: x >= 0 is false, e is NaN
-    return __fdividef(num, 1.f + e);            // divisor in [1, 2]: within 2 ulp (contract: 16u)
-}
+#include "rnn_cell.cuh"
 
 extern "C" __global__ void tl_lstm_cell_fwd(const float* __restrict__ gi, const float* __restrict__ gh,
                                             const float* __restrict__ cp, long long B, long long H,
@@ -17,19 +13,15 @@ extern "C" __global__ void tl_lstm_cell_fwd(const float* __restrict__ gi, const 
     for (long long k = TL_TID; k < B * H; k += TL_STRIDE) {
         const long long b = k / H, j = k - b * H;
         const long long g0 = b * 4 * H + j, a0 = b * 5 * H + j;
-        const float i = rnn_sigmoid(gi[g0] + gh[g0]);
-        const float f = rnn_sigmoid(gi[g0 + H] + gh[g0 + H]);
-        const float g = tanhf(gi[g0 + 2 * H] + gh[g0 + 2 * H]);
-        const float o = rnn_sigmoid(gi[g0 + 3 * H] + gh[g0 + 3 * H]);
-        const float cn = f * cp[k] + i * g;
-        const float tc = tanhf(cn);
-        c[k] = cn;
-        h[k] = o * tc;
-        act[a0] = i;
-        act[a0 + H] = f;
-        act[a0 + 2 * H] = g;
-        act[a0 + 3 * H] = o;
-        act[a0 + 4 * H] = tc;
+        const RnnLstmFwd r = rnn_lstm_fwd(gi[g0] + gh[g0], gi[g0 + H] + gh[g0 + H], gi[g0 + 2 * H] + gh[g0 + 2 * H],
+                                          gi[g0 + 3 * H] + gh[g0 + 3 * H], cp[k]);
+        c[k] = r.c;
+        h[k] = r.h;
+        act[a0] = r.i;
+        act[a0 + H] = r.f;
+        act[a0 + 2 * H] = r.g;
+        act[a0 + 3 * H] = r.o;
+        act[a0 + 4 * H] = r.tc;
     }
 }
 
@@ -41,14 +33,12 @@ extern "C" __global__ void tl_lstm_cell_bwd(const float* __restrict__ act, const
         const long long b = k / H, j = k - b * H;
         const long long g0 = b * 4 * H + j, a0 = b * 5 * H + j;
         const float i = act[a0], f = act[a0 + H], g = act[a0 + 2 * H], o = act[a0 + 3 * H], tc = act[a0 + 4 * H];
-        const float d = dh[k];
-        const float dcs = dc[k] + (d * o) * (1.f - tc * tc);
-        const float d_o = d * tc;
-        dg[g0] = (dcs * g) * (i * (1.f - i));
-        dg[g0 + H] = (dcs * cp[k]) * (f * (1.f - f));
-        dg[g0 + 2 * H] = (dcs * i) * (1.f - g * g);
-        dg[g0 + 3 * H] = d_o * (o * (1.f - o));
-        dcp[k] = dcs * f;
+        const RnnLstmBwd r = rnn_lstm_bwd(i, f, g, o, tc, cp[k], dh[k], dc[k]);
+        dg[g0] = r.di;
+        dg[g0 + H] = r.df;
+        dg[g0 + 2 * H] = r.dg;
+        dg[g0 + 3 * H] = r.d_o;
+        dcp[k] = r.dcp;
     }
 }
 

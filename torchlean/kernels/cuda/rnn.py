@@ -1,5 +1,6 @@
 """CUDA kernels of the recurrent cells (rnn.cu): one thread per (batch, hidden) element, one launch
-per primitive; each output is written once and read nowhere else (no atomics: bitwise repeatable)."""
+per primitive; each output is written once and read nowhere else (no atomics: bitwise repeatable).
+The LSTM recurrence of a layer-direction is rnn_seq.py's (rnn_seq.cu)."""
 
 from __future__ import annotations
 
