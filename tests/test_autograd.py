@@ -497,3 +497,25 @@ def test_training_loop_does_not_leak():
     # flat after the first steps: no buffer survives a step (node workspaces, grads, old params)
     assert max(live[5:]) == min(live[5:]) == live[5], (live[:10], live[-10:])
     assert max(live) <= live[5]
+
+
+def test_grad_fn_names_the_op_and_its_edges():
+    """PyTorch programs test ``x.grad_fn is None`` (a leaf, or made without grad) and walk
+    ``grad_fn.next_functions``; ours names our ops."""
+    x = tl.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    c = tl.tensor([1.0, 1.0, 1.0])
+    assert x.grad_fn is None and c.grad_fn is None
+    y = (x * 2 + c).sum()
+    assert y.grad_fn is not None and y.grad_fn.name() == "sum" and "sum" in repr(y.grad_fn)
+    (add_fn, idx), = y.grad_fn.next_functions
+    assert idx == 0 and add_fn.name() == "add"
+    edges = add_fn.next_functions
+    assert [e is None for e, _ in edges] == [False, True]  # x * 2 needs a gradient, c does not
+    (acc, _), = edges[0][0].next_functions
+    assert acc.name() == "AccumulateGrad" and acc.variable is x
+    assert y.grad_fn == y.grad_fn and hash(y.grad_fn) == hash(y.grad_fn)
+    with tl.no_grad():
+        assert (x * 2).grad_fn is None
+    assert (x * 2).detach().grad_fn is None
+    y.backward()
+    assert y.grad_fn.name() == "sum" and y.grad_fn.next_functions == ()

@@ -192,6 +192,53 @@ class Node:
         return f"<Node {self.name}{' retired' if self.retired else ''}>"
 
 
+class GradFn:
+    """``Tensor.grad_fn``: a read-only handle on the tape node that made a tensor, with PyTorch's
+    ``name()`` and ``next_functions`` (one ``(edge, 0)`` per input: the input's GradFn, an
+    ``AccumulateGrad`` for a leaf that requires grad, None where no gradient flows). Names are our
+    ops' (``linear``, ``lstm_recurrence``), not PyTorch's ``AddmmBackward0``; after backward the
+    node's edges are freed, so ``next_functions`` is empty, and the handle cannot run backward."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def name(self) -> str:
+        return self._node.name
+
+    @property
+    def next_functions(self) -> tuple:
+        return tuple((None if e is None else GradFn(e) if type(e) is Node else AccumulateGrad(e), 0)
+                     for e in self._node.parents)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GradFn) and other._node is self._node
+
+    def __hash__(self) -> int:
+        return id(self._node)
+
+    def __repr__(self) -> str:
+        return f"<{self._node.name} object>"
+
+
+class AccumulateGrad:
+    """The ``next_functions`` edge to a leaf that requires grad (``variable`` is the leaf)."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable: "Tensor") -> None:
+        self.variable = variable
+
+    def name(self) -> str:
+        return "AccumulateGrad"
+
+    next_functions: tuple = ()
+
+    def __repr__(self) -> str:
+        return "<AccumulateGrad object>"
+
+
 def keep_owner(t: "Tensor") -> None:
     """``t`` asked for its own gradient (retain_grad, a hook): its node keeps it, so that backward
     can hand the gradient to it."""

@@ -141,6 +141,11 @@ class Tensor:
     def is_leaf(self) -> bool:
         return self._node is None
 
+    @property
+    def grad_fn(self) -> "autograd.GradFn | None":
+        """The op that made this tensor on the tape (None for leaves and tensors made without grad)."""
+        return None if self._node is None else autograd.GradFn(self._node)
+
     def is_floating_point(self) -> bool:
         return self._buf is not None
 
