@@ -548,3 +548,31 @@ def test_scan_ops_not_in_functional():
 
     assert "selective_scan" in ops.__all__
     assert not hasattr(TF, "selective_scan_diag")
+
+
+@pytest.mark.parametrize("var_b, var_c", [(True, True), (False, True), (True, False)])
+def test_selective_scan_recomputed_in_backward_gives_the_same_bits(monkeypatch, var_b, var_c, device):
+    """Above _RECOMPUTE_BYTES per (L, b, d, N) tensor the scan keeps none of them for backward
+    (autograd.recompute): the loss, every gradient and the bits are those of the recorded graph,
+    one node stands for the scan, and the tape no longer holds the (L, b, d, N) tensors."""
+    from torchlean.ops import scan as scan_ops
+
+    rng = rng_for(f"mamba-recompute{var_b}{var_c}")
+    inp = mamba_inputs(rng, var_b=var_b, var_c=var_c)
+
+    def run():
+        ts = {k: tl.tensor(v, requires_grad=True, device=device) for k, v in inp.items()}
+        out = ops.selective_scan(ts["u"], ts["delta"], ts["A"], ts["B"], ts["C"], ts["D"], ts["z"],
+                                 delta_bias=ts["delta_bias"], delta_softplus=True)
+        held = tl.allocator_stats(device).live_bytes
+        (out * out).sum().backward()
+        return out.detach().cpu().numpy(), {k: t.grad.cpu().numpy() for k, t in ts.items()}, held, out
+
+    y0, g0, held0, _ = run()
+    monkeypatch.setattr(scan_ops, "_RECOMPUTE_BYTES", 0)
+    y1, g1, held1, out1 = run()
+    np.testing.assert_array_equal(y1, y0)
+    for k in g0:
+        np.testing.assert_array_equal(g1[k], g0[k], err_msg=k)
+    L, (batch, dim), N = inp["u"].shape[2], inp["u"].shape[:2], inp["A"].shape[1]
+    assert held0 - held1 >= 3 * 4 * L * batch * dim * N  # at least a_bar, the input terms and H

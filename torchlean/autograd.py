@@ -277,6 +277,37 @@ def record(name: str, out: "Tensor", parents: Sequence["Tensor"], vjp: VJP,
     return out
 
 
+def recompute(name: str, fn: Callable[..., "Tensor"], inputs: Sequence["Tensor"]) -> "Tensor":
+    """``fn(*inputs)`` recorded as one node that keeps only ``inputs`` (activation checkpointing):
+    the forward runs without recording, so nothing ``fn`` computes on the way outlives it, and the
+    VJP runs ``fn`` again, recording, from leaves bound to the inputs' buffers as they were at the
+    call, then walks that graph back (``grad_buffers``). The gradients are the bits the graph
+    recorded directly would give (the same ops in the same order), for a second forward. ``fn``
+    must read no tensor that requires grad but ``inputs`` (its gradient would be lost) and draw no
+    random numbers."""
+    if not _mode.enabled or not any(t.requires_grad for t in inputs):
+        return fn(*inputs)
+    saved = [(t.detach(), t.requires_grad) for t in inputs]
+    prev, _mode.enabled = _mode.enabled, False
+    try:
+        out = fn(*inputs)
+    finally:
+        _mode.enabled = prev
+
+    def vjp(g: Buffer):
+        leaves = [t.detach().requires_grad_(rg) for t, rg in saved]
+        prev_enabled, _mode.enabled = _mode.enabled, True
+        try:
+            again = fn(*leaves)
+        finally:
+            _mode.enabled = prev_enabled
+        wanted = [t for t in leaves if t.requires_grad]
+        found = iter(grad_buffers([again], [g], wanted))
+        return tuple(next(found) if t.requires_grad else None for t in leaves)
+
+    return record(name, out, inputs, vjp)
+
+
 # Marks, on the DFS stack of _topological, that the item just below it has had its parents
 # visited and comes next in the order (a flat stack: no (item, flag) pair per visit).
 _POSTORDER = object()

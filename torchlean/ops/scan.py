@@ -25,6 +25,10 @@ from .reduce import sum as _sum
 from .shape import expand, permute, reshape, slice0
 
 __all__ = ["selective_scan_diag", "selective_scan_diag_var", "selective_scan"]
+# Above this many bytes per (L, b, d, N) tensor, selective_scan recomputes its scan in backward
+# instead of keeping the coefficients and states (below it, the second forward costs more time than
+# the memory is worth).
+_RECOMPUTE_BYTES = 64 << 20
 FUNCTIONAL: list[str] = []
 
 
@@ -145,25 +149,35 @@ def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D:
         dt = add(dt, reshape(delta_bias, (dim, 1)))
     if delta_softplus:
         dt = softplus(dt)
-    full = (L, batch, dim, N)
     dt_t = reshape(permute(dt, (2, 0, 1)), (L, batch, dim, 1))          # (L, b, d, 1)
     u_t = reshape(permute(u, (2, 0, 1)), (L, batch, dim, 1))
-    a_bar = exp(mul(dt_t, A))                                           # (L, b, d, N)
-    b_coef = expand(mul(dt_t, u_t), full)                               # dt u
-    if var_b:
-        x_in = expand(reshape(permute(B, (2, 0, 1)), (L, batch, 1, N)), full)
-    else:
-        x_in = expand(B, full)
-    h0 = Tensor._wrap(buffer_zeros(batch * dim * N, dev), (batch, dim, N))
     S = batch * dim * N
-    H = selective_scan_diag_var(reshape(a_bar, (L, S)), reshape(b_coef, (L, S)), reshape(x_in, (L, S)),
-                                reshape(h0, (S,)))
-    H4 = reshape(H, full)
-    if var_c:
-        c_t = reshape(permute(C, (2, 0, 1)), (L * batch, N, 1))         # (L b, N, 1)
-        y = reshape(bmm(reshape(H4, (L * batch, dim, N)), c_t), (L, batch, dim))
+
+    def states(dt_t: Tensor, u_t: Tensor, A: Tensor, B: Tensor) -> Tensor:
+        """Every step's state x (L, S), from the discretized coefficients (L, b, d, N) each."""
+        full = (L, batch, dim, N)
+        a_bar = exp(mul(dt_t, A))
+        b_coef = expand(mul(dt_t, u_t), full)                           # dt u
+        x_in = expand(reshape(permute(B, (2, 0, 1)), (L, batch, 1, N)), full) if var_b else expand(B, full)
+        h0 = Tensor._wrap(buffer_zeros(S, dev), (S,))
+        return selective_scan_diag_var(reshape(a_bar, (L, S)), reshape(b_coef, (L, S)), reshape(x_in, (L, S)), h0)
+
+    def readout(H: Tensor, C: Tensor) -> Tensor:
+        """y (L, b, d) = sum over n of x C."""
+        if var_c:
+            c_t = reshape(permute(C, (2, 0, 1)), (L * batch, N, 1))     # (L b, N, 1)
+            return reshape(bmm(reshape(H, (L * batch, dim, N)), c_t), (L, batch, dim))
+        return _sum(mul(reshape(H, (L, batch, dim, N)), C), dim=3)
+
+    if return_last_state or 4 * L * S < _RECOMPUTE_BYTES:
+        H = states(dt_t, u_t, A, B)
+        y = readout(H, C)
     else:
-        y = _sum(mul(H4, C), dim=3)
+        # The (L, b, d, N) coefficients and states are the step's largest tensors (Mamba-scale:
+        # 400 MB each per layer, five kept per layer for backward): keep none; backward runs the
+        # scan again, one layer at a time (autograd.recompute; the same gradient bits).
+        y = autograd.recompute("selective_scan", lambda dt_t, u_t, A, B, C: readout(states(dt_t, u_t, A, B), C),
+                               [dt_t, u_t, A, B, C])
     out = permute(y, (1, 2, 0))                                         # (b, d, L)
     if D is not None:
         out = add(out, mul(u, reshape(D, (dim, 1))))
@@ -173,5 +187,5 @@ def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D:
         return out
     if L == 0:
         return out, Tensor._wrap(buffer_zeros(S, dev), (batch, dim, N))
-    last = reshape(slice0(reshape(H, (L, S)), L - 1, 1), (batch, dim, N))
+    last = reshape(slice0(H, L - 1, 1), (batch, dim, N))
     return out, last
