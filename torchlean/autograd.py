@@ -27,6 +27,7 @@ VJP = Callable[[Buffer], Sequence["Buffer | None"]]
 class _GradMode(threading.local):
     enabled = True
     inference = False
+    functional = 0  # grad_buffers walks (torch.autograd.grad) in progress on this thread
 
 
 _mode = _GradMode()
@@ -34,6 +35,11 @@ _mode = _GradMode()
 
 def is_grad_enabled() -> bool:
     return _mode.enabled
+
+
+def in_functional_walk() -> bool:
+    """True while a ``grad_buffers`` walk (``torch.autograd.grad``) runs VJPs on this thread."""
+    return _mode.functional > 0
 
 
 class set_grad_enabled:
@@ -646,6 +652,7 @@ def grad_buffers(roots: Sequence["Tensor"], root_grads: Sequence[Buffer], inputs
     found: dict[int, Buffer] = {}
     mode = _mode
     prev_enabled, mode.enabled = mode.enabled, False
+    mode.functional += 1
     try:
         for item in reversed(order):
             gt = grads.pop(id(item), None)
@@ -665,4 +672,5 @@ def grad_buffers(roots: Sequence["Tensor"], root_grads: Sequence[Buffer], inputs
                 node.retire()
     finally:
         mode.enabled = prev_enabled
+        mode.functional -= 1
     return [found.get(id(_item(t))) for t in inputs]

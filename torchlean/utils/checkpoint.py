@@ -1,15 +1,30 @@
-"""``torchlean.utils.checkpoint`` (PyTorch's ``torch.utils.checkpoint``).
+"""``torchlean.utils.checkpoint`` (PyTorch's ``torch.utils.checkpoint``): activation checkpointing.
 
-``checkpoint(fn, *args)`` runs ``fn(*args)`` as it is: the gradients are the same as PyTorch's
-activation checkpointing gives, but no memory is saved (the activations stay on the tape; nothing
-is recomputed). Programs that use it to fit a large model therefore run, with a larger footprint.
+``checkpoint(fn, *args)`` runs ``fn`` without recording and keeps only its tensor arguments; in
+backward it runs ``fn`` again, recording, from those arguments (and from the random-number state
+of the first run, so dropout draws the same masks), and backpropagates through that graph: the
+gradients of the arguments go on through the checkpoint's node, those of the parameters ``fn``
+reads are accumulated into their ``.grad`` there (PyTorch's reentrant form; ``use_reentrant`` is
+accepted and changes nothing). The memory ``fn``'s activations took is free between the two runs.
+The gradients are the bits of running ``fn`` plainly (the same ops in the same order), unless a
+parameter also gets gradient from outside ``fn`` (the order of its two additions changes).
+
+Where the memory cannot be saved, ``fn`` runs as it is (same values and gradients, a larger
+footprint): when no tensor argument requires grad (the node would have nothing to hang on: its
+parameters would get no gradient), when grad is disabled, and when ``fn`` returns anything but one
+tensor. ``torch.autograd.grad`` through a checkpointed function is refused (AutogradError), as
+PyTorch's reentrant checkpoint refuses it: the parameters' gradients go to ``.grad``, not to the
+caller.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..errors import ArgumentError
+from .. import autograd
+from ..errors import ArgumentError, AutogradError
+from ..runtime.rng import get_rng_state, set_rng_state
+from ..tensor import Tensor
 
 __all__ = ["checkpoint", "checkpoint_sequential"]
 
@@ -19,14 +34,67 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool | None = None
                **kwargs: Any) -> Any:
     if not callable(function):
         raise ArgumentError(f"checkpoint: expected a callable, got {type(function).__name__}")
-    return function(*args, **kwargs)
+    tensors = [(i, a) for i, a in enumerate(args) if isinstance(a, Tensor)]
+    if not autograd.is_grad_enabled() or not any(t.requires_grad for _, t in tensors):
+        return function(*args, **kwargs)
+    rng = get_rng_state() if preserve_rng_state else None
+    with autograd.no_grad():
+        out = function(*args, **kwargs)
+    if not isinstance(out, Tensor) or not out.is_floating_point():
+        # several outputs (or none): run it recorded instead, from the same random numbers
+        if rng is not None:
+            set_rng_state(rng)
+        return function(*args, **kwargs)
+    saved = [(i, t.detach(), t.requires_grad) for i, t in tensors]
+    shape = out.shape
+
+    def vjp(g):
+        if autograd.in_functional_walk():
+            raise AutogradError("checkpoint: torch.autograd.grad through a checkpointed function is not "
+                                "supported (the parameters' gradients go to .grad); call .backward()")
+        call = list(args)
+        leaves = []
+        for i, t, rg in saved:
+            call[i] = t.detach().requires_grad_(rg)
+            leaves.append(call[i])
+        now = get_rng_state()
+        if rng is not None:
+            set_rng_state(rng)
+        try:
+            with autograd.enable_grad():
+                again = function(*call, **kwargs)
+        finally:
+            set_rng_state(now)
+        if not isinstance(again, Tensor) or again.shape != shape:
+            raise AutogradError(f"checkpoint: the recomputed output differs from the first run's "
+                                f"(shape {shape}, got {getattr(again, 'shape', type(again).__name__)})")
+        if again.requires_grad:
+            autograd.backward(again, g)
+        return tuple(t.grad._float_buffer("checkpoint") if t.requires_grad and t.grad is not None else None
+                     for t in leaves)
+
+    return autograd.record("checkpoint", Tensor._wrap(out._float_buffer("checkpoint"), shape),
+                           [t for _, t in tensors], vjp)
 
 
 def checkpoint_sequential(functions: Any, segments: int, input: Any, use_reentrant: bool | None = None,  # noqa: A002
                           **kwargs: Any) -> Any:
-    """Runs the modules of ``functions`` (a Sequential or a list) one after another."""
+    """The modules of ``functions`` (a Sequential or a list) in ``segments`` runs of consecutive
+    modules, each checkpointed but the last (PyTorch's split)."""
     mods = list(functions.children()) if hasattr(functions, "children") else list(functions)
-    out = input
-    for m in mods:
-        out = m(out)
-    return out
+    if isinstance(segments, bool) or not isinstance(segments, int) or segments < 1:
+        raise ArgumentError(f"checkpoint_sequential: segments must be a positive integer, got {segments!r}")
+    size = max(1, len(mods) // segments)
+
+    def run(lo: int, hi: int) -> Callable:
+        def seg(x: Any) -> Any:
+            for m in mods[lo:hi]:
+                x = m(x)
+            return x
+        return seg
+
+    out, end = input, 0
+    for start in range(0, size * (segments - 1), size):
+        end = min(start + size, len(mods))
+        out = checkpoint(run(start, end), out, **kwargs)
+    return run(end, len(mods))(out)

@@ -1,0 +1,91 @@
+"""torchlean.utils.checkpoint: activation checkpointing that frees the checkpointed function's
+activations between forward and backward, with PyTorch's gradients (and bitwise those of running
+the function plainly), dropout replayed from the same random numbers, and the cases where it runs
+the function plainly instead."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import torchlean as tl
+import torchlean.nn as tnn
+from torchlean.errors import AutogradError
+from torchlean.utils.checkpoint import checkpoint, checkpoint_sequential
+
+F32 = np.float32
+
+
+def _block(seed=0, p=0.0):
+    tl.manual_seed(seed)
+    return tnn.Sequential(tnn.Linear(64, 256), tnn.GELU(), tnn.Dropout(p), tnn.Linear(256, 64), tnn.Tanh())
+
+
+def _run(use, x0, p=0.0, segments=None):
+    blocks = [_block(i, p) for i in range(4)]
+    x = tl.tensor(x0, requires_grad=True)
+    tl.manual_seed(123)
+    h = x
+    if segments:
+        h = checkpoint_sequential(tnn.Sequential(*blocks), segments, h)
+    else:
+        for b in blocks:
+            h = checkpoint(b, h) if use else b(h)
+    held = tl.allocator_stats("cpu").live_bytes
+    (h * h).sum().backward()
+    grads = [x.grad.numpy()] + [q.grad.numpy() for b in blocks for q in b.parameters()]
+    return h.detach().numpy(), grads, held
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_same_bits_as_running_plainly_and_less_held(p):
+    x0 = np.random.default_rng(1).standard_normal((128, 64)).astype(F32)
+    y0, g0, held0 = _run(False, x0, p)
+    y1, g1, held1 = _run(True, x0, p)
+    np.testing.assert_array_equal(y1, y0)
+    for a, b in zip(g1, g0):
+        np.testing.assert_array_equal(a, b)
+    # each block's (128, 256) activations (several of them) are not held until backward
+    assert held0 - held1 >= 4 * 2 * 128 * 256 * 4
+
+
+def test_checkpoint_sequential_same_bits():
+    x0 = np.random.default_rng(2).standard_normal((16, 64)).astype(F32)
+    y0, g0, _ = _run(False, x0)
+    y1, g1, _ = _run(True, x0, segments=2)
+    np.testing.assert_array_equal(y1, y0)
+    for a, b in zip(g1, g0):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_matches_torch_checkpoint():
+    rng = np.random.default_rng(3)
+    x0, w0 = rng.standard_normal((5, 4)).astype(F32), rng.standard_normal((3, 4)).astype(F32)
+    x, w = tl.tensor(x0, requires_grad=True), tl.tensor(w0, requires_grad=True)
+    tx, tw = torch.tensor(x0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    out = checkpoint(lambda a, b: (a @ b.T).sin().sum(), x, w)
+    tout = torch.utils.checkpoint.checkpoint(lambda a, b: (a @ b.T).sin().sum(), tx, tw, use_reentrant=False)
+    out.backward()
+    tout.backward()
+    np.testing.assert_allclose(out.item(), tout.item(), rtol=1e-6)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_plain_run_where_nothing_can_be_saved():
+    lin = tnn.Linear(4, 2)
+    x = tl.randn(3, 4)  # requires no grad: the node would have no parent, so run it plainly
+    out = checkpoint(lin, x)
+    assert out.grad_fn is not None and out.grad_fn.name() != "checkpoint"
+    out.sum().backward()
+    assert lin.weight.grad is not None
+    pair = checkpoint(lambda a: (a * 2, a * 3), tl.randn(2, requires_grad=True))
+    assert isinstance(pair, tuple) and pair[0].grad_fn.name() != "checkpoint"
+
+
+def test_autograd_grad_through_a_checkpoint_is_refused():
+    x = tl.randn(3, requires_grad=True)
+    y = checkpoint(lambda a: (a * a).sum(), x)
+    with pytest.raises(AutogradError, match="checkpoint: torch.autograd.grad"):
+        tl.autograd.grad(y, x)
