@@ -186,7 +186,7 @@ _FAMILY_PREFIXES = {
     "index.cu": ("gather_vec", "gather_rows", "scatter_add"),
     "layout.cu": ("layout_", "narrow_block", "concat_block"),
     "norm.cu": ("layer_norm_", "batch_norm_", "norm_", "running_stat_update"),
-    "optim.cu": ("adam_step", "sgd_step"),
+    "optim.cu": ("adam_step", "sgd_step", "norm2_many", "scale_many"),
     "pool.cu": ("max_pool_", "avg_pool_", "smooth_max_pool_"),
     "reduce.cu": ("reduce_", "softmax_rows_", "log_softmax_rows_"),
     "rng.cu": ("rand_uniform", "rand_normal", "bernoulli_mask"),

@@ -38,13 +38,26 @@ fma(g1, 1 - dampening, fl(buf momentum)): with A = momentum |buf|, B = |1 - damp
 fma(buf', momentum, g1): |e_d| <= e_g + momentum (e_b + u Babs) + u (G + momentum Babs) + S
 (Babs = A + B, or G on the first step); p' = fma(d, -lr, p): |e_p| <= lr (e_d + u Dabs) + u |p'| + S
 (Dabs the absolute form of d).
+
+norm2_many: the kernels square each float32 x in double (exact: 48 significant bits, and no
+square of a float32 can overflow or underflow in double) and add the n >= 0 terms in double in a
+fixed tree; with nonnegative terms the sum's relative error is at most gamma64(n - 1) in ANY order
+(u64 = 2^-53, gamma64(k) = k u64 / (1 - k u64)); the double sqrt adds u64 (and halves the sum's
+relative error), so r' = r (1 + e), |e| <= gamma64(n + 1), r = sqrt(sum x^2). The spec's own
+float64 sum and sqrt are off from r by as much again. Then r' is rounded to float32 once:
+|out - r'| <= u |r'| (or 2^-150 where r' is subnormal; a finite r beyond the float32 range rounds to
+inf, which ``compare`` accepts). So |out - ref| <= u (1 + 4 gamma64(n + 1)) |ref| + 3 gamma64(n + 1) |ref|
++ 2^-150: about an ulp. (A kernel that sums in float32 misses it by far: gamma(n) u-units, and
+overflow of squares above ~1.8e19.) Infinite or NaN inputs give inf or NaN exactly as IEEE double.
+
+scale_many: x * coef[0], one float32 rounding per element (mul's contract): |err| <= ulp(ref)/2.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .core import U, gamma, register
+from .core import U, gamma, register, ulp32
 
 S = 2.0**-149
 
@@ -160,3 +173,29 @@ register("sgd_step_many", "sgd_step on each of T tensors (one launch on CUDA): s
           "(the kernels run the same per-element arithmetic, so the bits equal T sgd_step calls)", _sgd_many_bound)
 register("sgd_step_many_inplace", "sgd_step_many's values, written over ps and bufs (ps alone when bufs is None): "
           "its bound (the same kernels with the outputs pointed at the inputs, so the same bits)", _sgd_many_bound)
+
+
+U64 = 2.0**-53
+
+
+def _gamma64(k: float) -> float:
+    return k * U64 / (1.0 - k * U64)
+
+
+def _norm2_many_bound(ref, xs):
+    """Per tensor: u (1 + 4 g) |ref| + 3 g |ref| + 2^-150, g = gamma64(n + 1) (see the docstring)."""
+    r = np.abs(np.asarray(ref, dtype=np.float64).reshape(-1))
+    g = np.array([_gamma64(np.size(x) + 1) for x in xs], dtype=np.float64)
+    with np.errstate(all="ignore"):
+        return U * (1.0 + 4.0 * g) * r + 3.0 * g * r + 2.0**-150
+
+
+def _scale_many_bound(ref, xs, coef):
+    return tuple(0.5 * ulp32(r) for r in ref)
+
+
+register("norm2_many", "per tensor sqrt(sum x^2), squares and sums in double (any order), one float32 rounding: "
+          "|err| <= u (1 + 4 g) |ref| + 3 g |ref| + 2^-150, g = gamma64(n + 1) (see contract/optim.py)",
+          _norm2_many_bound)
+register("scale_many", "x * coef[0] per element, correctly rounded (mul's contract): |err| <= ulp(ref)/2",
+          _scale_many_bound)

@@ -17,6 +17,10 @@ torchlean step lands within an ulp or two of torch's:
   after each operation. The remaining difference to torch: torch's CPU float32 sqrt (MKL VML) is
   not correctly rounded (we measured 0.75 ulp), ours is.
 
+Also here, for ``clip_grad_norm_``: the multi-tensor ``norm2_many`` (the 2-norm of each of T
+tensors: two launches on CUDA, whatever T and the sizes) and ``scale_many`` (T tensors times one
+device scalar: one launch), so that clipping costs a handful of launches, not ~7 per parameter.
+
 Inputs are never modified; the outputs are new buffers. The exceptions are
 ``adam_step_many_inplace`` and ``sgd_step_many_inplace``, named for it: the optimizer's own step,
 which writes the new p and state over the old ones (as every PyTorch optimizer does) and so
@@ -30,13 +34,13 @@ import numbers
 import struct
 from typing import Any
 
-from ..errors import ArgumentError
-from .buffer import Buffer, check_buffer, same_device, wrap
+from ..errors import ArgumentError, ShapeError
+from .buffer import Buffer, check_buffer, full, same_device, wrap
 from .checks import check_u32
 from .oom import run_allocating
 
 __all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step", "sgd_step_many",
-           "sgd_step_many_inplace"]
+           "sgd_step_many_inplace", "norm2_many", "scale_many"]
 
 _F32 = struct.Struct("f")
 
@@ -203,7 +207,8 @@ def _row_context(op: str, i: int, ctx: Any, row: dict[str, Any]) -> Any:
         check_buffer(op, name, p)
     c = _buffers(op, p.size, **row)
     if ctx is not None and c is not ctx:
-        raise ArgumentError(f"{op}: all buffers must be on one device; ps[0] is on {ctx.name}, ps[{i}] on {c.name}")
+        seq = name.split("[")[0]  # the first sequence's name: ps, or xs
+        raise ArgumentError(f"{op}: all buffers must be on one device; {seq}[0] is on {ctx.name}, {seq}[{i}] on {c.name}")
     return c
 
 
@@ -311,3 +316,52 @@ def _sgd_many_args(op: str, ps: Any, gs: Any, bufs: Any, lr: Any, momentum: Any,
             row[f"bufs[{i}]"] = b
         ctx = _row_context(op, i, ctx, row)
     return ctx, coef
+
+
+# -- clip_grad_norm_'s multi-tensor primitives ----------------------------------------------------
+def _xs_context(op: str, xs: Any) -> Any:
+    """Check that xs is a list or tuple of live Buffers on one device: that device's context, or
+    None when xs is empty."""
+    _sequences(op, xs=xs)
+    ctx = None
+    for i, x in enumerate(xs):
+        if type(x) is Buffer and x._data is not None and x._ctx is (x._ctx if ctx is None else ctx):
+            ctx = x._ctx
+            continue
+        ctx = _row_context(op, i, ctx, {f"xs[{i}]": x})
+    return ctx
+
+
+def norm2_many(xs: Any) -> Buffer:
+    """The (T,) buffer of the 2-norms sqrt(sum_j xs[i][j]^2) of T buffers of any sizes on one
+    device (0 for an empty buffer; T = 0: an empty buffer, on the CPU since no device is named).
+    The squares are summed in double, in an order fixed by the sizes alone (chunks of 8192
+    elements, each a fixed tree; a tensor's chunk sums in order): bitwise repeatable, the same
+    bits on the CPU and CUDA, and no float32 overflow or underflow of a square. On CUDA it is two
+    launches whatever T (chunk partials, then one warp per tensor)."""
+    op = "norm2_many"
+    ctx = _xs_context(op, xs)
+    if ctx is None:
+        return full(0, 0.0, "cpu")
+    t = len(xs)
+    return wrap(ctx, run_allocating(op, ctx, t, ctx.backend.norm2_many, [x._data for x in xs]))
+
+
+def scale_many(xs: Any, coef: Buffer) -> tuple[Buffer, ...]:
+    """(xs[0] * coef[0], ..., xs[T-1] * coef[0]): T buffers on one device times the one element of
+    ``coef`` (a length-1 buffer on the same device, read there: no host round trip), as new
+    buffers, each bitwise equal to ``mul(x, broadcast_to(coef, x.size))`` (one float32 rounding
+    per element). On CUDA it is one launch (per 1024 tensors) instead of two per tensor."""
+    op = "scale_many"
+    if type(coef) is not Buffer or coef._data is None:
+        check_buffer(op, "coef", coef)
+    if coef._nbytes != 4:
+        raise ShapeError(f"{op}: argument coef must be a length-1 Buffer (the factor), got {coef.size} elements")
+    ctx = _xs_context(op, xs)
+    if ctx is None:
+        return ()
+    if coef._ctx is not ctx:
+        same_device(op, **{"xs[0]": xs[0], "coef": coef})  # raises DeviceError, naming both
+    outs = run_allocating(op, ctx, sum(x.size for x in xs), ctx.backend.scale_many, [x._data for x in xs],
+                          coef._data)
+    return tuple(wrap(ctx, a) for a in outs)

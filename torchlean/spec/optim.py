@@ -1,5 +1,7 @@
 """Float64 references of the fused optimizer steps: adam_step (Adam and AdamW) and sgd_step, and
-their multi-tensor forms (adam_step_many, sgd_step_many: the one-tensor step on each tensor).
+their multi-tensor forms (adam_step_many, sgd_step_many: the one-tensor step on each tensor); and
+of clip_grad_norm_'s norm2_many (each tensor's 2-norm: NumPy's pairwise float64 sum of the
+squares, not the kernels' chunked tree) and scale_many (each tensor times coef[0]).
 
 Written from the textbook formulas (Kingma & Ba; PyTorch's SGD docs), in a different algebraic
 form from the kernels (beta * m + (1 - beta) * g instead of a lerp, sqrt(v / bc2) instead of
@@ -13,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step", "sgd_step_many",
-           "sgd_step_many_inplace"]
+           "sgd_step_many_inplace", "norm2_many", "scale_many"]
 
 
 def _f64(a):
@@ -83,3 +85,16 @@ def sgd_step_many_inplace(ps, gs, bufs, lr, momentum, dampening, weight_decay, n
     ps when bufs is None: then no buffer is written)."""
     out = sgd_step_many(ps, gs, bufs, lr, momentum, dampening, weight_decay, nesterov, first)
     return out if bufs is not None else out[:len(ps)]
+
+
+def norm2_many(xs):
+    """The (T,) float64 2-norms sqrt(sum x^2) of the tensors xs (0 for an empty one)."""
+    with np.errstate(all="ignore"):
+        return np.array([np.sqrt(np.sum(np.square(_f64(x)))) for x in xs], dtype=np.float64)
+
+
+def scale_many(xs, coef):
+    """(x * coef[0] for each x): the products in float64 (exact for float32 inputs)."""
+    c = float(_f64(coef)[0])
+    with np.errstate(all="ignore"):
+        return tuple(_f64(x) * c for x in xs)

@@ -1,4 +1,5 @@
-"""Primitive table entries of the optim family: adam_step and sgd_step, and their multi-tensor forms.
+"""Primitive table entries of the optim family: adam_step and sgd_step, and their multi-tensor forms;
+clip_grad_norm_'s norm2_many and scale_many.
 
 Random draws use finite kinds (normal, wide, int): with infinities the spec's algebraic form
 (beta m + (1 - beta) g) and the kernels' lerp meet inf - inf differently, which is IEEE behaviour,
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .table_core import F32, PrimitiveInfo, add, values
+from .table_core import F32, KINDS, PrimitiveInfo, add, values
 
 _KINDS = ("normal", "wide", "int")
 
@@ -109,3 +110,59 @@ _sgd_many_edges = [
 ]
 add(PrimitiveInfo("sgd_step_many", _sgd_many, 1, edge_cases=_sgd_many_edges, max_dim=12, kinds=_KINDS))
 add(PrimitiveInfo("sgd_step_many_inplace", _sgd_many, 1, edge_cases=_sgd_many_edges, max_dim=12, kinds=_KINDS))
+
+
+
+# -- norm2_many and scale_many ------------------------------------------------------------------------
+# Every kind, specials included: norm2_many squares and sums in double, where no float32 value's
+# square overflows (3.4e38^2 ~ 1e77), and a norm beyond the float32 range rounds to inf as the
+# contract allows; scale_many is one IEEE product. Sizes: mostly 0..13 (CUDA's quads and scalar
+# tails), sometimes up to 3 of norm2_many's 8192-element chunks (a partial last chunk).
+_N2_CHUNK = 8192
+
+
+def _many_sizes(rng, t):
+    return [int(rng.integers(0, 3 * _N2_CHUNK + 5)) if rng.random() < 0.2 else int(rng.integers(0, 14))
+            for _ in range(t)]
+
+
+def _norm2_many(rng, d, kind):
+    return [[values(rng, s, kind) for s in _many_sizes(rng, d[0])]]
+
+
+def _scale_many(rng, d, kind):
+    return [[values(rng, s, kind) for s in _many_sizes(rng, d[0])], values(rng, 1, kind)]
+
+
+_R = np.random.default_rng(20240601)
+_BIG = (_R.standard_normal(300_000) * 3.0).astype(F32)  # one large tensor (37 chunks) among small ones
+_SMALL = [(_R.standard_normal(n) * 2.0).astype(F32) for n in (1, 2, 3, 4, 5, 7, 13)]
+_ODD = f32(np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 1e-38, 3.4e38, -3.4e38, 1e20, 1e-30, 0.5)
+_BOUNDARIES = [(_R.standard_normal(n)).astype(F32) for n in (_N2_CHUNK - 1, _N2_CHUNK, _N2_CHUNK + 1,
+                                                               2 * _N2_CHUNK + 3)]
+_norm2_many_edges = [
+    [[]],                                                                   # T = 0: an empty result
+    [[_Z0]],                                                                # one empty tensor: 0
+    [[_Z0, f32(3.0, 4.0), _Z0, f32(-0.0), f32(-5.0)]],                      # 0, 5, 0, 0, 5
+    [[_SMALL[0], _BIG, *_SMALL[1:]]],                                       # 300k elements among small ones
+    [_BOUNDARIES],                                                          # chunk boundaries, partial chunks
+    [[f32(np.nan, 1.0), f32(np.inf, 2.0), f32(-np.inf), f32(np.inf, np.nan), f32(1.0, -np.inf, 0.0)]],  # NaN, inf
+    [[f32(1e-45), f32(1e-45, -1e-45, 1e-45), f32(1e-38, -1e-39), f32(1e-30, 1e-30), f32(-0.0, 0.0)]],  # tiny
+    [[f32(3.4e38), f32(3.4e38, -3.4e38), f32(1e20, -1e20, 1e20), f32(1e19, 1e-30)]],  # huge: inf, finite
+    [[_ODD, _ODD[:7], _ODD[1:], np.tile(_ODD, 700)]],                       # specials, some over a chunk
+]
+_scale_many_edges = [
+    [[], f32(2.0)],                                                         # T = 0
+    [[_Z0, _P, _Z0], f32(0.5)],                                             # empty ones
+    [[_SMALL[0], _BIG, *_SMALL[1:]], f32(0.3)],                             # 300k elements among small ones
+    [[_ODD, _ODD[:5], _ODD[2:]], f32(1.0)],                                 # coefficient 1: the same bits
+    [[_ODD, _ODD[:3]], f32(-0.0)],                                          # -0: signed zeros, NaN for inf
+    [[_ODD, _P], f32(np.inf)],
+    [[_ODD, _P], f32(np.nan)],
+    [[_ODD, _P, _G], f32(1e-45)],                                           # subnormal coefficient
+    [[_ODD, _P, _G], f32(3e38)],                                            # overflow to inf
+    [[_ODD, _P, _G], f32(1.5e-7)],                                          # clip_grad_norm_'s small factors
+    [_BOUNDARIES, f32(0.7)],
+]
+add(PrimitiveInfo("norm2_many", _norm2_many, 1, edge_cases=_norm2_many_edges, max_dim=12, kinds=KINDS))
+add(PrimitiveInfo("scale_many", _scale_many, 1, edge_cases=_scale_many_edges, max_dim=12, kinds=KINDS))

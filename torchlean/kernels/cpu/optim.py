@@ -1,5 +1,7 @@
 """CPU kernels of the fused optimizer steps: adam_step and sgd_step (Numba, one pass), and their
-multi-tensor forms (a loop over the tensors: on the CPU a call costs microseconds, not a launch).
+multi-tensor forms (a loop over the tensors: on the CPU a call costs microseconds, not a launch);
+and clip_grad_norm_'s norm2_many (Numba: CUDA's order of summation, so the same bits) and
+scale_many (a NumPy product per tensor).
 
 Each element is read once and written once (p, g, m, v in; p, m, v out), in float32 arithmetic
 arranged as PyTorch's CPU kernels arrange it (see runtime/primitives_optim.py): a fused
@@ -20,7 +22,7 @@ from .parallel import parts
 F32 = np.float32
 
 __all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step", "sgd_step_many",
-           "sgd_step_many_inplace"]
+           "sgd_step_many_inplace", "norm2_many", "scale_many"]
 
 _CHUNK = 1 << 15  # elements per parallel task, and the work that pays for a thread (parallel.parts)
 
@@ -221,3 +223,119 @@ def sgd_step_many(ps, gs, bufs, wd, momentum, keep, neg_lr, mode):
         outs[0].append(pn)
         outs[1].append(bn)
     return outs
+
+
+# -- norm2_many and scale_many (clip_grad_norm_) ------------------------------------------------------
+# norm2_many runs the CUDA kernels' order of summation exactly (optim.cu, tl_norm2_many_chunks and
+# tl_norm2_many_finish), in double: chunks of _N2_CHUNK elements; in a chunk, "thread" j of
+# _N2_THREADS adds the quad sums (x0^2 + x1^2) + (x2^2 + x3^2) of quads j + _N2_THREADS k in k
+# order (elements past the end are 0); the threads' sums meet in the block's fixed tree (warp
+# butterflies, then the warp sums padded to 32 lanes); a tensor's chunk partials are added by 32
+# "lanes" (lane l: partials l, l + 32, ... in order) and a butterfly; then sqrt, rounded to
+# float32. Squares of float32 values are exact in double, and double addition is commutative, so
+# the bits are CUDA's. Tensors of several chunks run their chunks in parallel (the order of the
+# adds does not depend on it).
+_N2_THREADS = 256
+_N2_QUADS = 8
+_N2_CHUNK = 4 * _N2_THREADS * _N2_QUADS
+_N2_MIN_SPLIT = 1 << 16  # elements per thread that pay for a parallel region (parallel.parts)
+
+
+@njit(inline="always", error_model="numpy")
+def _butterfly32(v):
+    """The value every lane holds after CUDA's xor butterfly (o = 16, 8, 4, 2, 1: v += shfl_xor(v, o))
+    over v[0:32], which it overwrites: lanes l and l ^ o hold the same sum (a + b == b + a), so
+    the lanes below o carry all of it."""
+    o = 16
+    while o > 0:
+        for lane in range(o):
+            v[lane] = v[lane] + v[lane + o]
+        o >>= 1
+    return v[0]
+
+
+@njit(inline="always", error_model="numpy")
+def _n2_chunk(x, lo, m, acc, lanes, warp_sums):
+    """tl_norm2_many_chunks' partial of the m elements x[lo:lo + m] (acc: _N2_THREADS doubles,
+    lanes: 32, warp_sums: _N2_THREADS / 32, all scratch)."""
+    for j in range(_N2_THREADS):
+        acc[j] = 0.0
+    for k in range(_N2_QUADS):
+        for j in range(_N2_THREADS):
+            e = 4 * (j + _N2_THREADS * k)
+            if e + 4 <= m:
+                a, b = np.float64(x[lo + e]), np.float64(x[lo + e + 1])
+                c, d = np.float64(x[lo + e + 2]), np.float64(x[lo + e + 3])
+            elif e < m:
+                a = np.float64(x[lo + e])
+                b = np.float64(x[lo + e + 1]) if e + 1 < m else 0.0
+                c = np.float64(x[lo + e + 2]) if e + 2 < m else 0.0
+                d = 0.0
+            else:
+                continue  # a quad of zeros adds +0.0: nothing (acc >= +0 or NaN)
+            acc[j] += (a * a + b * b) + (c * c + d * d)
+    nwarps = _N2_THREADS // 32
+    for w in range(nwarps):
+        for lane in range(32):
+            lanes[lane] = acc[32 * w + lane]
+        warp_sums[w] = _butterfly32(lanes)
+    for lane in range(32):
+        lanes[lane] = warp_sums[lane] if lane < nwarps else 0.0
+    return _butterfly32(lanes)
+
+
+@njit(inline="always", error_model="numpy")
+def _n2_chunks(x, partials, c0, c1):
+    acc, lanes, warp_sums = np.empty(_N2_THREADS), np.empty(32), np.empty(_N2_THREADS // 32)
+    n = x.size
+    for c in range(c0, c1):
+        lo = c * _N2_CHUNK
+        partials[c] = _n2_chunk(x, lo, min(n - lo, _N2_CHUNK), acc, lanes, warp_sums)
+
+
+@njit(cache=True, error_model="numpy")
+def _n2_partials_seq(x, partials):
+    _n2_chunks(x, partials, 0, partials.size)
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def _n2_partials_par(x, partials, parts):
+    nc = partials.size
+    for p in prange(parts):
+        _n2_chunks(x, partials, (nc * p) // parts, (nc * (p + 1)) // parts)
+
+
+@njit(cache=True, error_model="numpy")
+def _n2_finish(partials):
+    """tl_norm2_many_finish's sum of one tensor's partials (32 lanes, then the butterfly)."""
+    lanes = np.zeros(32)
+    for lane in range(32):
+        s = 0.0
+        for c in range(lane, partials.size, 32):
+            s += partials[c]
+        lanes[lane] = s
+    return _butterfly32(lanes)
+
+
+def norm2_many(xs):
+    """The float32 2-norms of the tensors xs: CUDA's order of summation (see above), in double."""
+    sums = np.empty(len(xs), np.float64)
+    for i, x in enumerate(xs):
+        chunks = -(-x.size // _N2_CHUNK)
+        partials = np.empty(chunks, np.float64)
+        if chunks:
+            parts_ = parts(x.size, chunks, _N2_MIN_SPLIT)
+            if parts_ > 1:
+                _n2_partials_par(x, partials, parts_)
+            else:
+                _n2_partials_seq(x, partials)
+        sums[i] = _n2_finish(partials)
+    with np.errstate(invalid="ignore"):
+        return np.sqrt(sums).astype(F32)  # sqrt correctly rounded in double, then rounded to float32
+
+
+def scale_many(xs, coef):
+    """x * coef[0] per tensor: one float32 product per element, as mul's kernel (np.multiply)."""
+    c = coef[:1]
+    with np.errstate(all="ignore"):
+        return [np.multiply(x, c) for x in xs]

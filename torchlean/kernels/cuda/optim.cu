@@ -200,3 +200,108 @@ extern "C" __global__ void tl_sgd_step_many(const long long* __restrict__ ptrs, 
         }
     });
 }
+
+// ---- multi-tensor 2-norms and scaling (clip_grad_norm_) ------------------------------------------
+// norm2_many: out[t] = sqrt(sum_j x_t[j]^2) for T tensors in two launches, whatever T and the sizes.
+// The squares are formed and summed in double (a float32 square is exact in double, and no square
+// or sum of squares of float32 values can overflow or underflow there), in an order fixed by the
+// sizes alone, so the result is bitwise repeatable and independent of the grid:
+//  1. tl_norm2_many_chunks: each tensor is cut into chunks of TL_NORM2_CHUNK elements (the table's
+//     prefix sums count chunks, not quads); ONE block of TL_NORM2_THREADS threads sums ONE chunk:
+//     thread j adds, in k order, the quad sums (x0^2 + x1^2) + (x2^2 + x3^2) of the chunk's quads
+//     j + TL_NORM2_THREADS k (k < TL_NORM2_QUADS; elements past the tensor's end count as 0, which
+//     adds nothing), then tl_block_sum_d (warp butterflies, then the 8 warp sums) gives the chunk's
+//     partial. A 6.5M-element tensor is ~800 blocks' work, a tiny one a block's.
+//  2. tl_norm2_many_finish: one warp per tensor; lane l adds the tensor's partials l, l + 32, ... in
+//     order, a butterfly adds the lanes, and out[t] = (float)sqrt(sum) (0 for an empty tensor).
+// No atomics. kernels/cpu/optim.py (norm2_many) runs exactly this order, so the two backends give
+// the same bits. A tensor whose storage is not 16-byte aligned (a DLPack view) loads its quads as
+// scalars: the same values in the same order.
+#define TL_NORM2_THREADS 256
+#define TL_NORM2_QUADS 8
+#define TL_NORM2_CHUNK (4 * TL_NORM2_THREADS * TL_NORM2_QUADS)
+
+// The tensor that owns unit j (a chunk): the last t with pre[t] <= j (empty tensors have
+// pre[t] == pre[t + 1] and are skipped). pre has T + 1 entries, pre[0] = 0, j < pre[T].
+__device__ __forceinline__ int tl_norm2_owner(const long long* __restrict__ pre, int T, long long j) {
+    int lo = 0, hi = T - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (pre[mid] <= j) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+__device__ __forceinline__ double tl_norm2_quad(float4 v) {
+    return ((double)v.x * v.x + (double)v.y * v.y) + ((double)v.z * v.z + (double)v.w * v.w);
+}
+
+// ptrs: T tensor pointers; chunks: T + 1 prefix sums of ceil(n_t / TL_NORM2_CHUNK); sizes: the n_t;
+// total = chunks[T]. partials[c] = the sum of squares of chunk c. Launch with TL_NORM2_THREADS threads.
+extern "C" __global__ void __launch_bounds__(TL_NORM2_THREADS)
+tl_norm2_many_chunks(const long long* __restrict__ ptrs, const long long* __restrict__ chunks,
+                     const long long* __restrict__ sizes, int T, long long total, double* __restrict__ partials) {
+    __shared__ double scratch[32];
+    for (long long c = blockIdx.x; c < total; c += gridDim.x) {  // uniform over the block
+        const int t = tl_norm2_owner(chunks, T, c);
+        const float* x = reinterpret_cast<const float*>(ptrs[t]);
+        const long long lo = (c - chunks[t]) * TL_NORM2_CHUNK;
+        const long long m = min(sizes[t] - lo, (long long)TL_NORM2_CHUNK);  // elements of this chunk, >= 1
+        const float* xc = x + lo;  // lo is a multiple of 4: xc is aligned where x is
+        const bool vec = (reinterpret_cast<unsigned long long>(x) & 15ull) == 0;
+        float4 v[TL_NORM2_QUADS];
+#pragma unroll
+        for (int k = 0; k < TL_NORM2_QUADS; ++k) {  // every load first, then the adds in k order
+            const long long e = 4ll * (threadIdx.x + TL_NORM2_THREADS * k);
+            if (vec && e + 4 <= m) {
+                v[k] = reinterpret_cast<const float4*>(xc)[e >> 2];
+            } else {
+                v[k].x = e < m ? xc[e] : 0.f;
+                v[k].y = e + 1 < m ? xc[e + 1] : 0.f;
+                v[k].z = e + 2 < m ? xc[e + 2] : 0.f;
+                v[k].w = e + 3 < m ? xc[e + 3] : 0.f;
+            }
+        }
+        double acc = 0.0;
+#pragma unroll
+        for (int k = 0; k < TL_NORM2_QUADS; ++k) acc += tl_norm2_quad(v[k]);
+        acc = tl_block_sum_d(acc, scratch);
+        if (threadIdx.x == 0) partials[c] = acc;
+    }
+}
+
+// out[t] = (float)sqrt(the sum of tensor t's partials chunks[t] .. chunks[t + 1] - 1); one warp per
+// tensor (blockDim.x a multiple of 32).
+extern "C" __global__ void tl_norm2_many_finish(const long long* __restrict__ chunks, int T,
+                                                const double* __restrict__ partials, float* __restrict__ out) {
+    const int lane = threadIdx.x & 31;
+    const long long nwarps = TL_STRIDE >> 5;
+    for (long long t = TL_TID >> 5; t < T; t += nwarps) {  // uniform over the warp
+        const long long hi = chunks[t + 1];
+        double s = 0.0;
+        for (long long c = chunks[t] + lane; c < hi; c += 32) s += partials[c];
+        s = tl_warp_sum_d(s);
+        if (lane == 0) out[t] = (float)sqrt(s);
+    }
+}
+
+// scale_many: out_t = x_t * coef[0] for T tensors in one launch (R = 2 rows: x, out; the quads of
+// tl_step_many_each). One float32 product per element, as mul's kernel: the same bits as
+// mul(x, broadcast_to(coef, n)). coef is read on the device (no host round trip). A tensor whose
+// storage is not 16-byte aligned (a DLPack view) takes the scalar path: the same products.
+extern "C" __global__ void tl_scale_many(const long long* __restrict__ ptrs, const long long* __restrict__ quads,
+                                         const long long* __restrict__ sizes, int T, const float* __restrict__ coef) {
+    const float a = coef[0];
+    tl_step_many_each(quads, sizes, T, [&](int t, long long k, long long n) {
+        const float* x = tl_step_many_row(ptrs, T, 0, t);
+        float* o = tl_step_many_row(ptrs, T, 1, t);
+        const long long e = k << 2;
+        const bool vec = ((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(o)) & 15ull) == 0;
+        if (vec && e + 4 <= n) {
+            const float4 v = reinterpret_cast<const float4*>(x)[k];
+            reinterpret_cast<float4*>(o)[k] = make_float4(v.x * a, v.y * a, v.z * a, v.w * a);
+        } else {
+            for (long long i = e; i < n && i < e + 4; ++i) o[i] = x[i] * a;
+        }
+    });
+}

@@ -1,5 +1,7 @@
 """CUDA kernels of the fused optimizer steps: adam_step and sgd_step (kernels in optim.cu), and
-their multi-tensor forms adam_step_many and sgd_step_many (one launch over a pointer table).
+their multi-tensor forms adam_step_many and sgd_step_many (one launch over a pointer table); and
+clip_grad_norm_'s multi-tensor primitives norm2_many (two launches: chunk partials, then one warp
+per tensor) and scale_many (one launch), over the same kind of table.
 
 One launch per call, a grid-stride loop with float4 loads and stores when every pointer is
 16-byte aligned (whole CuPy allocations are). Bytes moved per element: adam_step reads p, g, m, v
@@ -16,12 +18,12 @@ import cupy
 import numpy as np
 
 from ..caches import register
-from .freelist import give_back
+from .freelist import empty_as, give_back
 from .launch import BLOCK, F32, I64, empty, grid_for, kernel
 from .staging import upload_i64
 
 __all__ = ["adam_step", "adam_step_many", "adam_step_many_inplace", "sgd_step", "sgd_step_many",
-           "sgd_step_many_inplace"]
+           "sgd_step_many_inplace", "norm2_many", "scale_many"]
 
 _FILE = "optim.cu"
 _I32 = np.int32
@@ -106,7 +108,7 @@ _TABLES_KEPT = 16
 
 class _Table:
     """One launch's uploaded table (``_table``): the device array, its tensor count T and the total
-    number of quads (float4 groups) over those tensors, which sizes the grid."""
+    number of quads (float4 groups; chunks for norm2_many) over those tensors, which sizes the grid."""
 
     __slots__ = ("dev", "tensors", "quads")
 
@@ -133,28 +135,14 @@ register("cuda", _table_bytes, _clear_tables)  # counted as cached, dropped by c
 
 def _launch_many(name, batch, ptrs, sizes, args):
     """The multi-tensor kernel ``name`` over the tensors batch (indices) of the R pointer lists ptrs
-    (inputs, then outputs: 7 for tl_adam_step_many, 5 for tl_sgd_step_many), with the scalar
-    arguments args: the pointers, quad offsets and sizes go up in one small host-to-device copy per
-    launch, or none when a recent call on this stream had the same ones (the table is data alone:
-    R is in the key's length, and the kernel reads what it holds)."""
+    (inputs, then outputs: 7 for tl_adam_step_many, 5 for tl_sgd_step_many, 2 for tl_scale_many),
+    with the scalar arguments args: the pointers, quad offsets and sizes go up in one small
+    host-to-device copy per launch, or none when a recent call on this stream had the same ones
+    (the key is the kernel's name and the table's data, R in its length)."""
     if not batch:
         return
-    key = (tuple(batch), tuple(sizes), *map(tuple, ptrs))
-    dev_key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr)
-    kept = _tables.get(dev_key)
-    if kept is None:
-        kept = _tables[dev_key] = OrderedDict()
-    plans = kept.get(key)
-    if plans is None:
-        plans = kept[key] = [_table(batch[lo:lo + _MANY_MAX], ptrs, sizes) for lo in range(0, len(batch), _MANY_MAX)]
-        if len(kept) > _TABLES_KEPT:
-            old = kept.popitem(last=False)[1]
-            while old:
-                dev_table = old.pop().dev
-                give_back(dev_table)  # only this cache held it, and its launches are queued
-                del dev_table
-    else:
-        kept.move_to_end(key)
+    plans = _plans((name, tuple(batch), tuple(sizes), *map(tuple, ptrs)), lambda: [
+        _table(batch[lo:lo + _MANY_MAX], ptrs, sizes) for lo in range(0, len(batch), _MANY_MAX)])
     rows = len(ptrs)
     for table in plans:
         dev, t, total = table.dev, table.tensors, table.quads
@@ -164,18 +152,41 @@ def _launch_many(name, batch, ptrs, sizes, args):
             (dev, _U64(base + 8 * rows * t), _U64(base + 8 * ((rows + 1) * t + 1)), _I32(t), *args))
 
 
-def _table(idx, ptrs, sizes) -> _Table:
-    """The launch table of the tensors idx: R T pointers (R = len(ptrs)), T + 1 quad prefix sums, T
+def _plans(key, make) -> list:
+    """The uploaded tables of a launch whose table content is ``key`` (the kernel's name first):
+    kept from a recent call on this (device, stream), or ``make()``'s, kept now (the oldest of
+    more than _TABLES_KEPT go back to the free list)."""
+    dev_key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr)
+    kept = _tables.get(dev_key)
+    if kept is None:
+        kept = _tables[dev_key] = OrderedDict()
+    plans = kept.get(key)
+    if plans is None:
+        plans = kept[key] = make()
+        if len(kept) > _TABLES_KEPT:
+            old = kept.popitem(last=False)[1]
+            while old:
+                dev_table = old.pop().dev
+                give_back(dev_table)  # only this cache held it, and its launches are queued
+                del dev_table
+    else:
+        kept.move_to_end(key)
+    return plans
+
+
+def _table(idx, ptrs, sizes, unit: int = 4) -> _Table:
+    """The launch table of the tensors idx: R T pointers (R = len(ptrs)), T + 1 prefix sums of the
+    tensors' unit counts (ceil(n / unit): quads for the step kernels, chunks for norm2_many), T
     sizes, uploaded asynchronously (stream-ordered: dropping it after the launch is safe)."""
     t, rows = len(idx), len(ptrs)
     table = np.empty(rows * t + 2 * t + 1, dtype=np.int64)
     for row, col in enumerate(ptrs):
         table[row * t:(row + 1) * t] = [col[i] for i in idx]
     table[(rows + 1) * t + 1:] = [sizes[i] for i in idx]
-    quads = table[rows * t:(rows + 1) * t + 1]
-    quads[0] = 0
-    np.cumsum((table[(rows + 1) * t + 1:] + 3) // 4, out=quads[1:])
-    return _Table(upload_i64(table), t, int(quads[-1]))
+    units = table[rows * t:(rows + 1) * t + 1]
+    units[0] = 0
+    np.cumsum((table[(rows + 1) * t + 1:] + (unit - 1)) // unit, out=units[1:])
+    return _Table(upload_i64(table), t, int(units[-1]))
 
 
 def sgd_step(p, g, buf, n, wd, momentum, keep, neg_lr, mode):
@@ -236,3 +247,45 @@ def _sgd_args(coef, no_buf: bool) -> tuple:
     """tl_sgd_step_many's scalar arguments after the table: the coefficients, typed, and the mode."""
     wd, momentum, keep, neg_lr, mode = coef
     return F32(wd), F32(momentum), F32(keep), F32(neg_lr), _I32(mode | (_SGD_NO_BUF if no_buf else 0))
+
+
+# -- norm2_many and scale_many (clip_grad_norm_) ------------------------------------------------------
+_NORM2_THREADS = 256                     # TL_NORM2_THREADS in optim.cu: one block sums one chunk
+_NORM2_CHUNK = 4 * _NORM2_THREADS * 8    # TL_NORM2_CHUNK: elements per chunk (the order depends on it)
+
+
+def norm2_many(xs):
+    """The float32 2-norms of T tensors (T >= 1) in two launches, whatever T and the sizes: chunk
+    partials (tl_norm2_many_chunks, a block per TL_NORM2_CHUNK elements of any tensor), then one
+    warp per tensor adding its partials in order and taking the sqrt (tl_norm2_many_finish). The
+    table (pointers, chunk prefix sums, sizes) is kept as the step kernels' tables are: gradients
+    drawn from the free list come back to the same addresses."""
+    t = len(xs)
+    sizes = [x.size for x in xs]
+    ptrs = [x.data.ptr for x in xs]
+    table = _plans(("tl_norm2_many", tuple(sizes), tuple(ptrs)),
+                   lambda: [_table(range(t), (ptrs,), sizes, _NORM2_CHUNK)])[0]
+    dev, total = table.dev, table.quads
+    base = dev.data.ptr
+    chunks = _U64(base + 8 * t)  # the T + 1 chunk prefix sums; the sizes follow them
+    out = empty(t)
+    partials = empty_as(total, "d") if total else out  # (no chunks: finish reads no partial)
+    if total:
+        kernel(_FILE, "tl_norm2_many_chunks")(
+            (grid_for(total * _NORM2_THREADS, _NORM2_THREADS),), (_NORM2_THREADS,),
+            (dev, chunks, _U64(base + 8 * (2 * t + 1)), _I32(t), I64(total), partials))
+    kernel(_FILE, "tl_norm2_many_finish")((grid_for(32 * t),), (BLOCK,), (chunks, _I32(t), partials, out))
+    if total:
+        give_back(partials)
+    return out
+
+
+def scale_many(xs, coef):
+    """x * coef[0] for each of T tensors into new arrays, one launch (per 1024 tensors) of
+    tl_scale_many over a (x, out) pointer table; coef stays on the device."""
+    outs = [empty(x.size) for x in xs]
+    sizes = [x.size for x in xs]
+    batch = [i for i, n in enumerate(sizes) if n]
+    ptrs = ([x.data.ptr for x in xs], [o.data.ptr for o in outs])
+    _launch_many("tl_scale_many", batch, ptrs, sizes, (coef,))
+    return outs

@@ -3,9 +3,19 @@
 total = norm of the per-gradient norms (PyTorch's two-level form); clip_coef = max_norm /
 (total + 1e-6) in float32, clamped to at most 1; every gradient is multiplied by it (always, as
 PyTorch does, so a coefficient of exactly 1 leaves the gradients' bits unchanged). Every sum runs
-in an order fixed by the shapes (the reduce_sum primitive per gradient, then the gradients in
-parameter order), so the result is bitwise repeatable. Nothing is copied to the host unless
-``error_if_nonfinite`` asks for the check.
+in an order fixed by the shapes, so the result is bitwise repeatable:
+
+* norm_type 2 (the common case) takes the multi-tensor primitives, a handful of launches whatever
+  the number of parameters (PyTorch's _foreach path): ``norm2_many`` gives every gradient's norm
+  (its squares summed in double in a fixed chunked order, the same bits on the CPU and CUDA,
+  rounded to float32 once), total = sqrt(reduce_sum(norms * norms)) (the float32 squares of the
+  norms summed by reduce_sum's fixed order over the parameter axis), and ``scale_many``
+  multiplies every gradient by the coefficient (each gradient tensor rebound to its new buffer,
+  as ``mul_`` rebinds it).
+* other orders: a reduction per gradient (reduce_sum, or reduce_max for inf), then the gradients'
+  norms combined one by one in parameter order, and ``mul_`` per gradient.
+
+Nothing is copied to the host unless ``error_if_nonfinite`` asks for the check.
 """
 
 from __future__ import annotations
@@ -97,6 +107,9 @@ def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0, er
     if not grads:
         return Tensor._wrap(full(1, 0.0, "cpu"), ())
     dev = grads[0].device
+    if p == 2.0:
+        with autograd.no_grad():
+            return _clip_l2(grads, measured, dev, max_norm, norm_type, error_if_nonfinite)
     with autograd.no_grad():
         total = nan_acc = None
         for g in measured:
@@ -125,13 +138,45 @@ def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0, er
             total = _pow(total, 1.0 / p)
         total_t = Tensor._wrap(total, ())
         if error_if_nonfinite:
-            value = float(total.to_numpy()[0])
-            if not math.isfinite(value):
-                raise NonFiniteNormError(
-                    f"clip_grad_norm_: the total norm of order {norm_type} of the gradients is {value}, so they "
-                    f"cannot be clipped; set error_if_nonfinite=False to clip anyway")
-        coef = P.clamp(P.div(full(1, float(max_norm), dev), P.add_scalar(total, 1e-6)), -math.inf, 1.0)
-        coef_t = Tensor._wrap(coef, ())
+            _check_finite(total, norm_type)
+        coef_t = Tensor._wrap(_coefficient(total, max_norm, dev), ())
         for g in grads:
             g.mul_(coef_t)
+    return total_t
+
+
+def _check_finite(total: Buffer, norm_type: Any) -> None:
+    value = float(total.to_numpy()[0])
+    if not math.isfinite(value):
+        raise NonFiniteNormError(
+            f"clip_grad_norm_: the total norm of order {norm_type} of the gradients is {value}, so they "
+            f"cannot be clipped; set error_if_nonfinite=False to clip anyway")
+
+
+def _coefficient(total: Buffer, max_norm: float, dev: Any) -> Buffer:
+    """clamp(max_norm / (total + 1e-6), max=1) in float32, on the device (a length-1 buffer)."""
+    return P.clamp(P.div(full(1, float(max_norm), dev), P.add_scalar(total, 1e-6)), -math.inf, 1.0)
+
+
+def _clip_l2(grads: list[Tensor], measured: list[Tensor], dev: Any, max_norm: float, norm_type: Any,
+             error_if_nonfinite: bool) -> Tensor:
+    """The p = 2 path (under no_grad): a fixed handful of primitive calls whatever the number of
+    gradients (norm2_many, mul, reduce_sum, sqrt, the coefficient's three, scale_many)."""
+    bufs = []
+    for g in measured:
+        gb = g._float_buffer("clip_grad_norm_")
+        if g.device != dev:
+            raise ArgumentError(f"clip_grad_norm_: gradients on several devices ({dev} and {g.device}) "
+                                f"are not supported")
+        bufs.append(gb)
+    norms = P.norm2_many(bufs)
+    total = P.sqrt(P.reduce_sum(P.mul(norms, norms)))
+    total_t = Tensor._wrap(total, ())
+    if error_if_nonfinite:
+        _check_finite(total, norm_type)
+    coef = _coefficient(total, max_norm, dev)
+    scaled = P.scale_many([g._float_buffer("clip_grad_norm_") for g in grads], coef)
+    for g, buf in zip(grads, scaled):
+        # what g.mul_(coef) does under no_grad: the same checks, then g holds the new buffer
+        g._assign("mul_", Tensor._wrap(buf, g._shape))
     return total_t
