@@ -89,3 +89,23 @@ def test_autograd_grad_through_a_checkpoint_is_refused():
     y = checkpoint(lambda a: (a * a).sum(), x)
     with pytest.raises(AutogradError, match="checkpoint: torch.autograd.grad"):
         tl.autograd.grad(y, x)
+
+
+def test_a_tuple_with_one_float_tensor_is_checkpointed():
+    """A transformer layer's (hidden, None): the hidden state is the checkpoint's node, the rest
+    comes from the first run, and the gradients are those of the plain run."""
+    x0 = np.random.default_rng(5).standard_normal((4, 64)).astype(F32)
+    block = _block(7)
+    grads = []
+    for use in (False, True):
+        x = tl.tensor(x0, requires_grad=True)
+        fn = lambda a: (block(a), None, tl.tensor([1, 2]))  # noqa: E731
+        out = checkpoint(fn, x) if use else fn(x)
+        assert isinstance(out, tuple) and out[1] is None and out[2].tolist() == [1, 2]
+        if use:
+            assert out[0].grad_fn.name() == "checkpoint"
+        (out[0] * out[0]).sum().backward()
+        grads.append(x.grad.numpy())
+        for q in block.parameters():
+            q.grad = None
+    np.testing.assert_array_equal(grads[1], grads[0])

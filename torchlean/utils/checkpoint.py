@@ -11,8 +11,9 @@ parameter also gets gradient from outside ``fn`` (the order of its two additions
 
 Where the memory cannot be saved, ``fn`` runs as it is (same values and gradients, a larger
 footprint): when no tensor argument requires grad (the node would have nothing to hang on: its
-parameters would get no gradient), when grad is disabled, and when ``fn`` returns anything but one
-tensor. ``torch.autograd.grad`` through a checkpointed function is refused (AutogradError), as
+parameters would get no gradient), when grad is disabled, and when ``fn`` returns neither one float
+tensor nor a tuple or list holding exactly one (a transformer layer's ``(hidden,)``, with Nones or
+integer tensors beside it: those come from the first run). ``torch.autograd.grad`` through a checkpointed function is refused (AutogradError), as
 PyTorch's reentrant checkpoint refuses it: the parameters' gradients go to ``.grad``, not to the
 caller.
 """
@@ -40,13 +41,14 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool | None = None
     rng = get_rng_state() if preserve_rng_state else None
     with autograd.no_grad():
         out = function(*args, **kwargs)
-    if not isinstance(out, Tensor) or not out.is_floating_point():
-        # several outputs (or none): run it recorded instead, from the same random numbers
+    at = _the_float_output(out)
+    if at is None:
+        # no float tensor, or several: run it recorded instead, from the same random numbers
         if rng is not None:
             set_rng_state(rng)
         return function(*args, **kwargs)
     saved = [(i, t.detach(), t.requires_grad) for i, t in tensors]
-    shape = out.shape
+    shape = _pick(out, at).shape
 
     def vjp(g):
         if autograd.in_functional_walk():
@@ -65,16 +67,36 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool | None = None
                 again = function(*call, **kwargs)
         finally:
             set_rng_state(now)
-        if not isinstance(again, Tensor) or again.shape != shape:
+        again = _pick(again, at) if _the_float_output(again) == at else None
+        if again is None or again.shape != shape:
             raise AutogradError(f"checkpoint: the recomputed output differs from the first run's "
-                                f"(shape {shape}, got {getattr(again, 'shape', type(again).__name__)})")
+                                f"(a float tensor of shape {shape} at the same place)")
         if again.requires_grad:
             autograd.backward(again, g)
         return tuple(t.grad._float_buffer("checkpoint") if t.requires_grad and t.grad is not None else None
                      for t in leaves)
 
-    return autograd.record("checkpoint", Tensor._wrap(out._float_buffer("checkpoint"), shape),
-                           [t for _, t in tensors], vjp)
+    node_out = autograd.record("checkpoint", Tensor._wrap(_pick(out, at)._float_buffer("checkpoint"), shape),
+                               [t for _, t in tensors], vjp)
+    if at == -1:
+        return node_out
+    return type(out)(node_out if i == at else o for i, o in enumerate(out))
+
+
+def _the_float_output(out: Any) -> int | None:
+    """Where the one float tensor of ``fn``'s result is: -1 for the result itself, its index in a
+    tuple or list whose other items are no float tensors (a transformer layer's ``(hidden,)`` or
+    ``(hidden, None)``), else None."""
+    if isinstance(out, Tensor):
+        return -1 if out.is_floating_point() else None
+    if type(out) in (tuple, list):
+        found = [i for i, o in enumerate(out) if isinstance(o, Tensor) and o.is_floating_point()]
+        return found[0] if len(found) == 1 else None
+    return None
+
+
+def _pick(out: Any, at: int) -> Tensor:
+    return out if at == -1 else out[at]
 
 
 def checkpoint_sequential(functions: Any, segments: int, input: Any, use_reentrant: bool | None = None,  # noqa: A002
