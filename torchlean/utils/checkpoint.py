@@ -9,11 +9,15 @@ accepted and changes nothing). The memory ``fn``'s activations took is free betw
 The gradients are the bits of running ``fn`` plainly (the same ops in the same order), unless a
 parameter also gets gradient from outside ``fn`` (the order of its two additions changes).
 
+``fn`` may return a tensor or (nested) tuples and lists of them with other values (a transformer
+layer's ``(hidden, None)``, an LSTM's ``(out, (h, c))``): every float tensor in it becomes an output
+of the checkpoint, the rest comes from the first run. Several float outputs are joined into one
+node (one copy of them), and backward runs from all of them at once; their gradients may then
+differ from a plain run's in the last bit, where the order of additions differs.
+
 Where the memory cannot be saved, ``fn`` runs as it is (same values and gradients, a larger
 footprint): when no tensor argument requires grad (the node would have nothing to hang on: its
-parameters would get no gradient), when grad is disabled, and when ``fn`` returns neither one float
-tensor nor a tuple or list holding exactly one (a transformer layer's ``(hidden,)``, with Nones or
-integer tensors beside it: those come from the first run). ``torch.autograd.grad`` through a checkpointed function is refused (AutogradError), as
+parameters would get no gradient), when grad is disabled, and when ``fn`` returns no float tensor. ``torch.autograd.grad`` through a checkpointed function is refused (AutogradError), as
 PyTorch's reentrant checkpoint refuses it: the parameters' gradients go to ``.grad``, not to the
 caller.
 """
@@ -24,6 +28,8 @@ from typing import Any, Callable
 
 from .. import autograd
 from ..errors import ArgumentError, AutogradError
+from ..ops.shape import cat
+from ..runtime.primitives import slice1d
 from ..runtime.rng import get_rng_state, set_rng_state
 from ..tensor import Tensor
 
@@ -41,14 +47,17 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool | None = None
     rng = get_rng_state() if preserve_rng_state else None
     with autograd.no_grad():
         out = function(*args, **kwargs)
-    at = _the_float_output(out)
-    if at is None:
-        # no float tensor, or several: run it recorded instead, from the same random numbers
+    paths = _float_paths(out)
+    if not paths:
+        # no float tensor: run it recorded instead, from the same random numbers
         if rng is not None:
             set_rng_state(rng)
         return function(*args, **kwargs)
+    firsts = [_at(out, q) for q in paths]
+    shapes = [t.shape for t in firsts]
+    sizes = [t.numel() for t in firsts]
+    total = sum(sizes)
     saved = [(i, t.detach(), t.requires_grad) for i, t in tensors]
-    shape = _pick(out, at).shape
 
     def vjp(g):
         if autograd.in_functional_walk():
@@ -65,38 +74,63 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool | None = None
         try:
             with autograd.enable_grad():
                 again = function(*call, **kwargs)
+                outs = [_at(again, q) for q in paths] if _float_paths(again) == paths else None
+                if outs is None or [t.shape for t in outs] != shapes:
+                    raise AutogradError("checkpoint: the recomputed output differs from the first run's "
+                                        f"(float tensors of shapes {[tuple(s) for s in shapes]} at the same places)")
+                if len(outs) == 1:
+                    root, gr = outs[0], g
+                else:  # one root whose gradient reaches each output as exactly its slice of g
+                    root, gr, off = None, None, 0
+                    for t, n, shape in zip(outs, sizes, shapes):
+                        term = (t * Tensor._wrap(slice1d(g, total, off, n), shape)).sum()
+                        root, off = term if root is None else root + term, off + n
         finally:
             set_rng_state(now)
-        again = _pick(again, at) if _the_float_output(again) == at else None
-        if again is None or again.shape != shape:
-            raise AutogradError(f"checkpoint: the recomputed output differs from the first run's "
-                                f"(a float tensor of shape {shape} at the same place)")
-        if again.requires_grad:
-            autograd.backward(again, g)
+        if root.requires_grad:
+            autograd.backward(root, gr)
         return tuple(t.grad._float_buffer("checkpoint") if t.requires_grad and t.grad is not None else None
                      for t in leaves)
 
-    node_out = autograd.record("checkpoint", Tensor._wrap(_pick(out, at)._float_buffer("checkpoint"), shape),
-                               [t for _, t in tensors], vjp)
-    if at == -1:
-        return node_out
-    return type(out)(node_out if i == at else o for i, o in enumerate(out))
+    if len(firsts) == 1:
+        joined = Tensor._wrap(firsts[0]._float_buffer("checkpoint"), shapes[0])
+    else:  # the outputs end to end in one buffer: one node, whose gradient is theirs joined
+        with autograd.no_grad():
+            joined = cat([t.reshape(-1) for t in firsts])
+    node_out = autograd.record("checkpoint", joined, [t for _, t in tensors], vjp)
+    if len(firsts) == 1:
+        results = [node_out]
+    else:
+        results, off = [], 0
+        for n, shape in zip(sizes, shapes):
+            results.append(node_out[off:off + n].reshape(shape))
+            off += n
+    for q, r in zip(paths, results):
+        out = _put(out, q, r)
+    return out
 
 
-def _the_float_output(out: Any) -> int | None:
-    """Where the one float tensor of ``fn``'s result is: -1 for the result itself, its index in a
-    tuple or list whose other items are no float tensors (a transformer layer's ``(hidden,)`` or
-    ``(hidden, None)``), else None."""
+def _float_paths(out: Any, path: tuple = ()) -> list[tuple]:
+    """Where the float tensors of ``fn``'s result are: () for the result itself, index paths into
+    tuples and lists (nested: an LSTM's (out, (h, c)))."""
     if isinstance(out, Tensor):
-        return -1 if out.is_floating_point() else None
+        return [path] if out.is_floating_point() else []
     if type(out) in (tuple, list):
-        found = [i for i, o in enumerate(out) if isinstance(o, Tensor) and o.is_floating_point()]
-        return found[0] if len(found) == 1 else None
-    return None
+        return [q for i, o in enumerate(out) for q in _float_paths(o, path + (i,))]
+    return []
 
 
-def _pick(out: Any, at: int) -> Tensor:
-    return out if at == -1 else out[at]
+def _at(out: Any, path: tuple) -> Tensor:
+    for i in path:
+        out = out[i]
+    return out
+
+
+def _put(out: Any, path: tuple, value: Tensor) -> Any:
+    if not path:
+        return value
+    i = path[0]
+    return type(out)(_put(o, path[1:], value) if j == i else o for j, o in enumerate(out))
 
 
 def checkpoint_sequential(functions: Any, segments: int, input: Any, use_reentrant: bool | None = None,  # noqa: A002
