@@ -17,9 +17,9 @@ differ from a plain run's in the last bit, where the order of additions differs.
 
 Where the memory cannot be saved, ``fn`` runs as it is (same values and gradients, a larger
 footprint): when no tensor argument requires grad (the node would have nothing to hang on: its
-parameters would get no gradient), when grad is disabled, and when ``fn`` returns no float tensor. ``torch.autograd.grad`` through a checkpointed function is refused (AutogradError), as
-PyTorch's reentrant checkpoint refuses it: the parameters' gradients go to ``.grad``, not to the
-caller.
+parameters would get no gradient), when grad is disabled, and when ``fn`` returns no float tensor.
+``torch.autograd.grad`` through a checkpointed function is refused (AutogradError), as PyTorch's
+reentrant checkpoint refuses it: the parameters' gradients go to ``.grad``, not to the caller.
 """
 
 from __future__ import annotations
