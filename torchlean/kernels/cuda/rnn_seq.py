@@ -8,6 +8,7 @@ import cupy
 import numpy as np
 from cupy.cuda import driver
 
+from ..caches import memo
 from .launch import HostStruct, empty, kernel, sm_count
 
 __all__ = ["lstm_recurrence_fwd", "lstm_recurrence_bwd"]
@@ -37,8 +38,8 @@ class _SeqPlan:
                  "fwd_smem", "bwd_smem")
 
 
-_seq_plans: dict[tuple[int, int, int], _SeqPlan] = {}
-_smem_set: dict[int, int] = {}  # kernel handle -> the dynamic shared memory it allows (only raised)
+# kernel handle -> the dynamic shared memory it allows (only raised): one entry per kernel and device
+_smem_set: dict[int, int] = {}
 
 
 def _smem_cap(dev: int) -> int:
@@ -117,11 +118,11 @@ def _bwd_shape(H: int, tiles: int, R: int, bt: int, nsm: int, cap: int):
 def _seq_plan(batch: int, hidden: int) -> _SeqPlan:
     """Kernels, grids and the size words of the recurrence for (batch, hidden) on the current
     device (batch * hidden > 0)."""
-    dev = cupy.cuda.runtime.getDevice()
-    key = (dev, batch, hidden)
-    plan = _seq_plans.get(key)
-    if plan is not None:
-        return plan
+    return _seq_plan_on(cupy.cuda.runtime.getDevice(), batch, hidden)
+
+
+@memo("cuda.rnn_seq.plan", 256)
+def _seq_plan_on(dev: int, batch: int, hidden: int) -> _SeqPlan:
     cap, nsm, H = _smem_cap(dev), sm_count(), hidden
     rmax = 32
     while True:  # the widest tiles whose buffers fit (any cap of 8 KiB or more fits 4 rows)
@@ -141,7 +142,6 @@ def _seq_plan(batch: int, hidden: int) -> _SeqPlan:
     plan.grid_b, plan.block_b, plan.bwd_smem = (_ceil(H, jc), tiles), (jc * rr,), bsmem
     plan.fwd_words = (R, kch, jb, ks, fbuf)   # words 12..16 of the structs
     plan.bwd_words = (R, rc, jc, rr, bbuf)
-    _seq_plans[key] = plan
     return plan
 
 
