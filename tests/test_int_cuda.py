@@ -184,6 +184,39 @@ def test_nn_int_buffers_on_cuda(fn, cuda_device):
     _same_on_both(fn, cuda_device)
 
 
+def _mirrored_arith(dev):
+    n = tl.tensor(5, dtype=tl.int64, device=dev)
+    for _ in range(3):
+        n.add_(1)
+    u = tl.tensor([250, 3, 7], dtype=tl.uint8, device=dev)
+    return [n, n * 2 - 1, u + 10, u * 3, u - 1, u // 2, u % 7, u ** 2, -u, u + n, n > 6]
+
+
+def test_small_int_arith_on_the_gpu_matches_the_cpu(cuda_device):
+    _same_on_both(_mirrored_arith, cuda_device)
+
+
+def test_small_int_arith_runs_on_the_host_values_and_keeps_them(cuda_device):
+    # Device integer tensors made from host values keep them (Tensor._host_mirror); small arithmetic
+    # on them runs on the host and uploads, and the result keeps its host values too.
+    cupy = pytest.importorskip("cupy")
+    bn = nn.BatchNorm1d(3, device=cuda_device)
+    for _ in range(4):
+        bn(tl.ones(2, 3, device=cuda_device))
+    n = bn.num_batches_tracked
+    assert isinstance(n._arr, cupy.ndarray) and n._host_mirror() is not None
+    assert int(cupy.asnumpy(n._arr)) == int(n._host_mirror()) == 4
+    u = tl.tensor([250, 3], dtype=tl.uint8, device=cuda_device)
+    v = u + 10  # wraps as uint8
+    assert v._host_mirror() is not None and list(cupy.asnumpy(v._arr)) == list(v._host_mirror()) == [4, 13]
+    with pytest.raises(ArgumentError, match="division by zero"):
+        u // tl.tensor(0, dtype=tl.uint8, device=cuda_device)
+    big = tl.tensor(np.arange(1 << 13), device=cuda_device)  # past the host path's size: on the GPU
+    assert (big + 1)._host_mirror() is None and int((big + 1)[-1].item()) == 1 << 13
+    w = tl.from_dlpack(cupy.arange(3, dtype=cupy.int64))  # values made on the device: no mirror
+    assert w._host_mirror() is None and (w + 1)._host_mirror() is None and (w + 1).tolist() == [1, 2, 3]
+
+
 # -- DLPack ---------------------------------------------------------------------------------------------
 def test_dlpack_exports_cuda_int_tensors_as_their_cupy_arrays(cuda_device):
     cupy = pytest.importorskip("cupy")

@@ -60,10 +60,8 @@ def _dgemm(a64, b64, m, k, n, trans_a, trans_b, name):
     if max(m, n, k, lda, ldb) > _INT_MAX:
         raise ArgumentError(f"{name}: cuBLAS takes dims below 2**31, got m={m}, k={k}, n={n}")
     c = cupy.empty(m * n, dtype=cupy.float64)
-    handle = cupy.cuda.device.get_cublas_handle()
-    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
     # Column-major view: C^T (n, m) = op(B)^T op(A)^T, so B goes first (as linalg.gemm).
-    cublas.dgemm(handle, _T if trans_b else _N, _T if trans_a else _N, n, m, k,
+    cublas.dgemm(_linalg().handle(), _T if trans_b else _N, _T if trans_a else _N, n, m, k,
                  _ONE64_PTR, b64.data.ptr, ldb, a64.data.ptr, lda,
                  _ZERO64_PTR, c.data.ptr, n)
     return c

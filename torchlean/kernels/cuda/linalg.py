@@ -6,6 +6,8 @@ form (leading dimensions, batch strides, beta) that other kernels (conv) build o
 
 from __future__ import annotations
 
+import threading
+
 import cupy
 import numpy as np
 from cupy_backends.cuda.libs import cublas
@@ -14,7 +16,7 @@ from ...errors import ArgumentError
 from ..flags import allow_tf32
 from .launch import empty
 
-__all__ = ["bmm", "bmm_nt", "bmm_tn"]  # primitives; gemm is a helper for other backend modules
+__all__ = ["bmm", "bmm_nt", "bmm_tn"]  # primitives; gemm and handle are helpers for other backend modules
 
 _ONE = np.ones(1, dtype=np.float32)
 _ZERO = np.zeros(1, dtype=np.float32)
@@ -29,6 +31,34 @@ _INT_MAX = 2**31 - 1
 _MAX_BATCH = 65535              # batches per cuBLAS call (larger batches are split into calls)
 
 
+_own = threading.local()  # .table: device -> [our cuBLAS handle, the stream it is bound to]
+_getdev = cupy.cuda.runtime.getDevice
+
+
+def handle() -> int:
+    """Our own cuBLAS handle for this thread and the current device, bound to the current stream.
+
+    Made once with host pointer mode and the default math mode, which nothing else changes (CuPy's
+    shared handle may be left in a TF32 math mode by other code, and ``get_cublas_handle`` binds
+    the stream again on every call: both cost host time on every GEMM of a step). A handle is not
+    shared between threads, as cuBLAS requires."""
+    dev = _getdev()
+    stream = cupy.cuda.get_current_stream().ptr
+    table = getattr(_own, "table", None)
+    if table is None:
+        table = _own.table = {}
+    entry = table.get(dev)
+    if entry is None:
+        h = cublas.create()
+        cublas.setPointerMode(h, cublas.CUBLAS_POINTER_MODE_HOST)
+        cublas.setMathMode(h, _DEFAULT_MATH)
+        entry = table[dev] = [h, None]
+    if entry[1] != stream:
+        cublas.setStream(entry[0], stream)
+        entry[1] = stream
+    return entry[0]
+
+
 def _gemm(a, b, batch, m, n, p, op_b, ld_b, op_a, ld_a, name):
     """Row-major C (batch, m, p) from cuBLAS's column-major view: C^T = op(B) op(A), B passed first."""
     if batch * m * p == 0:
@@ -38,16 +68,14 @@ def _gemm(a, b, batch, m, n, p, op_b, ld_b, op_a, ld_a, name):
     if max(batch, m, n, p) > _INT_MAX:
         raise ArgumentError(f"{name}: cuBLAS takes dims below 2**31, got batch={batch}, m={m}, n={n}, p={p}")
     c = empty(batch * m * p)
-    handle = cupy.cuda.device.get_cublas_handle()
-    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
-    cublas.setMathMode(handle, _DEFAULT_MATH)  # a TF32 math mode left by other code would override 32F
+    h = handle()
     compute = _COMPUTE_32F_FAST_TF32 if allow_tf32() else _COMPUTE_32F
     if batch == 1:
-        cublas.gemmEx(handle, op_b, op_a, p, m, n, _ONE_PTR, b.data.ptr, _R_32F, ld_b, a.data.ptr, _R_32F, ld_a,
+        cublas.gemmEx(h, op_b, op_a, p, m, n, _ONE_PTR, b.data.ptr, _R_32F, ld_b, a.data.ptr, _R_32F, ld_a,
                       _ZERO_PTR, c.data.ptr, _R_32F, p, compute, _GEMM_DEFAULT)
         return c
     cublas.gemmStridedBatchedEx(
-        handle, op_b, op_a, p, m, n,
+        h, op_b, op_a, p, m, n,
         _ONE_PTR,
         b.data.ptr, _R_32F, ld_b, n * p,
         a.data.ptr, _R_32F, ld_a, m * n,
@@ -93,9 +121,7 @@ def gemm(a, b, c, m, n, k, lda, ldb, ldc, trans_a=False, trans_b=False, batch=1,
     if max(m, n, k, lda, ldb, ldc) > _INT_MAX:
         raise ArgumentError(f"{name}: cuBLAS takes dims below 2**31, got m={m}, n={n}, k={k}, "
                             f"lda={lda}, ldb={ldb}, ldc={ldc}")
-    handle = cupy.cuda.device.get_cublas_handle()
-    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
-    cublas.setMathMode(handle, _DEFAULT_MATH)
+    h = handle()
     compute = _COMPUTE_32F_FAST_TF32 if allow_tf32() else _COMPUTE_32F
     beta_ptr = _ONE_PTR if beta else _ZERO_PTR
     # Column-major view: C_i^T (n, m) = op(B_i)^T op(A_i)^T, so B goes first; a row-major matrix
@@ -103,13 +129,13 @@ def gemm(a, b, c, m, n, k, lda, ldb, ldc, trans_a=False, trans_b=False, batch=1,
     op_b, op_a = (_T if trans_b else _N), (_T if trans_a else _N)
     pa, pb, pc = a.data.ptr, b.data.ptr, c.data.ptr
     if batch == 1:
-        cublas.gemmEx(handle, op_b, op_a, n, m, k, _ONE_PTR, pb, _R_32F, ldb, pa, _R_32F, lda, beta_ptr, pc, _R_32F,
+        cublas.gemmEx(h, op_b, op_a, n, m, k, _ONE_PTR, pb, _R_32F, ldb, pa, _R_32F, lda, beta_ptr, pc, _R_32F,
                       ldc, compute, _GEMM_DEFAULT)
         return c
     for i0 in range(0, batch, _MAX_BATCH):
         nb = min(_MAX_BATCH, batch - i0)
         cublas.gemmStridedBatchedEx(
-            handle, op_b, op_a, n, m, k,
+            h, op_b, op_a, n, m, k,
             _ONE_PTR,
             pb + 4 * i0 * stride_b, _R_32F, ldb, stride_b,
             pa + 4 * i0 * stride_a, _R_32F, lda, stride_a,
