@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -270,34 +271,57 @@ def _disturbance(pair: dict) -> float:
 def bench_one(name: str, args: argparse.Namespace, say, gemm_rate: float) -> dict:
     cfg = SM.CASES[name][args.size]
     flops = SM.step_flops(name, cfg)
-    best, attempt = None, 0
-    for attempt in range(1 + max(0, args.retries)):
-        pair = {side: _run_worker(side, name, cfg, args) for side in ("ours", "torch")}
-        if best is None or _disturbance(pair) < _disturbance(best):
-            best = pair
-        say(f"  {name}: ours {1e3 * pair['ours']['median_s']:.2f} ms, torch {1e3 * pair['torch']['median_s']:.2f} ms"
-            f" (other load {_disturbance(pair):.2f} cores, attempt {attempt + 1})")
-        if _disturbance(pair) <= BUSY:
-            break
-    o, t = best["ours"], best["torch"]
+    rounds = []
+    for r in range(max(1, args.rounds)):
+        best, attempt = None, 0
+        for attempt in range(1 + max(0, args.retries)):
+            pair = {side: _run_worker(side, name, cfg, args) for side in ("ours", "torch")}
+            if best is None or _disturbance(pair) < _disturbance(best):
+                best = pair
+            say(f"  {name}: ours {1e3 * pair['ours']['median_s']:.2f} ms, torch {1e3 * pair['torch']['median_s']:.2f}"
+                f" ms (other load {_disturbance(pair):.2f} cores, round {r + 1}, attempt {attempt + 1})")
+            if _disturbance(pair) <= BUSY:
+                break
+        rounds.append(best)
+    o, t = _pooled([p["ours"] for p in rounds]), _pooled([p["torch"] for p in rounds])
+    ratios = sorted(p["ours"]["median_s"] / p["torch"]["median_s"] for p in rounds)
     cuda = args.device.startswith("cuda")
     return {
         "case": name, "desc": SM.CASES[name]["desc"], "device": args.device, "size": args.size, "cfg": cfg,
         "sizes": SM.summary(name, cfg), "warmup": args.warmup, "steps": args.steps,
         "ours_ms": 1e3 * o["median_s"], "ours_min_ms": 1e3 * o["min_s"],
-        "torch_ms": 1e3 * t["median_s"], "torch_min_ms": 1e3 * t["min_s"], "ratio": o["median_s"] / t["median_s"],
+        "torch_ms": 1e3 * t["median_s"], "torch_min_ms": 1e3 * t["min_s"], "rounds": len(rounds),
+        "ratio": statistics.median(ratios), "ratio_range": (ratios[0], ratios[-1]),
         "ours_peak_mib": (o["allocator_peak_bytes"] if cuda else o["cpu_peak_bytes"]) / MiB,
         "ours_allocator_peak_mib": o["allocator_peak_bytes"] / MiB,
         "torch_peak_mib": (t["torch_max_allocated_bytes"] if cuda else t["cpu_peak_bytes"]) / MiB,
         "first_loss_ours": o["first_loss"], "first_loss_torch": t["first_loss"],
         "first_loss_rel": abs(o["first_loss"] - t["first_loss"]) / max(abs(t["first_loss"]), 1e-30),
         "final_loss_ours": o["final_loss"], "final_loss_torch": t["final_loss"],
-        "other_cores": _disturbance(best), "attempts": attempt + 1, "breakdown": o.get("breakdown"),
+        "other_cores": max(_disturbance(p) for p in rounds), "attempts": attempt + 1, "breakdown": o.get("breakdown"),
         "step_flops": flops, "ours_flops_per_s": flops / o["median_s"], "torch_flops_per_s": flops / t["median_s"],
         "gemm_flops_per_s": gemm_rate, "ours_gemm_frac": flops / o["median_s"] / gemm_rate,
         "torch_gemm_frac": flops / t["median_s"] / gemm_rate,
         "ours": o, "torch": t,
     }
+
+
+def _pooled(results: list[dict]) -> dict:
+    """One side's worker results of several rounds as one: the median and min over all their timed
+    steps, the largest peaks, the first round's losses (every round starts from the same weights)."""
+    out = dict(results[0])
+    times = [t for r in results for t in r["times_s"]]
+    out.update(times_s=times, median_s=statistics.median(times), min_s=min(times))
+    for key in ("allocator_peak_bytes", "cpu_peak_bytes", "torch_max_allocated_bytes"):
+        if key in out:
+            out[key] = max(r[key] for r in results)
+    return out
+
+
+def _ratio_text(r: dict) -> str:
+    """ours/torch; with several rounds, the median of the rounds' ratios and their range."""
+    lo, hi = r.get("ratio_range", (r["ratio"], r["ratio"]))
+    return f"{r['ratio']:.2f}x" + (f" ({lo:.2f}-{hi:.2f})" if r.get("rounds", 1) > 1 else "")
 
 
 def _mib(x: float) -> str:
@@ -316,7 +340,7 @@ def table(rows: list[dict]) -> str:
         out.append("| " + " | ".join([
             f"{r['case']} ({r['desc']})", f"{r['size']}: {r['sizes']}",
             f"{r['ours_ms']:.1f} (min {r['ours_min_ms']:.1f})", f"{r['torch_ms']:.1f} (min {r['torch_min_ms']:.1f})",
-            f"{r['ratio']:.2f}x{star}", f"{r['step_flops'] / 1e9:.3g}", f"{100 * r['ours_gemm_frac']:.1f}",
+            f"{_ratio_text(r)}{star}", f"{r['step_flops'] / 1e9:.3g}", f"{100 * r['ours_gemm_frac']:.1f}",
             f"{100 * r['torch_gemm_frac']:.1f}", ours_mem, _mib(r["torch_peak_mib"]),
             f"{r['first_loss_ours']:.6g} ({r['first_loss_rel']:.1e})",
             f"{r['final_loss_ours']:.5g} / {r['final_loss_torch']:.5g}"]) + " |")
@@ -347,8 +371,10 @@ def markdown(rows: list[dict], meta: dict, args: argparse.Namespace) -> str:
              f"- commit {meta['commit']}; python {meta['python']}, numpy {meta['numpy']}, torch {meta['torch']}; "
              f"torch threads = NumPy BLAS threads = {meta['blas_threads']}"
              + (f"; TF32 {'on' if args.tf32 else 'off'} for both" if cuda else ""),
-             f"- {args.warmup} warm-up + {args.steps} timed steps per framework, each in its own process; "
-             "median (min) of batch upload + forward + backward + optimizer step(s)"
+             f"- {args.warmup} warm-up + {args.steps} timed steps per framework, each in its own process"
+             + (f", {args.rounds} rounds alternating the two (ours/torch: the median of the rounds' ratios, "
+                "their range in parentheses)" if args.rounds > 1 else "")
+             + "; median (min) of batch upload + forward + backward + optimizer step(s)"
              + (" + synchronize" if cuda else ""),
              ("- peak memory: our allocator's peak_bytes vs torch.cuda.max_memory_allocated(), reset after warm-up"
               if cuda else "- peak memory: the worker's peak anonymous memory growth over its memory before the "
@@ -375,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--retries", type=int, default=1, help="re-runs of a pair timed while others were busy")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="pairs of worker runs per case, alternating ours and torch; the ratio is the median of "
+                         "the rounds' ratios (a host whose speed drifts moves both sides of a round alike)")
     ap.add_argument("--breakdown", action="store_true", help="op-by-op breakdown of our step (separate pass)")
     ap.add_argument("--top", type=int, default=12, help="primitives per case in the breakdown")
     ap.add_argument("--tf32", action="store_true", help="allow TF32 in matmuls/convs on both sides (CUDA)")
