@@ -91,56 +91,28 @@ def _operands(op: str, a: Any, b: Any) -> tuple[Any, Any] | None:
 
 def _arrays(op: str, a: Any, b: Any, d: dtypes.dtype) -> tuple[Any, Any, str, Any]:
     """Both operands as arrays of dtype ``d`` on their one device, and that device and array module."""
-    dev = _one_device(op, a, b)
-    x, y = (_as_array(v, d, array(v) if isinstance(v, Tensor) else None) for v in (a, b))
-    return x, y, dev, arrays.array_module(dev)
-
-
-def _one_device(op: str, a: Any, b: Any) -> str:
     ts = [v for v in (a, b) if isinstance(v, Tensor)]
+    dev = ts[0]._device
     for t in ts[1:]:
-        if t._device != ts[0]._device:
+        if t._device != dev:
             raise DeviceError(f"{op}: expected all tensors on one device, got {ts[0]._device} and {t._device}")
-    return ts[0]._device
-
-
-def _as_array(v: Any, d: dtypes.dtype, arr: Any) -> Any:
-    """Operand ``v`` as an array (or NumPy scalar) of dtype ``d``; ``arr``: a tensor operand's values."""
-    if arr is not None:
-        if arr.dtype != d.np:
-            with np.errstate(invalid="ignore"):
-                arr = arr.astype(d.np)
-        return arr
-    if d.is_floating_point:
-        return d.np.type(v)
-    if d is bool_:
-        return np.bool_(v)
-    # wraps as PyTorch's casts do (uint8: 300 -> 44); a NumPy scalar, which CuPy takes too
-    return np.array(int(v), dtype=np.int64).astype(d.np)[()]
-
-
-# Device operands of at most this many elements whose host values are known (Tensor._host_mirror)
-# are computed on the host and the result uploaded: a BatchNorm's ``num_batches_tracked += 1`` on
-# the GPU was an array-module call costing several kernel launches' worth of host time per layer,
-# and the result keeps its host values, so the next step's count is a host add again.
-_MIRRORED_MAX = 1 << 12
-
-
-def _host_operands(a: Any, b: Any) -> tuple[Any, Any] | None:
-    """The host values of two operands on a device (numbers as they are), or None when a tensor
-    operand lives on the CPU, has no host mirror or is large."""
+    xp = arrays.array_module(dev)
     out = []
     for v in (a, b):
         if isinstance(v, Tensor):
-            if v._device == "cpu" or v._buf is not None or v._arr.size > _MIRRORED_MAX:
-                return None
-            host = v._host_mirror()
-            if host is None:
-                return None
-            out.append(host)
+            x = array(v)
+            if x.dtype != d.np:
+                with np.errstate(invalid="ignore"):
+                    x = x.astype(d.np)
+        elif d.is_floating_point:
+            x = d.np.type(v)
+        elif d is bool_:
+            x = np.bool_(v)
         else:
-            out.append(None)
-    return out[0], out[1]
+            # wraps as PyTorch's casts do (uint8: 300 -> 44); a NumPy scalar, which CuPy takes too
+            x = np.array(int(v), dtype=np.int64).astype(d.np)[()]
+        out.append(x)
+    return out[0], out[1], dev, xp
 
 
 def _call(xp: Any, dev: str, fname: str, *args: Any) -> Any:
@@ -174,24 +146,15 @@ def arith(op: str, a: Any, b: Any) -> Tensor | None:
                              "invert a mask use ~mask or logical_not()")
         if op in ("floor_divide", "remainder"):
             raise DTypeError(f"{op}: not implemented for bool tensors (PyTorch refuses it too)")
-    host = _host_operands(a, b)
-    if host is not None:  # computed on the host, uploaded (see _MIRRORED_MAX)
-        dev = _one_device(op, a, b)
-        x, y = (_as_array(v, d, h) for v, h in zip((a, b), host))
-        out = np.asarray(_checked_arith(op, d, np, "cpu", x, y), dtype=d.np)
-        return Tensor._wrap_array(arrays.move(out, dev), dev, out)
     x, y, dev, xp = _arrays(op, a, b, d)
-    out = _checked_arith(op, d, xp, dev, x, y)
-    return _new(xp.asarray(out, dtype=d.np) if out.dtype != d.np else out, dev)
-
-
-def _checked_arith(op: str, d: dtypes.dtype, xp: Any, dev: str, x: Any, y: Any) -> Any:
     if op in ("floor_divide", "remainder") and bool((y == 0).any()):
         raise ArgumentError(f"{op}: integer division by zero")
     if op == "pow" and d is not bool_ and bool((y < 0).any()):
         raise ArgumentError("pow: integers to negative integer powers are not allowed")
     out = _call(xp, dev, _ARITH[op], x, y)
-    return out.astype(np.bool_) if d is bool_ and op == "pow" else out
+    if d is bool_ and op == "pow":
+        out = out.astype(np.bool_)
+    return _new(xp.asarray(out, dtype=d.np) if out.dtype != d.np else out, dev)
 
 
 def floor_divide(a: Any, b: Any) -> Tensor:
