@@ -196,21 +196,6 @@ def test_small_int_arith_on_the_gpu_matches_the_cpu(cuda_device):
     _same_on_both(_small_int_arith, cuda_device)
 
 
-def test_an_inplace_update_keeps_the_host_values_it_was_given(cuda_device):
-    # Index primitives read a device integer tensor's host values (Tensor._host_mirror) instead of
-    # waiting for the GPU; an in-place update from host-made values keeps them known.
-    cupy = pytest.importorskip("cupy")
-    idx = _ints(cuda_device)
-    idx.zero_()
-    assert idx._host_mirror() is not None
-    np.testing.assert_array_equal(idx._host_mirror(), cupy.asnumpy(idx._arr))
-    idx.copy_(_ints("cpu"))
-    assert idx._host_mirror() is not None
-    np.testing.assert_array_equal(idx._host_mirror(), cupy.asnumpy(idx._arr))
-    idx.add_(1)  # computed on the device: no host values
-    assert idx._host_mirror() is None and idx.tolist()[0][0] == 4
-
-
 # -- DLPack ---------------------------------------------------------------------------------------------
 def test_dlpack_exports_cuda_int_tensors_as_their_cupy_arrays(cuda_device):
     cupy = pytest.importorskip("cupy")

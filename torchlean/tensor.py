@@ -439,13 +439,11 @@ class Tensor:
             raise ShapeError(f"{op}: the result has shape {new.shape}, the tensor has shape {self._shape}")
         if new._device != self._device:
             raise DeviceError(f"{op}: the update is on {new._device}, the tensor on {self._device}")
-        src = new._as(op, mine)
-        arr = src._arr
-        mirror = src._mirror if src._host_mirror() is not None else None  # (the host values stay known)
+        arr = new._as(op, mine)._arr
         base = getattr(self, "_data_of", None)  # a ``.data`` view (see ``data``)
         if base is not None and base._arr is self._arr:
-            base._arr, base._mirror = arr, mirror
-        self._arr, self._mirror = arr, mirror
+            base._arr = arr
+        self._arr = arr
         return self
 
     def zero_(self) -> "Tensor":
