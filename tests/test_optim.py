@@ -605,18 +605,15 @@ def _adam_run(ws_init, grads, hold):
     return [w.numpy() for w in ws], kept
 
 
-def test_adam_in_place_only_when_nobody_else_sees_the_buffers(monkeypatch):
+def test_adam_writes_in_place_once_nobody_else_sees_the_buffers(monkeypatch):
     rng = np.random.default_rng(3)
     init = [rng.standard_normal(s).astype(F32) for s in ((4, 3), (5,))]
     grads = [[rng.standard_normal(w.shape).astype(F32) for w in init] for _ in range(3)]
-    calls = []
-    for name in ("adam_step_many", "adam_step_many_inplace"):
-        real = getattr(P, name)
-        monkeypatch.setattr(P, name, lambda *a, name=name, real=real: calls.append((name, len(a[0]))) or real(*a))
+    calls = _adam_paths(monkeypatch)
     ref, _ = _adam_run(init, grads, lambda ws, opt: None)
-    # Parameter(t) shares t's buffer (as torch's does), so the first step rebinds each parameter
-    # to a buffer of its own; from then on nothing else sees them: in place
-    assert [c[0] for c in calls] == ["adam_step_many"] + ["adam_step_many_inplace"] * 2
+    # Parameter(t) shares t's buffer (as torch's does), so the first step gives each parameter a
+    # copy of its own, one at a time; the moments are new: every step writes in place
+    assert calls == ["copy", "copy"] + ["adam_step_many_inplace"] * 3
     # Whatever another holder keeps is a snapshot: the step after it does not write over it.
     holders = {
         "detach": lambda ws, opt: [(w.detach(), w.numpy().copy()) for w in ws],
@@ -636,7 +633,7 @@ def test_adam_in_place_only_when_nobody_else_sees_the_buffers(monkeypatch):
         for obj, snap in kept[0]:
             now = obj.numpy() if isinstance(obj, tl.Tensor) else to_host(obj)  # (a raw array: NumPy or CuPy)
             assert same_bits(now, snap), f"{name}: a held buffer was written over"
-        assert "adam_step_many" in [c[0] for c in calls], name
+        assert "copy" in calls[2:], name  # the held tensor's buffer was copied, not written over
 
 
 def test_adam_step_keeps_a_retained_graph_valid():
@@ -667,8 +664,9 @@ def test_a_sliced_parameter_is_never_stepped_in_place():
 
 
 def _adam_paths(monkeypatch):
+    """Records the optimizer's primitive calls by name: the steps and the copies that own_rows makes."""
     calls = []
-    for name in ("adam_step_many", "adam_step_many_inplace"):
+    for name in ("adam_step_many", "adam_step_many_inplace", "copy"):
         real = getattr(P, name)
         monkeypatch.setattr(P, name, lambda *a, name=name, real=real: calls.append(name) or real(*a))
     return calls
@@ -688,10 +686,10 @@ def test_naming_a_variable_changes_nothing(monkeypatch):
     assert calls == ["adam_step_many_inplace"] * 3
 
 
-def test_a_dropped_holder_costs_one_out_of_place_step(monkeypatch):
+def test_a_dropped_holder_costs_one_copy(monkeypatch):
     """A detach() or a graph dropped without backward keeps the buffer's counts up even after it
-    dies (Tensors have no finalizer): the next step rebinds to a fresh buffer, and the steps
-    after it are in place again."""
+    dies (Tensors have no finalizer): the next step first gives the parameter a copy of its own,
+    and every step writes in place."""
     calls = _adam_paths(monkeypatch)
     w = tl.randn(6, requires_grad=True)
     opt = optim.Adam([w], lr=0.1)
@@ -703,7 +701,7 @@ def test_a_dropped_holder_costs_one_out_of_place_step(monkeypatch):
     for _ in range(3):
         w.grad = tl.ones(6)
         opt.step()
-    assert calls == ["adam_step_many_inplace", "adam_step_many"] + ["adam_step_many_inplace"] * 2
+    assert calls == ["adam_step_many_inplace", "copy"] + ["adam_step_many_inplace"] * 3
 
 
 def test_backward_unpins_what_the_tape_read():
@@ -908,10 +906,12 @@ def test_sgd_equals_per_parameter_sgd_step_bitwise(device, kw, holder):
 
 
 def _sgd_paths(monkeypatch):
+    """Records (name, tensors) of the steps and ("copy", 1) of the copies that own_rows makes."""
     calls = []
-    for name in ("sgd_step_many", "sgd_step_many_inplace"):
+    for name in ("sgd_step_many", "sgd_step_many_inplace", "copy"):
         real = getattr(P, name)
-        monkeypatch.setattr(P, name, lambda *a, name=name, real=real: calls.append((name, len(a[0]))) or real(*a))
+        monkeypatch.setattr(P, name, lambda *a, name=name, real=real: calls.append(
+            (name, 1 if name == "copy" else len(a[0]))) or real(*a))
     return calls
 
 
@@ -928,14 +928,14 @@ def test_sgd_one_call_per_group_in_place_when_unobservable(monkeypatch, momentum
         opt.step()
         return list(calls)
 
-    # the first step: out of place with momentum (it makes the buffers), in place without
-    assert step() == [("sgd_step_many" if momentum else "sgd_step_many_inplace", 4)]
+    # every step writes in place (the first one with momentum into the buffers it makes)
+    assert step() == [("sgd_step_many_inplace", 4)]
     assert step() == [("sgd_step_many_inplace", 4)]
     snap = opt.state_dict()
     held = ws[1].detach()
-    # w1 (a detached view) and, with momentum, every buffer (in the snapshot) step out of place
-    assert step() == ([("sgd_step_many", 4)] if momentum else [("sgd_step_many_inplace", 3), ("sgd_step_many", 1)])
-    del snap, held  # the step above rebound what they held: in place again
+    # w1 (a detached view) and, with momentum, every buffer (in the snapshot) get copies first
+    assert step() == [("copy", 1)] * (5 if momentum else 1) + [("sgd_step_many_inplace", 4)]
+    del snap, held  # the step above rebound what they held: no copies again
     assert step() == [("sgd_step_many_inplace", 4)]
 
 
@@ -949,7 +949,7 @@ def test_sgd_buckets_by_momentum_buffer_presence(monkeypatch):
     ws[1].grad = tl.ones(3)
     calls.clear()
     opt.step()
-    assert sorted(calls) == [("sgd_step_many", 1), ("sgd_step_many_inplace", 2)]
+    assert sorted(calls) == [("sgd_step_many_inplace", 1), ("sgd_step_many_inplace", 2)]
     assert all("momentum_buffer" in opt.state[w] for w in ws)
 
 

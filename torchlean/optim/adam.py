@@ -9,7 +9,7 @@ from ..errors import ArgumentError
 from ..runtime import primitives as P
 from ..runtime.buffer import zeros
 from ..tensor import Tensor
-from .optimizer import Optimizer, check_real, split_by_ownership, step_buffer, step_tensor, step_value
+from .optimizer import Optimizer, check_real, own_rows, step_buffer, step_tensor, step_value
 
 __all__ = ["Adam", "AdamW"]
 
@@ -62,12 +62,11 @@ class Adam(Optimizer):
         """One Adam step over every parameter that has a gradient; returns the closure's loss.
 
         Parameters of a group that share a device and a step count are updated by one
-        ``adam_step_many_inplace`` call (one kernel launch on CUDA, nothing allocated), bitwise the
-        same as one ``adam_step`` per parameter, written over p, exp_avg and exp_avg_sq when
-        nothing else refers to their buffers (``exclusively_held``). A parameter whose buffers are
-        also held elsewhere (a state_dict snapshot, a detached tensor, a retained graph), or shared
-        with another, steps out of place (``adam_step_many``, the same bits): the holder keeps its
-        values, so buffers stay values."""
+        ``adam_step_many_inplace`` call (one kernel launch on CUDA), bitwise the same as one
+        ``adam_step`` per parameter, written over p, exp_avg and exp_avg_sq. A tensor whose buffer
+        is also held elsewhere (a state_dict snapshot, a detached tensor, a retained graph), or
+        shared with another, is first rebound to a copy of its own (``own_rows``, one tensor at a
+        time): the holder keeps its values, so buffers stay values."""
         loss = self._closure_loss(closure)
         state = self.state
         with autograd.no_grad():
@@ -87,27 +86,17 @@ class Adam(Optimizer):
                     bucket.append((p, st))
                 for (_, step), entries in buckets.items():
                     hyper = (lr, beta1, beta2, eps, wd, int(step), decoupled)
-                    own, shared = _split_by_ownership(entries)
-                    if own:
-                        P.adam_step_many_inplace(*_step_args(own), *hyper)
-                    if shared:
-                        out = P.adam_step_many(*_step_args(shared), *hyper)
-                        t = len(shared)
-                        for i, (p, m, v) in enumerate(shared):
-                            p._rebind(out[i])
-                            m._rebind(out[t + i])
-                            v._rebind(out[2 * t + i])
+                    P.adam_step_many_inplace(*_step_args(_own_rows(entries)), *hyper)
                     step_buf = step_buffer(step)  # one shared value; each parameter its own Tensor
                     for _, st in entries:
                         st["step"] = Tensor._wrap(step_buf, ())
         return loss
 
 
-def _split_by_ownership(entries: list) -> tuple[list, list]:
-    """The (p, exp_avg, exp_avg_sq) tensors of ``entries`` ((parameter, its state) pairs), split
-    into those whose three buffers can be written in place and the others (``split_by_ownership``:
-    a state_dict snapshot, a detached tensor or a retained graph keeps its values). The first step
-    creates the zero moments here."""
+def _own_rows(entries: list) -> list:
+    """The (p, exp_avg, exp_avg_sq) tensors of ``entries`` ((parameter, its state) pairs), each
+    writable in place (``own_rows``: a state_dict snapshot, a detached tensor or a retained graph
+    keeps its values). The first step creates the zero moments here."""
     rows = []
     for p, st in entries:
         if not st:  # first step: zero moments (step 0 until this step lands)
@@ -117,7 +106,7 @@ def _split_by_ownership(entries: list) -> tuple[list, list]:
             st["exp_avg"] = Tensor._wrap(zeros(n, dev), p.shape)
             st["exp_avg_sq"] = Tensor._wrap(zeros(n, dev), p.shape)
         rows.append((p, st["exp_avg"], st["exp_avg_sq"]))
-    return split_by_ownership(rows)
+    return own_rows(rows)
 
 
 def _step_args(triples: list) -> tuple[list, list, list, list]:

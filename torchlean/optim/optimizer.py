@@ -7,8 +7,9 @@ Differences from ``torch.optim.Optimizer`` (documented where they show):
   in-place update looks like from outside). ``state_dict()`` therefore returns a true snapshot
   (new Tensor objects over the current, never-mutated buffers): no ``deepcopy`` is needed to keep
   a checkpoint, and resuming from it is bitwise identical to not stopping. (Adam and SGD write
-  over a buffer in place, allocating nothing, only when nothing but its own Parameter or state
-  Tensor refers to it: see ``exclusively_held``. Nobody can observe the difference.)
+  over a buffer in place only when nothing but its own Parameter or state Tensor refers to it,
+  see ``exclusively_held``; any other tensor is first given a copy of its own, ``own_rows``.
+  Nobody can observe the difference.)
 * ``load_state_dict`` also takes a PyTorch optimizer's state dict (torch tensors are copied to
   the parameter's device). It is all or nothing: every key, type, range and shape is checked
   against this optimizer (an explicit schema: unknown keys are refused) before anything changes.
@@ -29,6 +30,7 @@ import numpy as np
 
 from .. import autograd
 from ..errors import ArgumentError, DTypeError, ShapeError, TorchLeanError
+from ..runtime import primitives as P
 from ..runtime.allocator import register_cache
 from ..runtime.buffer import Buffer, exclusive
 from ..complex_tensor import ComplexTensor
@@ -72,8 +74,9 @@ def exclusively_held(*tensors: Tensor) -> bool:
     asks about p, exp_avg and exp_avg_sq of every parameter on every step.)
 
     This is the one rule of every optimizer: memory is written in place only when this says so,
-    and otherwise the step rebinds the tensor to a fresh buffer, so a source's values (a
-    read-only one included) are never changed and naming a variable changes nothing."""
+    and otherwise the tensor is first rebound to a fresh buffer (``own_rows``: a copy), so a
+    source's values (a read-only one included) are never changed and naming a variable changes
+    nothing."""
     for t in tensors:
         b = t._buf
         if b is None or t._node is not None or not exclusive(b):  # (only leaves: autograd.Node)
@@ -81,25 +84,29 @@ def exclusively_held(*tensors: Tensor) -> bool:
     return True
 
 
-def split_by_ownership(rows: list) -> tuple[list, list]:
-    """Rows of tensors (a parameter that has a gradient, then its state tensors: one row per
-    parameter) split into those whose buffers a step may write in place and the others.
+def own_rows(rows: list) -> list:
+    """Make every tensor of ``rows`` (a parameter that has a gradient, then its state tensors: one
+    row per parameter) writable in place, and return ``rows``.
 
     In place needs each buffer held by its own tensor alone (``exclusively_held``), the buffers of
-    all rows written in place distinct, and none of them a gradient (``p.grad = p.detach()``,
-    say: then no row is written in place, as an element read after it was overwritten would be
-    wrong). The others step out of place and rebind."""
-    own, shared, seen = [], [], set()
+    all rows distinct, and none of them a gradient (``p.grad = p.detach()``, say: an element read
+    after it was overwritten would be wrong). A tensor that breaks the rule is rebound to a copy
+    of its buffer: whoever else holds the old one (a ``state_dict()`` snapshot, a detached tensor,
+    a retained graph) keeps its values, as an out-of-place step would leave them. The copies are
+    made one tensor at a time, so a step that finds its parameters held elsewhere (every first
+    step: a parameter's construction and ``copy_`` leave counted holders behind, see
+    runtime/buffer.py) needs at most one tensor's memory more, not a second copy of every
+    parameter and state at once (Adam's out-of-place step: three)."""
+    grads = {id(row[0].grad._buf) for row in rows if row[0].grad is not None}
+    seen: set[int] = set()
     for row in rows:
-        ids = {id(t._buf) for t in row}
-        if exclusively_held(*row) and len(ids) == len(row) and seen.isdisjoint(ids):
-            own.append(row)
-            seen.update(ids)
-        else:
-            shared.append(row)
-    if own and any(id(row[0].grad._buf) in seen for row in rows):
-        return [], list(rows)
-    return own, shared
+        for t in row:
+            b = t._buf
+            if not exclusively_held(t) or id(b) in seen or id(b) in grads:
+                t._rebind(P.copy(b))
+            seen.add(id(t._buf))
+            del b  # (the old buffer goes now if nobody else holds it)
+    return rows
 
 
 def step_buffer(step: float) -> Buffer:

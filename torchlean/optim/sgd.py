@@ -8,8 +8,9 @@ from typing import Any, Callable
 from .. import autograd
 from ..errors import ArgumentError
 from ..runtime import primitives as P
+from ..runtime.buffer import zeros
 from ..tensor import Tensor
-from .optimizer import Optimizer, check_real, split_by_ownership
+from .optimizer import Optimizer, check_real, own_rows
 
 __all__ = ["SGD"]
 
@@ -50,11 +51,10 @@ class SGD(Optimizer):
         Parameters of a group that share a device and a momentum-buffer presence (momentum 0 keeps
         none; the first step with momentum creates it from the gradient) are updated by one
         ``sgd_step_many`` call (one kernel launch on CUDA), bitwise the same as one ``sgd_step``
-        per parameter. With a buffer, or with none kept (momentum 0), the step writes over p (and
-        its buffer) in place when nothing else refers to them (``split_by_ownership``): a
-        parameter whose buffers are also held elsewhere (a DLPack source, a view, a ``state_dict()``
-        snapshot, a retained graph) steps out of place and is rebound, so the holder keeps its
-        values. The first step with momentum is out of place: it makes the buffers anyway."""
+        per parameter. The step writes over p (and its buffer) in place; a tensor whose buffer is
+        also held elsewhere (a DLPack source, a view, a ``state_dict()`` snapshot, a retained
+        graph) is first rebound to a copy of its own (``own_rows``, one tensor at a time), so the
+        holder keeps its values. The first step with momentum makes the buffers."""
         loss = self._closure_loss(closure)
         state = self.state
         with autograd.no_grad():
@@ -82,31 +82,19 @@ class SGD(Optimizer):
 
 
 def _step_rows(rows: list, hyper: tuple, keep_bufs: bool) -> None:
-    """Step the (p,) or (p, momentum_buffer) rows: in place where ``split_by_ownership`` allows,
-    out of place and rebound otherwise. Without kept buffers (momentum 0) the out-of-place step's
-    new buffers are dropped at once."""
-    own, shared = split_by_ownership(rows)
-    if own:
-        P.sgd_step_many_inplace(*_step_args(own, keep_bufs), *hyper)
-    if shared:
-        out = P.sgd_step_many(*_step_args(shared, keep_bufs), *hyper)
-        t = len(shared)
-        for i, row in enumerate(shared):
-            row[0]._rebind(out[i])
-            if keep_bufs:
-                row[1]._rebind(out[t + i])
-            else:
-                out[t + i].release()
+    """Step the (p,) or (p, momentum_buffer) rows in place, each tensor first made writable
+    (``own_rows``: one held elsewhere is rebound to a copy of its own)."""
+    P.sgd_step_many_inplace(*_step_args(own_rows(rows), keep_bufs), *hyper)
 
 
 def _first_momentum_step(state: Any, rows: list, hyper: tuple) -> None:
     """The first step with momentum: the buffers start at the (weight-decayed) gradient, as in
-    PyTorch; they are new buffers either way, so the step is out of place and p is rebound."""
-    out = P.sgd_step_many(*_step_args(rows, False), *hyper)
-    t = len(rows)
-    for i, (p,) in enumerate(rows):
-        p._rebind(out[i])
-        state[p]["momentum_buffer"] = Tensor._wrap(out[t + i], p.shape)
+    PyTorch (written, never read), and p is written in place."""
+    own_rows(rows)
+    bufs = [Tensor._wrap(zeros(p._buf.size, p._buf.device), p.shape) for (p,) in rows]
+    P.sgd_step_many_inplace(*_step_args(rows, False)[:2], [b._buf for b in bufs], *hyper)
+    for (p,), b in zip(rows, bufs):
+        state[p]["momentum_buffer"] = b
 
 
 def _step_args(rows: list, keep_bufs: bool) -> tuple[list, list, list | None]:

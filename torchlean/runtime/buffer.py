@@ -22,8 +22,9 @@ Ownership is state the runtime keeps, never guessed from reference counts (``exc
   parents' buffers and unpins them when it retires). A node dropped without running backward
   leaves its pins: again an over-count.
 
-Over-counting is always safe: an optimizer then steps out of place, which binds the parameter
-to a fresh buffer whose counts are exact, so the cost is one allocation, once. Naming a variable
+Over-counting is always safe: an optimizer then first rebinds the parameter to a copy of its
+buffer, whose counts are exact, so the cost is one copy, once (optim/optimizer.py, ``own_rows``:
+a parameter's construction and ``copy_`` leave such counts, so every first step pays it). Naming a variable
 never changes what happens. The CUDA free list (``kernels/cuda/freelist.py``) takes an array
 back only from a buffer that was never shared.
 """
