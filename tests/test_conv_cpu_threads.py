@@ -91,6 +91,40 @@ def test_weight_gradient_rounds_continue_one_chain(monkeypatch, dims):
     assert verdict.ok, verdict.detail
 
 
+# one block of the whole batch and 128+ output channels: the items' GEMMs write dW themselves
+_DIRECT_GEOMS = [(16, 24, 128, (8, 8), (4, 4), (2, 2), (1, 1)), (8, 32, 160, (4, 4), (3, 3), (1, 1), (1, 1))]
+
+
+@pytest.mark.parametrize("dims", _DIRECT_GEOMS)
+def test_weight_gradient_of_one_block_written_directly(monkeypatch, dims):
+    """Where the batch is one block and out_c >= _DW_DIRECT_MIN_O no partial sums are made (the
+    items' sgemm writes its columns of dW): the same bits on 1 and 2 threads and on the np.matmul
+    path, a non-finite input reaching dW as the spec says, and within the contract."""
+    n, ci, co, sp, kn, st, pd = dims
+    plan = conv_plan_of(*dims)
+    g, n_blocks, n_tiles, _ = CPU_CONV._dw_layout(n, ci, math.prod(kn), math.prod(plan.out), co)
+    assert n_blocks == 1 and n_tiles > 1 and co >= CPU_CONV._DW_DIRECT_MIN_O
+    x, _, _, dy, _, _ = _case(np.random.default_rng(5), dims)
+    x[7] = np.inf
+    made = []
+    real_empty = CPU_CONV.np.empty
+    monkeypatch.setattr(CPU_CONV.np, "empty", lambda shape, *a, **k: made.append(shape) or real_empty(shape, *a, **k))
+    got = cpu_backend.conv_bwd_weight(x, dy, plan)
+    monkeypatch.undo()
+    assert (1, co * ci * math.prod(kn)) not in made and all(
+        not (isinstance(m, tuple) and len(m) == 2 and m[1] == co * ci * math.prod(kn)) for m in made), made
+    with monkeypatch.context() as m:
+        m.setattr(CPU_PARALLEL, "sgemm_address", lambda: None)
+        assert cpu_backend.conv_bwd_weight(x, dy, plan).tobytes() == got.tobytes()
+    if CPU_PARALLEL.max_threads() >= 2:
+        with monkeypatch.context() as m:
+            m.setattr(CPU_PARALLEL, "threads", lambda: 1)
+            m.setattr(CPU_CONV, "_PART_MACS", 1)
+            assert cpu_backend.conv_bwd_weight(x, dy, plan).tobytes() == got.tobytes()
+    verdict = run_case(TABLE["conv_bwd_weight"], [x, dy] + list(dims), "cpu")[0]
+    assert verdict.ok, verdict.detail
+
+
 def test_weight_gradient_layout_follows_the_sizes_and_feeds_many_threads(monkeypatch):
     """At DCGAN's and ResNet-18's sizes the weight gradient has items for 16+ threads and few
     partial sums (long GEMMs), and the layout is the same whatever parallel.threads() says."""

@@ -792,6 +792,7 @@ def _transpose_images(g, n0, n1, o_n, p_n, out):
 
 
 _PART_MACS = 1 << 18  # multiply-adds per part at least: a region's start and wake-ups cost a few us
+_COPY_PART = 1 << 16  # elements per part at least of a memory-bound copy (dy transposed for the weight gradient)
 
 
 def _sgemm_fits(st, m: int, n: int, k: int) -> bool:
@@ -1027,14 +1028,20 @@ _DX_TASKS = (tasks.Task(_dx_task32), tasks.Task(_dx_task64))
 # then ONE cblas_sgemm with the block's rows of dy^T (dy transposed once per call into (batch P, O),
 # whose rows are the block's columns in the same order) into the tile's rows of the block's
 # partial. The partials are added per element in block order (one left-to-right chain), in rounds
-# of at most _DW_PARTIAL_BYTES of partials (a round continues the chain of the one before). g, the
-# tiles and the rounds follow from the sizes alone, and every item is the same GEMM however the
-# items are dealt to parts: the bits do not depend on the thread count.
+# of at most _DW_PARTIAL_BYTES of partials (a round continues the chain of the one before). One
+# block (the whole batch: small planes) of _DW_DIRECT_MIN_O or more output channels has no
+# partials to add: each item's sgemm then writes its tile's columns of dW (O, C*K) itself, as
+# dy (O, cols) @ col^T (cols, rows) with both operands read transposed, and no partial is
+# transposed into dW afterwards (a serial pass over the whole of dW). g, the tiles and the rounds follow from
+# the sizes alone, and every item is the same GEMM however the items are dealt to parts: the bits
+# do not depend on the thread count.
 _DW_BLOCK_COLS = 1024         # columns (image, position) per block at least
 _DW_ITEMS = 32                # blocks x tiles wanted at least (work for 16 threads, with some balance)
 _DW_TILE_ROWS = 128           # rows per tile at least: OpenBLAS's efficiency falls below
 _DW_PARTIAL_BYTES = 64 << 20  # one round's partial sums at most
 _DW_ROWS = 16                 # the reduction's rows per step (each transposed write fills a cache line)
+_DW_DIRECT_MIN_O = 128        # one block writes dW directly from this many output channels (fewer:
+                              # the transposed GEMM with so short an M costs more than the pass it saves)
 
 
 def _dw_layout(batch: int, in_c: int, k_n: int, p_n: int, out_c: int) -> tuple:
@@ -1057,8 +1064,9 @@ def _dw_item_span(j, b0, n_tiles, g, batch, in_c):
 
 @njit(inline="always", nogil=True)
 def _dw_part(fn, iz, x, dyt, sums, col, t, i, items, b0, n_tiles, g, batch, in_c, out_c, h, w, kh, kw, sh, sw, ph,
-             pw, oh_n, ow_n, im2col):
-    """Part i of t: items [items i / t, items (i + 1) / t) of the round, col[i] the part's scratch."""
+             pw, oh_n, ow_n, im2col, direct):
+    """Part i of t: items [items i / t, items (i + 1) / t) of the round, col[i] the part's scratch;
+    ``direct`` (one block): sums is dW itself (see above)."""
     p_n = oh_n * ow_n
     k_n = kh * kw
     ck = in_c * k_n
@@ -1067,17 +1075,21 @@ def _dw_part(fn, iz, x, dyt, sums, col, t, i, items, b0, n_tiles, g, batch, in_c
         b, n0, n1, c0, c1 = _dw_item_span(j, b0, n_tiles, g, batch, in_c)
         cols = (n1 - n0) * p_n
         _im2col_at(im2col, x, n0, n1, c0, c1, in_c, h, w, cb, p_n, cols, kh, kw, sh, sw, ph, pw, oh_n, ow_n)
-        sgemm(fn, iz, _NT, _NT, (c1 - c0) * k_n, out_c, cols, cb.ctypes.data, cols,
-              dyt.ctypes.data + 4 * n0 * p_n * out_c, out_c, sums.ctypes.data + 4 * ((b - b0) * ck + c0 * k_n) * out_c,
-              out_c)
+        dy_at = dyt.ctypes.data + 4 * n0 * p_n * out_c
+        if direct:  # sums is dW (O, C*K): the tile's columns c0 K .. c1 K
+            sgemm(fn, iz, _TR, _TR, out_c, (c1 - c0) * k_n, cols, dy_at, out_c, cb.ctypes.data, cols,
+                  sums.ctypes.data + 4 * c0 * k_n, ck)
+        else:
+            sgemm(fn, iz, _NT, _NT, (c1 - c0) * k_n, out_c, cols, cb.ctypes.data, cols, dy_at, out_c,
+                  sums.ctypes.data + 4 * ((b - b0) * ck + c0 * k_n) * out_c, out_c)
 
 
 @njit(inline="always", nogil=True)
 def _dw_body(i, p, iz):
-    a = carray(p, 30)
+    a = carray(p, 31)
     _dw_part(a[0], iz, tasks.as_f32(a[2], a[3]), tasks.as_f32(a[4], a[5]), tasks.as_f32(a[6], (a[7], a[8])),
              tasks.as_f32(a[9], (a[10], a[11])), a[1], i, a[12], a[13], a[14], a[15], a[16], a[17], a[18], a[19],
-             a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28], a[29])
+             a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28], a[29], a[30] != 0)
 
 
 def _dw_task32(i, p):
@@ -1266,14 +1278,15 @@ def _bwd_weight2d_fast(x, dy, batch, in_c, out_c, spatial, kernel, stride, paddi
     dy = np.ascontiguousarray(dy).reshape(-1)
     g, n_blocks, n_tiles, per_round = _dw_layout(batch, in_c, k_n, p_n, out_c)
     tile_rows = -(-in_c // n_tiles) * k_n
-    sums = np.empty((per_round, ck * out_c), F32)
-    acc = np.empty(ck * out_c if n_blocks > per_round else 1, F32)
     dw = np.empty(out_c * ck, F32)
     dyt = np.empty(batch * p_n * out_c, F32)
     st = parallel.sgemm_address()
     fits = _sgemm_fits(st, in_c // n_tiles * k_n, out_c, p_n) and _sgemm_fits(st, tile_rows, out_c, g * p_n) \
         and x.dtype == F32 and dy.dtype == F32
-    t_dy = parallel.parts(dy.size, batch, _PART_MACS) if fits else 1
+    direct = n_blocks == 1 and out_c >= _DW_DIRECT_MIN_O  # the items write dW: no partials (see above)
+    sums = dw.reshape(1, -1) if direct else np.empty((per_round, ck * out_c), F32)
+    acc = np.empty(ck * out_c if n_blocks > per_round else 1, F32)
+    t_dy = parallel.parts(dy.size, batch, _COPY_PART) if fits else 1
     if t_dy > 1:
         _transpose_images_par(dy, t_dy, batch, out_c, p_n, dyt)
     else:
@@ -1290,15 +1303,22 @@ def _bwd_weight2d_fast(x, dy, batch, in_c, out_c, spatial, kernel, stride, paddi
             tasks.run(tasks.blas_task(_DW_TASKS, st[1]),
                       tasks.pack(st[0], t, x, x.size, dyt, dyt.size, sums, *sums.shape, col, *col.shape, items, b0,
                                  n_tiles, g, batch, in_c, out_c, h, wd, kh, kw, sh, sw, ph, pw, oh, ow,
-                                 _im2col_task(h, wd, kh, kw, sh, sw, oh, ow).address()), t)
+                                 _im2col_task(h, wd, kh, kw, sh, sw, oh, ow).address(), int(direct)), t)
+            if direct:
+                return dw
         else:
             for j in range(items):
                 b, n0, n1, c0, c1 = _dw_item_span(j, b0, n_tiles, g, batch, in_c)
                 cols, rows = (n1 - n0) * p_n, (c1 - c0) * k_n
                 _im2col_rows(x, n0, n1, c0, c1, in_c, h, wd, col[0], p_n, cols, kh, kw, sh, sw, ph, pw, oh, ow)
-                target = sums[b - b0, c0 * k_n * out_c:c1 * k_n * out_c].reshape(rows, out_c)
-                np.matmul(col[0, :rows * cols].reshape(rows, cols), dyt[n0 * p_n * out_c:n1 * p_n * out_c].reshape(
-                    cols, out_c), out=target)
+                cm, dm = col[0, :rows * cols].reshape(rows, cols), dyt[n0 * p_n * out_c:n1 * p_n * out_c].reshape(
+                    cols, out_c)
+                if direct:  # the same sgemm as the items' (both operands read transposed)
+                    dw.reshape(out_c, ck)[:, c0 * k_n:c1 * k_n] = np.matmul(dm.T, cm.T)
+                else:
+                    np.matmul(cm, dm, out=sums[b - b0, c0 * k_n * out_c:c1 * k_n * out_c].reshape(rows, out_c))
+            if direct:
+                return dw
         first, last = b0 == 0, b0 + nb == n_blocks
         t = min(t_max, parallel.parts(nb * ck * out_c, -(-ck // _DW_ROWS), _PART_MACS))
         if t > 1:
