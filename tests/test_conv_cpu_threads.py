@@ -99,7 +99,8 @@ _DIRECT_GEOMS = [(16, 24, 128, (8, 8), (4, 4), (2, 2), (1, 1)), (8, 32, 160, (4,
 def test_weight_gradient_of_one_block_written_directly(monkeypatch, dims):
     """Where the batch is one block and out_c >= _DW_DIRECT_MIN_O no partial sums are made (the
     items' sgemm writes its columns of dW): the same bits on 1 and 2 threads and on the np.matmul
-    path, a non-finite input reaching dW as the spec says, and within the contract."""
+    path (an inf among the inputs included), and the table's cases at these sizes within the
+    contract."""
     n, ci, co, sp, kn, st, pd = dims
     plan = conv_plan_of(*dims)
     g, n_blocks, n_tiles, _ = CPU_CONV._dw_layout(n, ci, math.prod(kn), math.prod(plan.out), co)
