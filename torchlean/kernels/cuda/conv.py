@@ -5,25 +5,29 @@ kernel position), then image, then output position, i.e. a row-major (C*K, nb*P)
 row order matches the weights W (out_c, C*K). Per chunk:
 
 - conv: y_n = W @ cols_n for every image n (one strided-batched GEMM writing y in place; a bias
-  is filled in first and the GEMM adds to it) when P (output positions per image) is large;
-  otherwise one GEMM W @ cols -> (out_c, nb*P), then a permute to (nb, out_c, P) that adds the
-  bias on the way (per-image GEMMs with few columns tile badly; the permute is cheap).
+  is filled in first and the GEMM adds to it) when P (output positions per image) is 64 or more
+  and the batch has 8192 or more in all; otherwise one GEMM W @ cols -> (out_c, nb*P), then a
+  permute to (nb, out_c, P) that adds the bias on the way (per-image GEMMs with few columns tile
+  badly). On an H100 the per-image GEMMs beat GEMM + permute by 5-35% at ResNet-18's P = 256 and
+  64 (batch 128), and lose by up to 2x at P = 16 (BENCHMARKS.md).
 - conv_bwd_input: dcols = W^T @ dy (per image from dy as it is, or one GEMM on dy permuted to
   (out_c, nb*P)), then the col2im GATHER: every dx element sums its (kk, p) taps in a fixed order
   (no atomics, so deterministic mode costs nothing). Not a forward conv of dy with flipped weights
   at stride 1: that route multiplies dy's zero padding by the weights (0 * inf = NaN where the spec
   drops those taps), so an inf weight would give NaN near the border where the spec gives a number.
-- conv_bwd_weight: dW = sum over the chunk of dy_n @ cols_n^T, split along the contraction axis
-  into groups (per image when P is large, else equal segments of dy permuted to (out_c, nb*P))
-  so that the small (out_c, C*K) result still fills the GPU; one batched GEMM writes a partial
-  product per group, and a kernel sums the partials (and the earlier chunks) in double, in a
-  fixed order.
+- conv_bwd_weight: dW = dyp @ cols^T, dy permuted to (out_c, nb*P): one GEMM over the chunk's
+  whole (image, position) axis, written straight into dW when the batch is one chunk. cuBLAS
+  splits that long contraction across the GPU itself, bitwise repeatably; on an H100 this beat
+  our own equal segments plus a sum of their partials by up to 26% at ResNet-18's shapes
+  (BENCHMARKS.md). A pointwise conv with large images takes per-image partials dy_n @ x_n^T
+  instead (x is its own columns: no im2col, no permute). Partials, and the chunks of a batch
+  over the workspace, are summed by a kernel in double, in a fixed order.
 - conv_transpose: conv_bwd_input with the channel roles swapped; the bias starts the gather.
 
 Groups (plan.groups G > 1): channel rows of group g are the g-th block of C/G rows of the columns,
 and the weights' rows of group g the g-th block of O/G, so every GEMM above becomes one
 strided-batched GEMM over the G groups (always on the permuted (out_c, nb*P) layout: the per-image
-and pointwise shortcuts are for G = 1); bwd_weight runs one such batched GEMM per segment. Dilation
+and pointwise shortcuts are for G = 1), bwd_weight's included. Dilation
 enters the im2col index (tap k at k*d) and the col2im gather (tl_conv_bwd_input_col2im_dil_*, which
 tests each kernel position, taps ascending). A depthwise 1-D plan (G == in_c == out_c, rank 1:
 Mamba's conv) runs direct kernels instead, no columns: tl_conv_depthwise1d,
@@ -65,11 +69,11 @@ __all__ = ["conv", "conv_bwd_input", "conv_bwd_weight", "conv_transpose"]
 _FILE = "conv.cu"
 _NULL = np.uint64(0)  # a NULL device pointer, passed by value: no bias
 _WORKSPACE = 256 << 20   # bytes of columns (and partials) per call, at most; one image may exceed it
-_IMAGE_MIN_P = 1024      # per-image GEMMs (no permute) when an image has at least this many outputs
+_IMAGE_MIN_P = 64        # per-image GEMMs (no permute) when an image has at least this many outputs
+_IMAGE_MIN_COLS = 8192   # ... and the batch at least this many in all (fewer: one wide GEMM tiles better)
 _IMAGE_MAX_P = 8192      # ... and at most this many (unless pointwise): beyond it one wide GEMM
                          # over the chunk tiles better than many per-image ones
-_SEGMENT_MIN = 512       # bwd_weight: contraction length of one group, at least
-_TARGET_TILES = 256      # bwd_weight: aim for this many 128x128 output tiles over all groups
+_WEIGHT_IMAGE_MIN_P = 1024  # bwd_weight: per-image partials of a pointwise conv from this many outputs
 _CHANNEL_GROUP = 4       # channels per thread pass in col2im (TL_CONV_CG in conv.cu)
 _MAX_RANK = 8
 _INT32_MAX = 2**31 - 1
@@ -144,8 +148,11 @@ def _grid2(items: int, channels: int) -> tuple:
 
 
 def _chunk(batch: int, per_image: int) -> int:
-    """Images per chunk: the workspace (per_image floats each) under _WORKSPACE, at least one."""
-    return max(1, min(batch, (_WORKSPACE // 4) // max(1, per_image)))
+    """Images per chunk: the workspace (per_image floats each) under _WORKSPACE, at least one, and
+    the chunks of a batch as equal as they can be (not a full chunk and a small remainder, whose
+    GEMMs would tile badly)."""
+    cap = max(1, min(batch, (_WORKSPACE // 4) // max(1, per_image)))
+    return _cdiv(batch, _cdiv(batch, cap)) if batch else cap
 
 
 def _pointwise(kernel_, stride, padding, spatial, out) -> bool:
@@ -252,7 +259,8 @@ def _chunking(plan: ConvPlan) -> tuple:
     S, P, K = math.prod(spatial), math.prod(out), math.prod(kernel_)
     ck = in_c * K
     pw = _pointwise(kernel_, stride, padding, spatial, out) and plan.groups == 1
-    per_image = P >= _IMAGE_MIN_P and (pw or P <= _IMAGE_MAX_P) and plan.groups == 1
+    per_image = (P >= _IMAGE_MIN_P and batch * P >= _IMAGE_MIN_COLS and (pw or P <= _IMAGE_MAX_P)
+                 and plan.groups == 1)
     nb_max = _chunk(batch, ck * P + (0 if per_image else out_c * P))
     return S, P, K, ck, pw, per_image, nb_max
 
@@ -394,50 +402,22 @@ def _depthwise_bwd_weight(x, dy, plan: ConvPlan):
 
 
 # -- weight gradient --------------------------------------------------------------------------------
-def _segments(length: int, out_c: int, ck: int) -> int:
-    """bwd_weight: contraction length per group, so that groups x output tiles ~ _TARGET_TILES."""
-    tiles = _cdiv(out_c, 128) * _cdiv(ck, 128)
-    groups = max(1, min(_cdiv(_TARGET_TILES, tiles), length // _SEGMENT_MIN))
-    return _cdiv(length, groups)
-
-
 @memo("cuda.conv.weight_chunking", 1024)
 def _weight_chunking(plan: ConvPlan) -> tuple:
-    """(S, P, ck, mn, per_image, pointwise, seg, nb_max, part_max) of conv_bwd_weight."""
+    """(S, P, ck, mn, per_image, pointwise, nb_max, chunks) of conv_bwd_weight."""
     batch, in_c, out_c, spatial, kernel_, stride, padding, out = plan[:8]
     S, P, K = math.prod(spatial), math.prod(out), math.prod(kernel_)
     ck = in_c * K
     mn = out_c * (ck // plan.groups)  # the weight: out_c rows of in_c/G * K
     if mn == 0 or batch == 0:  # the caller returns before using the rest
-        return S, P, ck, mn, False, False, 0, 1, 0
+        return S, P, ck, mn, False, False, 1, 1
     pw = _pointwise(kernel_, stride, padding, spatial, out) and plan.groups == 1
-    # Per-image partials only for pointwise convs (no columns): everywhere else the segment rule
-    # fills the GPU as well or better (per-image partials leave few, small GEMMs for small P).
-    per_image = pw and P >= _IMAGE_MIN_P
-    pointwise = per_image and pw
-    if per_image:  # one partial per image; columns unless x serves as its own
-        seg, per = P, (0 if pointwise else ck * P) + mn
-        nb_max = _chunk(batch, per)
-        part_max = nb_max
-    else:          # equal segments of the chunk's (image, position) axis
-        nb_max = _chunk(batch, (ck + out_c) * P)
-        seg = _segments(nb_max * P, out_c, ck)
-        part_max = _cdiv(nb_max * P, seg)
-    return S, P, ck, mn, per_image, pointwise, seg, nb_max, part_max
-
-
-def _grouped_weight_segments(dyp, cols, part, plan: ConvPlan, length: int, seg_c: int, full: int, rest: int,
-                             ck: int, mn: int) -> None:
-    """bwd_weight's partials with G groups: for segment j, part_j (out_c, ck/G), group g's rows the
-    g-th block of out_c/G = dyp_g[:, seg j] @ cols_g[:, seg j]^T, one GEMM batched over the groups
-    (dyp_g rows g*out_c/G.., cols_g rows g*ck/G..; ck here is in_c*K, so mn = out_c * ck/G)."""
-    G = plan.groups
-    og, ckg = plan.out_c // G, ck // G
-    for j in range(full + (1 if rest else 0)):
-        k = seg_c if j < full else rest
-        _gemm(_at(dyp, j * seg_c), _at(cols, j * seg_c), _at(part, j * mn), og, ckg, k, length, length, ckg,
-              trans_b=True, batch=G, stride_a=og * length, stride_b=ckg * length, stride_c=og * ckg,
-              name="conv_bwd_weight")
+    # Per-image partials only for pointwise convs with large images (x is their columns); everywhere
+    # else one GEMM over the chunk's whole (image, position) axis, whose long contraction cuBLAS
+    # splits itself.
+    per_image = pointwise = pw and P >= _WEIGHT_IMAGE_MIN_P
+    nb_max = _chunk(batch, mn if per_image else (ck + out_c) * P)
+    return S, P, ck, mn, per_image, pointwise, nb_max, _cdiv(batch, nb_max)
 
 
 @memo("cuda.conv.sum_partials_args", 1024)
@@ -451,7 +431,7 @@ def conv_bwd_weight(x, dy, plan: ConvPlan):
     if _depthwise_1d(plan):
         return _depthwise_bwd_weight(x, dy, plan)
     batch, in_c, out_c = plan.batch, plan.in_c, plan.out_c
-    S, P, ck, mn, per_image, pointwise, seg, nb_max, part_max = _weight_chunking(plan)
+    S, P, ck, mn, per_image, pointwise, nb_max, chunks = _weight_chunking(plan)
     dw = empty(mn)
     if mn == 0:
         return dw
@@ -460,41 +440,36 @@ def conv_bwd_weight(x, dy, plan: ConvPlan):
         return dw
     cols = None if pointwise else empty(ck * nb_max * P)
     dyp = None if per_image else empty(out_c * nb_max * P)
-    part = empty(part_max * mn)
-    chunks = _cdiv(batch, nb_max)
+    # One chunk's single GEMM writes dW itself; per-image partials, or several chunks, go through
+    # `part` and the fixed-order double sum.
+    direct = chunks == 1 and not per_image
+    part = None if direct else empty((nb_max if per_image else 1) * mn)
     acc = empty_as(mn, "d") if chunks > 1 else None
     dev = _getdev()
+    G = plan.groups
+    og, ckg = out_c // G, ck // G
     for i, n0 in enumerate(range(0, batch, nb_max)):
         nb = min(nb_max, batch - n0)
         xc, dyc = _at(x, n0 * in_c * S), _at(dy, n0 * out_c * P)
-        if not pointwise:
-            _im2col(xc, cols, plan, nb)
         if per_image:
-            # part_n (out_c, ck) = dy_n (out_c, P) @ cols_n^T; cols_n is (ck, P) at column n*P of
-            # cols (ld nb*P), or x_n itself (ld P) for a pointwise conv.
-            src, ld, stride_src = (xc, P, in_c * P) if pointwise else (cols, nb * P, P)
-            _gemm(dyc, src, part, out_c, ck, P, P, ld, ck, trans_b=True, batch=nb,
-                  stride_a=out_c * P, stride_b=stride_src, stride_c=mn, name="conv_bwd_weight")
+            # part_n (out_c, in_c) = dy_n (out_c, P) @ x_n^T (x_n is (in_c, P): its own columns)
+            _gemm(dyc, xc, part, out_c, ck, P, P, P, ck, trans_b=True, batch=nb,
+                  stride_a=out_c * P, stride_b=in_c * P, stride_c=mn, name="conv_bwd_weight")
             groups = nb
         else:
+            _im2col(xc, cols, plan, nb)
             length = nb * P
-            seg_c = min(seg, length)
             _swap01(dyc, dyp, None, nb, out_c, P)  # (nb, out_c, P) -> (out_c, nb*P)
-            full, rest = divmod(length, seg_c)
-            if plan.groups > 1:
-                _grouped_weight_segments(dyp, cols, part, plan, length, seg_c, full, rest, ck, mn)
-            else:
-                # part_j (out_c, ck) = dyp[:, j*seg:(j+1)*seg] @ cols[:, j*seg:(j+1)*seg]^T
-                _gemm(dyp, cols, part, out_c, ck, seg_c, length, length, ck, trans_b=True, batch=full,
-                      stride_a=seg_c, stride_b=seg_c, stride_c=mn, name="conv_bwd_weight")
-                if rest:
-                    _gemm(dyp[full * seg_c:], cols[full * seg_c:], part[full * mn:], out_c, ck, rest,
-                          length, length, ck, trans_b=True, name="conv_bwd_weight")
-            groups = full + (1 if rest else 0)
-        fn, grid, gm, fl = _sum_partials_args(dev, groups, mn, i == 0, i == chunks - 1)
-        fn(grid, _BLOCK, (part,) + gm + (acc,) + fl + (dw,))
+            # per group g: dW_g (out_c/G, ck/G) = dyp_g (out_c/G, nb*P) @ cols_g^T (nb*P, ck/G)
+            _gemm(dyp, cols, dw if direct else part, og, ckg, length, length, length, ckg, trans_b=True,
+                  batch=G, stride_a=og * length, stride_b=ckg * length, stride_c=og * ckg, name="conv_bwd_weight")
+            groups = 1
+        if not direct:
+            fn, grid, gm, fl = _sum_partials_args(dev, groups, mn, i == 0, i == chunks - 1)
+            fn(grid, _BLOCK, (part,) + gm + (acc,) + fl + (dw,))
     # (one call per variable: a tuple of them would hold a second reference, and the counts refuse)
-    give_back(part)
+    if part is not None:
+        give_back(part)
     if cols is not None:
         give_back(cols)
     if dyp is not None:
