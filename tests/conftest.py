@@ -34,6 +34,19 @@ def _private_data_cache(tmp_path_factory):
         os.environ["TORCHLEAN_DATA_CACHE"] = old
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_compile_helpers():
+    """`torchlean train` from a test starts no helper processes (kernels/cpu/warm.py): they would
+    go on compiling beside later tests; tests/test_cpu_warm.py starts its own."""
+    old = os.environ.get("TORCHLEAN_PRECOMPILE")
+    os.environ["TORCHLEAN_PRECOMPILE"] = "off"
+    yield
+    if old is None:
+        os.environ.pop("TORCHLEAN_PRECOMPILE", None)
+    else:
+        os.environ["TORCHLEAN_PRECOMPILE"] = old
+
+
 def skip_unless_cuda() -> None:
     """Skip the calling test, with torchlean's reason, where CUDA cannot be used."""
     reason = cuda_unavailable_reason()

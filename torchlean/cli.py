@@ -140,7 +140,7 @@ def _train(args: argparse.Namespace) -> int:
                     fast_gpu_matmul_precision=args.fast_gpu_matmul_precision, config=args.config, log=args.log,
                     plot=args.plot, checkpoint=args.checkpoint, resume=args.resume, mem_every=args.mem_every, tiny=args.tiny,
                     checkpoint_every=args.checkpoint_every, stop_at=args.stop_at, data_cache=not args.no_data_cache,
-                    distributed=args.rank_process)
+                    distributed=args.rank_process, precompile=True)
     return 0 if summary["final_loss"] is not None and math.isfinite(summary["final_loss"]) else 1
 
 

@@ -135,7 +135,8 @@ def train(name: str, device: str = "cpu", steps: int | None = None, batch_size: 
           fast_gpu_matmul_precision: str = "fp32", log: str | None = None, plot: str | None = None,
           checkpoint: str | None = None, resume: str | None = None, mem_every: int = 0, tiny: bool = False,
           checkpoint_every: int = 0, stop_at: int | None = None, say: Callable[[str], None] = print,
-          progress: bool = True, config: str = "auto", data_cache: bool = True, distributed: bool = False) -> dict:
+          progress: bool = True, config: str = "auto", data_cache: bool = True, distributed: bool = False,
+          precompile: bool = False) -> dict:
     """Train example ``name``; returns (and prints) the summary. ``stop_at`` ends the run after that
     many steps of the configured schedule (saving ``checkpoint``), so that ``resume`` continues it.
     ``config``: "auto" (the example's longer GPU schedule on CUDA, its CPU defaults elsewhere),
@@ -143,7 +144,9 @@ def train(name: str, device: str = "cpu", steps: int | None = None, batch_size: 
     ``data_cache``: load the generated data set from, and store it in, the data cache
     (torchlean/data_cache.py; also off with TORCHLEAN_DATA_CACHE=off).
     ``distributed``: this process is one rank of a job that ``launch_training`` started (see the
-    module docstring); the process group is joined here and left at the end."""
+    module docstring); the process group is joined here and left at the end.
+    ``precompile``: on the CPU, start helper processes that compile the example's kernels not yet in
+    Numba's disk cache while this one starts (kernels/cpu/warm.py; `torchlean train` does)."""
     ex = examples.get(name)
     if config not in ("auto", "default", "cuda"):
         raise ArgumentError(f"train: --config must be auto, default or cuda, got {config!r}")
@@ -155,6 +158,8 @@ def train(name: str, device: str = "cpu", steps: int | None = None, batch_size: 
             say, progress = _quiet, False
     if dev.startswith("cuda"):
         _precompile_cuda(dev, say)
+    elif precompile and (job is None or job.rank == 0):
+        _precompile_cpu(name, say)
     cfg = _config(ex, dev, config, tiny, steps, batch_size, lr, seed)
     if job is not None:
         _check_shardable(name, cfg, job.world_size)
@@ -320,6 +325,18 @@ def _precompile_cuda(dev: str, say: Callable[[str], None]) -> None:
         precompile(int(dev.partition(":")[2] or 0))
     except Exception as exc:  # noqa: BLE001
         say(f"note: could not start compiling the CUDA kernels early ({type(exc).__name__}: {exc})")
+
+
+def _precompile_cpu(name: str, say: Callable[[str], None]) -> None:
+    """Helper processes compile the example's CPU kernels that a fresh machine has not cached yet,
+    from the back of its first-use list, while this process starts from the front. Only a head
+    start: without them every kernel compiles at its first call, as before."""
+    try:
+        from .kernels.cpu import warm
+
+        warm.start(name)
+    except Exception as exc:  # noqa: BLE001
+        say(f"note: could not start compiling the CPU kernels early ({type(exc).__name__}: {exc})")
 
 
 def _make_parent(path: str | None) -> None:

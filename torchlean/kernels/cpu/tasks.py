@@ -30,7 +30,7 @@ from llvmlite import ir
 from numba import carray, cfunc, njit, prange, types
 from numba.extending import intrinsic
 
-__all__ = ["Task", "run", "call", "as_f32", "as_i64", "as_float", "pack", "pack_f32", "float_bits", "blas_task"]
+__all__ = ["Task", "callback", "run", "call", "as_f32", "as_i64", "as_float", "pack", "pack_f32", "float_bits", "blas_task"]
 
 SIG = types.void(types.int64, types.CPointer(types.int64))
 
@@ -119,6 +119,12 @@ def call(fptr, words):
     _call(fptr, 0, words.ctypes.data)
 
 
+def callback(body):
+    """``body`` compiled to its C callback (from Numba's disk cache when there): what a Task runs,
+    and what warm.py's helper processes compile ahead of a Task's first run."""
+    return cfunc(SIG, cache=True, nogil=True, error_model="numpy")(body)
+
+
 class Task:
     """A task body (a module-level Python function ``body(i, args)``, njit-compatible), compiled to
     a cached C callback on its first run."""
@@ -133,7 +139,7 @@ class Task:
         if not self._address:
             with self._lock:
                 if not self._address:
-                    cb = cfunc(SIG, cache=True, nogil=True, error_model="numpy")(self._body)
+                    cb = callback(self._body)
                     self._keep = cb
                     self._address = cb.address
         return self._address
