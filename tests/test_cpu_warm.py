@@ -82,3 +82,16 @@ def test_no_helpers_when_switched_off_or_nothing_is_missing(tmp_path, monkeypatc
     monkeypatch.setattr(warm, "missing", lambda ents: [])
     assert warm.start("mlp") == []
     assert warm._helpers(0) == 0 and warm._helpers(3) == 0  # too few to be worth a process
+
+
+def test_shares_cover_each_entry_once_the_examples_next_kernels_first():
+    todo = list(range(27))
+    for n in (1, 2, 8):
+        got = warm.shares(todo, n)
+        assert len(got) == n and sorted(i for share in got for i in share) == todo
+        head = len(todo) // (n + 1)  # this process's own front part: the helpers' last resort
+        for share in got:
+            rest, front = [i for i in share if i >= head], [i for i in share if i < head]
+            assert share == rest + front and rest == sorted(rest) and front == sorted(front, reverse=True)
+    assert warm.shares(todo, 1) == [list(range(13, 27)) + list(range(12, -1, -1))]
+    assert warm.shares([], 0) == []

@@ -4,18 +4,16 @@ Numba compiles a kernel at its first call and holds the GIL and its compiler loc
 on a fresh machine the first step of an example spends most of its time compiling, one kernel after
 another on one core (BENCHMARKS.md). Numba looks in its disk cache before it compiles: a kernel that
 another process has already compiled into the same cache is loaded instead. ``start(name)`` hands
-the example's kernels that are not cached yet to helper processes, which compile them in the
-reverse of the order in which the example first calls them while this process compiles from the
-front, so that the two meet in the middle; with more cores, more helpers share the back part.
+the example's kernels that are not cached yet to helper processes while this process compiles
+from the front of the list, in the order the example first calls them (``shares``: who does what).
 
 The lists (``first_use.json`` next to this file, one per example) name each kernel by module and
 qualified name, with the argument types of its first call, or as a task body (tasks.Task, compiled
 to a C callback). ``scripts/record-first-use`` writes them by running every example for one step
-with an empty cache. A kernel missing from a list is compiled at its first
-call, as without helpers; an entry that no longer resolves is skipped. Helpers run at a lower
-priority, stop when the process that started them has ended, and are off with
-TORCHLEAN_PRECOMPILE=off. Nothing they do changes a result: the cache holds what this process would
-have compiled itself.
+with an empty cache. A kernel missing from a list is compiled at its first call, as without
+helpers; an entry that no longer resolves is skipped. Helpers run at a lower priority, stop when
+the process that started them has ended, and are off with TORCHLEAN_PRECOMPILE=off. Nothing they
+do changes a result: the cache holds what this process would have compiled itself.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["LISTS", "entries", "missing", "start", "compile_entries"]
+__all__ = ["LISTS", "entries", "missing", "shares", "start", "compile_entries"]
 
 LISTS = Path(__file__).with_name("first_use.json")
 _MODULE = "torchlean.kernels.cpu.warm"  # (not __name__: that is "__main__" when run with -m)
@@ -70,17 +68,23 @@ def _cached(py_func) -> bool:
         return False
 
 
-def missing(ents: list[dict]) -> list[dict]:
-    """The entries whose kernels are not in Numba's disk cache (unresolvable ones are dropped)."""
+def _missing_at(ents: list[dict]) -> list[int]:
+    """The positions of the entries whose kernels are not in Numba's disk cache (unresolvable ones
+    are left out: a renamed kernel compiles at its first call)."""
     out = []
-    for e in ents:
+    for i, e in enumerate(ents):
         try:
             py_func, _ = _resolve(e)
-        except Exception:  # noqa: BLE001 - a renamed kernel: compiled at first use instead
+        except Exception:  # noqa: BLE001
             continue
         if not _cached(py_func):
-            out.append(e)
+            out.append(i)
     return out
+
+
+def missing(ents: list[dict]) -> list[dict]:
+    """The entries whose kernels are not in Numba's disk cache (unresolvable ones are dropped)."""
+    return [ents[i] for i in _missing_at(ents)]
 
 
 def _helpers(todo: int) -> int:
@@ -88,17 +92,26 @@ def _helpers(todo: int) -> int:
     return max(0, min(_HELPERS_MAX, cores - 1, todo // _PER_HELPER_MIN))
 
 
+def shares(todo: list, n: int) -> list[list]:
+    """What each of n helpers compiles, in order. This process compiles ``todo`` from its front, as
+    the example first calls the kernels; so the helpers split the rest, all but the front
+    1/(n + 1), in list order (what the example needs soonest, first), then work back from the end
+    of the front part towards this process, wherever a slow set-up has left it."""
+    head = len(todo) // (n + 1)
+    return [todo[head:][j::n] + todo[:head][::-1][j::n] for j in range(n)]
+
+
 def start(name: str) -> list[subprocess.Popen]:
     """Start the helpers for example ``name`` (none when everything is cached, on one core, or with
     TORCHLEAN_PRECOMPILE=off); returns at once with their processes."""
     if os.environ.get("TORCHLEAN_PRECOMPILE", "").lower() in ("off", "0", "no"):
         return []
-    n = _helpers(len(missing(entries(name))))
-    cmd = [sys.executable, "-m", _MODULE, "compile", name, "--parent", str(os.getpid()), "--of", str(n)]
+    todo = _missing_at(entries(name))
+    cmd = [sys.executable, "-m", _MODULE, "compile", name, "--parent", str(os.getpid())]
     procs = []
-    for j in range(n):
+    for share in shares(todo, _helpers(len(todo))):
         try:
-            procs.append(subprocess.Popen(cmd + ["--part", str(j)], stdin=subprocess.DEVNULL,
+            procs.append(subprocess.Popen(cmd + ["--at", ",".join(map(str, share))], stdin=subprocess.DEVNULL,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         except OSError:  # no helper: every kernel compiles at first use, as before
             break
@@ -122,7 +135,7 @@ def compile_entries(ents: list[dict], parent: int | None = None) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """A helper's command line: ``compile NAME [--parent PID] [--part J --of N]``."""
+    """A helper's command line: ``compile NAME [--parent PID] [--at I,J,...]``."""
     import argparse
 
     ap = argparse.ArgumentParser(prog=f"python -m {_MODULE}", description=__doc__.split("\n")[0])
@@ -130,13 +143,14 @@ def main(argv: list[str]) -> int:
     p_comp = sub.add_parser("compile", help="compile an example's kernels that are not cached")
     p_comp.add_argument("name")
     p_comp.add_argument("--parent", type=int, default=None)
-    p_comp.add_argument("--part", type=int, default=0)
-    p_comp.add_argument("--of", type=int, default=1)
+    p_comp.add_argument("--at", default=None, help="positions in the list, in order (default: all missing)")
     a = ap.parse_args(argv)
     if a.parent is not None and hasattr(os, "nice"):
         os.nice(5)  # behind the process it helps, whose own compiles and steps come first
-    todo = missing(entries(a.name))[::-1]
-    compile_entries(todo[a.part::max(1, a.of)], a.parent)
+    ents = entries(a.name)
+    if a.at is not None:  # (less what another process has compiled since)
+        ents = [ents[int(i)] for i in a.at.split(",") if i and int(i) < len(ents)]
+    compile_entries(missing(ents), a.parent)
     return 0
 
 
