@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 from test_kernel_cache import FAKE_CUPY, ROOT
 
@@ -103,3 +104,39 @@ def test_a_compile_for_another_cache_directory_is_not_handed_over(tmp_path):
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     assert "elementwise" in r.stdout, r.stdout
+
+
+EXIT_SCRIPT = """
+    import os, time
+    os.environ["TORCHLEAN_KERNEL_CACHE"] = {cache!r}
+    import cupy.cuda
+    from cupy.cuda import compiler
+
+    class Device:
+        def __init__(self, i):
+            self.compute_capability = "90"
+    cupy.cuda.Device = Device
+
+    def slow(source, options=(), arch=None, filename="kern.cu", **kw):
+        time.sleep(60)  # a fresh machine's NVRTC, much slowed down
+        return b"\\x7fELF compiled " + filename.encode(), None
+    compiler.compile_using_nvrtc = slow
+
+    from torchlean.kernels.cuda import launch
+    launch.precompile(0)
+    print("done")  # the program ends here, its kernels still compiling
+"""
+
+
+def test_a_program_that_ends_does_not_wait_for_the_background_compiles(tmp_path):
+    fake = tmp_path / "standin"
+    for rel, text in FAKE_CUPY.items():
+        (fake / rel).parent.mkdir(parents=True, exist_ok=True)
+        (fake / rel).write_text(textwrap.dedent(text))
+    script = textwrap.dedent(EXIT_SCRIPT.format(cache=str(tmp_path / "cache")))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), ROOT]))
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "done", r.stderr
+    assert time.perf_counter() - t0 < 30  # not the 60 s that each file's compile takes
+    assert not [n for n in os.listdir(tmp_path / "cache") if n.endswith(".cubin")]  # nothing half-written
