@@ -122,13 +122,18 @@ EXIT_SCRIPT = """
         return b"\\x7fELF compiled " + filename.encode(), None
     compiler.compile_using_nvrtc = slow
 
+    from torchlean import cli
     from torchlean.kernels.cuda import launch
+    cli._end_now_if_compiling(0)  # nothing compiling: it returns
     launch.precompile(0)
-    print("done")  # the program ends here, its kernels still compiling
+    assert launch.compiling()
+    print("done")
+    cli._end_now_if_compiling(0)  # what `torchlean train` does when it has finished
+    raise SystemExit("still running")
 """
 
 
-def test_a_program_that_ends_does_not_wait_for_the_background_compiles(tmp_path):
+def test_torchlean_train_ends_without_waiting_for_the_background_compiles(tmp_path):
     fake = tmp_path / "standin"
     for rel, text in FAKE_CUPY.items():
         (fake / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 
@@ -144,6 +145,21 @@ def _train(args: argparse.Namespace) -> int:
     return 0 if summary["final_loss"] is not None and math.isfinite(summary["final_loss"]) else 1
 
 
+def _end_now_if_compiling(rc: int) -> None:
+    """`torchlean train` has finished; if kernel files are still compiling in the background (a
+    fresh machine's short run), end the process now instead of waiting for them at exit, tens of
+    seconds after the summary. The entries compiled so far are in the disk cache, the rest compile
+    at their first use in a later run (an entry is written whole or not at all). os._exit skips
+    the interpreter's shutdown, whose joining of those threads is the wait (daemon threads would
+    crash it while they are inside NVRTC or CuPy), so output is flushed first; `train` has closed
+    its logs and checkpoints."""
+    launch = sys.modules.get("torchlean.kernels.cuda.launch")
+    if launch is not None and launch.compiling():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+
+
 def _launch(args: argparse.Namespace) -> int:
     from .distributed.launch import launch
 
@@ -216,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     p_launch.set_defaults(fn=_launch)
     args = parser.parse_args(argv)
     try:
-        return args.fn(args)
+        rc = args.fn(args)
     except Exception as exc:  # noqa: BLE001 - a CLI prints the error, not a traceback
         from .errors import TorchLeanError
 
@@ -224,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"torchlean {args.cmd}: {exc}", file=sys.stderr)
             return 2
         raise
+    if argv is None and args.cmd == "train":  # the command itself, not a caller that goes on running
+        _end_now_if_compiling(rc)
+    return rc
 
 
 if __name__ == "__main__":

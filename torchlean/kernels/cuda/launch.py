@@ -13,9 +13,8 @@ the threat model: ``kernel_cache.py``).
 from __future__ import annotations
 
 import os
-import queue
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import cupy
@@ -53,35 +52,23 @@ def precompile(device: int) -> None:
     """Start compiling every kernel file for ``device``'s architecture on background threads, so
     that the compiles overlap the program's set-up (data, model) and each other, and its first
     step waits only for what is still compiling. With a warm disk cache each is a file read.
-    Returns at once. The threads are daemons: a program that ends before every file is compiled
-    does not wait for the rest (a short run on a fresh machine would otherwise sit for tens of
-    seconds after its last step); those compile at their first use in a later run, and a cache
-    entry is written whole or not at all (kernel_cache.write_entry)."""
+    Returns at once."""
     arch = cupy.cuda.Device(device).compute_capability
-    work: queue.SimpleQueue = queue.SimpleQueue()
     with _pending_lock:
         where = str(_cache_dir())
         todo = [p.name for p in sorted(HERE.glob("*.cu")) if (p.name, arch, where) not in _pending]
-        for file in todo:
-            fut: Future = Future()
-            _pending[(file, arch, where)] = fut
-            work.put((file, fut))
-    for _ in range(min(len(todo), os.cpu_count() or 1)):
-        threading.Thread(target=_compile_queued, args=(work, arch), daemon=True, name="torchlean-nvrtc").start()
-
-
-def _compile_queued(work: queue.SimpleQueue, arch: str) -> None:
-    while True:
-        try:
-            file, fut = work.get_nowait()
-        except queue.Empty:
+        if not todo:
             return
-        if not fut.set_running_or_notify_cancel():
-            continue
-        try:
-            fut.set_result(_compile_now(file, arch))
-        except BaseException as exc:  # noqa: BLE001 - handed to whoever asks for this file (_compile)
-            fut.set_exception(exc)
+        pool = ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1), thread_name_prefix="torchlean-nvrtc")
+        for file in todo:
+            _pending[(file, arch, where)] = pool.submit(_compile_now, file, arch)
+    pool.shutdown(wait=False)
+
+
+def compiling() -> bool:
+    """Whether a background compile that ``precompile`` started is still running or queued."""
+    with _pending_lock:
+        return any(not job.done() for job in _pending.values())
 
 
 def _compile(file: str, arch: str) -> bytes:
