@@ -1,7 +1,8 @@
 """The CPU backend's GEMMs (torchlean/kernels/cpu/gemm.py): cblas_sgemm from Numba, split into blocks
 over Numba's threads. The split must never change a bit: every block count gives the one-call
 product exactly, for every transpose combination, batched or not; and that is NumPy's product
-(NumPy itself calls sgemm, except for a single row or column, where it calls sgemv: another order)."""
+(NumPy itself calls sgemm, except for a single row or column, where it calls sgemv: another order;
+see numpy_product for the orientation and thread count)."""
 
 import importlib
 
@@ -21,7 +22,18 @@ def _operands(rng, batch, m, n, k, ta, tb):
     b = rng.standard_normal(batch * k * n).astype(np.float32)
     a3 = a.reshape(batch, k, m).transpose(0, 2, 1) if ta else a.reshape(batch, m, k)
     b3 = b.reshape(batch, n, k).transpose(0, 2, 1) if tb else b.reshape(batch, k, n)
-    return a, b, np.matmul(a3, b3).reshape(-1)
+    return a, b, numpy_product(a3, b3, G._swapped(ta, tb, m, n, 1)).reshape(-1)
+
+
+def numpy_product(a3, b3, swapped):
+    """NumPy's product in the orientation gemm computes it, with OpenBLAS at one thread as the
+    backend runs it (on AVX2 kernels its bits depend on its thread count): (B A^T)^T where gemm
+    runs A B^T with few rows swapped (gemm._swapped), whose bits equal A B^T's on AVX-512 kernels
+    but not on AVX2 ones."""
+    P.blas_one_thread()
+    if swapped:
+        return np.matmul(b3.transpose(0, 2, 1), a3.transpose(0, 2, 1)).transpose(0, 2, 1)
+    return np.matmul(a3, b3)
 
 
 def _block_counts(m, n, k, counts):

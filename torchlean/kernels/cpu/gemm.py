@@ -15,14 +15,19 @@ The work items of ``batch`` products (m x k) @ (k x n) (``plan``):
   (((p0 + p1) + p2) + ...) per element. ``ks`` is a function of the shape alone, so the bits do not
   depend on the thread count; they may differ from NumPy's one-call product (another association of
   the sum over k: bmm's contract holds for any order).
-* blocks (``blocks``): each (partial) product split into row blocks (m >= n) or column blocks, as
-  many as the threads need beside the batch entries and inner parts. Blocks never change a bit:
-  every block is an ordinary GEMM over the same inner range, and OpenBLAS computes each output
-  element as the same chain over k whichever block (or edge kernel) holds it. Blocks have at least
-  BLOCK_MACS multiply-adds, above the size where OpenBLAS switches to its small-matrix kernels (1e6
-  on AVX-512 machines), and a single row or column (which OpenBLAS hands to a GEMV, whose vector
-  tails do depend on where a block starts) is never split, over k neither. tests check products
-  split into 1-5 blocks against the one-block product bitwise, and thread counts 1 and 2.
+* blocks (``blocks``): each (partial) product split into row blocks, as many as the threads need
+  beside the batch entries and inner parts. Blocks never change a bit: every block is an ordinary
+  GEMM over the same inner range whose boundaries fall on multiples of ROW_QUANTUM rows, and
+  OpenBLAS computes each output element as the same chain over k whichever such block holds it.
+  Where the boundaries may fall matters on AVX2 machines: there OpenBLAS's sgemm handles rows in
+  groups of 24 and the rows of a partial group by other kernels, in another order, so a boundary
+  off a multiple of 24 changes bits (48 also covers AVX-512's 16); and the bits of a row depend on
+  the number of columns in the call, so columns are never split (a product with few rows is split
+  only when it runs swapped, by rows of B A^T). Blocks have at least BLOCK_MACS multiply-adds,
+  above the size where OpenBLAS switches to its small-matrix kernels (1e6 on AVX-512 machines),
+  and a single row or column (which OpenBLAS hands to a GEMV, whose vector tails do depend on where
+  a block starts) is never split, over k neither. tests check products split into 1-5 blocks
+  against the one-block product bitwise, and thread counts 1 and 2.
 
 A product with a single row or column (m == 1 or n == 1: a linear layer with one output, its
 weight gradient, a matrix-vector product) is ours instead (``_gemv``): OpenBLAS's GEMV is one
@@ -50,7 +55,7 @@ __all__ = ["gemm", "blocks", "inner_parts", "plan", "BLOCK_MACS"]
 
 F32 = np.float32
 BLOCK_MACS = 1 << 20    # multiply-adds per item at least: below, one call on the caller's thread
-_MIN_SPLIT = 32         # rows (or columns) per block at least: OpenBLAS's kernels lose efficiency below
+ROW_QUANTUM = 48        # block boundaries fall on multiples of this many rows (see the module doc)
 K_PART = 1024           # inner length of a partial product at least
 K_PARTS_MAX = 16        # partial products per product at most
 K_SPLIT_OUT = 1 << 18   # output elements (all entries) at most for inner parts: their scratch stays small
@@ -76,30 +81,37 @@ def _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap
     pc = c.ctypes.data + 4 * (e * ks + s) * m * n
     t_a = TRANS if ta else NO_TRANS
     t_b = TRANS if tb else NO_TRANS
-    if m >= n:  # rows lo:hi of op(A): rows of A, or columns of the stored A^T
-        lo, hi = (m * blk) // nblocks, (m * (blk + 1)) // nblocks
-        sgemm(fn, iz, t_a, t_b, hi - lo, n, k1 - k0, pa + 4 * lo * (1 if ta else lda), lda, pb, ldb, pc + 4 * lo * n, n)
-        if has_bias:
-            o = c[(e * ks + s) * m * n:]
-            for r in range(lo, hi):
-                for j in range(n):
-                    o[r * n + j] += bias[j]
-    elif swap:  # columns lo:hi of A B^T as rows lo:hi of B A^T into the scratch, then transposed in
-        lo, hi = (n * blk) // nblocks, (n * (blk + 1)) // nblocks
-        ps = scratch.ctypes.data + 4 * e * n * m
-        sgemm(fn, iz, NO_TRANS, TRANS, hi - lo, m, k, pb + 4 * lo * k, k, pa, k, ps + 4 * lo * m, m)
-        o, sc = c[e * m * n:], scratch[e * n * m:]
-        for r in range(m):
-            for j in range(lo, hi):
-                o[r * n + j] = sc[j * m + r] + bias[j] if has_bias else sc[j * m + r]
-    else:       # columns lo:hi of op(B): columns of B, or rows of the stored B^T
-        lo, hi = (n * blk) // nblocks, (n * (blk + 1)) // nblocks
-        sgemm(fn, iz, t_a, t_b, m, hi - lo, k1 - k0, pa, lda, pb + 4 * lo * (ldb if tb else 1), ldb, pc + 4 * lo, n)
-        if has_bias:
-            o = c[(e * ks + s) * m * n:]
+    if swap:  # columns lo:hi of A B^T as rows lo:hi of B A^T into the scratch, then transposed in
+        lo, hi = row_bounds(n, blk, nblocks)
+        if hi > lo:
+            ps = scratch.ctypes.data + 4 * e * n * m
+            sgemm(fn, iz, NO_TRANS, TRANS, hi - lo, m, k, pb + 4 * lo * k, k, pa, k, ps + 4 * lo * m, m)
+            o, sc = c[e * m * n:], scratch[e * n * m:]
             for r in range(m):
                 for j in range(lo, hi):
-                    o[r * n + j] += bias[j]
+                    o[r * n + j] = sc[j * m + r] + bias[j] if has_bias else sc[j * m + r]
+    else:     # rows lo:hi of op(A): rows of A, or columns of the stored A^T
+        lo, hi = row_bounds(m, blk, nblocks)
+        if hi > lo:
+            sgemm(fn, iz, t_a, t_b, hi - lo, n, k1 - k0, pa + 4 * lo * (1 if ta else lda), lda, pb, ldb,
+                  pc + 4 * lo * n, n)
+            if has_bias:
+                o = c[(e * ks + s) * m * n:]
+                for r in range(lo, hi):
+                    for j in range(n):
+                        o[r * n + j] += bias[j]
+
+
+@njit(inline="always", nogil=True)
+def row_bounds(rows, blk, nblocks):
+    """Rows lo:hi of block blk of nblocks: boundaries on multiples of ROW_QUANTUM (empty blocks where
+    there are fewer quanta than blocks), and never a last block of one row (OpenBLAS's GEMV)."""
+    q = ROW_QUANTUM
+    placed = rows - 1 if rows % q == 1 else rows
+    units = (placed + q - 1) // q
+    lo = min(placed, q * ((units * blk) // nblocks))
+    hi = rows if blk == nblocks - 1 else min(placed, q * ((units * (blk + 1)) // nblocks))
+    return lo, hi
 
 
 # The items run as a task (tasks.py), on the pool or on the caller's thread: the body compiles once,
@@ -237,9 +249,9 @@ _SWAP_ROWS = 64  # A B^T with at most this many rows (and 4x as many columns) is
 def _swapped(ta: bool, tb: bool, m: int, n: int, ks: int) -> bool:
     """Whether A B^T (A (m, k), B stored (n, k)) runs as B A^T into a scratch, transposed back: with
     few rows OpenBLAS packs the large stored B transposed, well below its speed on B A^T (an LSTM
-    step's h W_hh^T). Each element is the same chain over k either way
-    (the microkernels multiply-add a[i, kk] b[j, kk] in k order whichever operand is packed as
-    which; tests compare with NumPy's product). A function of the shape alone."""
+    step's h W_hh^T). A function of the shape alone, and the np.matmul path takes the same
+    orientation, so the bits do not depend on the path or the thread count. (On AVX-512 kernels
+    they are also those of NumPy's A B^T; on AVX2 ones they may differ in the last bits.)"""
     return tb and not ta and ks == 1 and 1 < m <= _SWAP_ROWS and n >= 4 * m
 
 
@@ -253,21 +265,22 @@ def inner_parts(batch: int, m: int, n: int, k: int) -> int:
     return max(1, min(K_PARTS_MAX, k // K_PART, (m * n * k) // BLOCK_MACS))
 
 
-def blocks(m: int, n: int, k: int) -> int:
-    """How many blocks one (m x k) @ (k x n) product is split into: one per thread, as long as each
-    has at least BLOCK_MACS multiply-adds and _MIN_SPLIT rows (or columns)."""
+def blocks(m: int, n: int, k: int, rows: int | None = None) -> int:
+    """How many row blocks one (m x k) @ (k x n) product is split into (``rows``: the rows split,
+    m unless the product runs swapped): one per thread, as long as each has at least BLOCK_MACS
+    multiply-adds and ROW_QUANTUM rows."""
     if min(m, n) == 1:  # a single row or column: OpenBLAS runs a GEMV, whose bits depend on where a block starts
         return 1
-    return parallel.parts(m * n * k, max(m, n) // _MIN_SPLIT, BLOCK_MACS)
+    return parallel.parts(m * n * k, (m if rows is None else rows) // ROW_QUANTUM, BLOCK_MACS)
 
 
-def plan(batch: int, m: int, n: int, k: int) -> tuple[int, int]:
+def plan(batch: int, m: int, n: int, k: int, swap: bool = False) -> tuple[int, int]:
     """(inner parts, blocks per part) of ``batch`` products: the inner parts from the shape
     (``inner_parts``), then blocks until batch entries x parts x blocks reach the thread count."""
     ks = inner_parts(batch, m, n, k)
     items = batch * ks
     want = -(-parallel.threads() // items)  # blocks per (entry, part) to give every thread one item
-    return ks, (min(want, blocks(m, n, k // ks)) if want > 1 else 1)
+    return ks, (min(want, blocks(m, n, k // ks, n if swap else m)) if want > 1 else 1)
 
 
 def gemm(a, b, batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool, nblocks: int | None = None,
@@ -286,7 +299,10 @@ def gemm(a, b, batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool,
         a3 = a.reshape(na, k, m).transpose(0, 2, 1) if trans_a else a.reshape(na, m, k)
         b3 = b.reshape(batch, n, k).transpose(0, 2, 1) if trans_b else b.reshape(batch, k, n)
         parallel.blas_one_thread()
-        np.matmul(a3, b3, out=c.reshape(batch, m, n))
+        if _swapped(trans_a, trans_b, m, n, 1):  # the orientation the items use: the same bits on every path
+            c.reshape(batch, m, n)[...] = np.matmul(b3.transpose(0, 2, 1), a3.transpose(0, 2, 1)).transpose(0, 2, 1)
+        else:
+            np.matmul(a3, b3, out=c.reshape(batch, m, n))
         if bias is not None:
             c.reshape(batch, m, n)[...] += bias
         return c
@@ -295,15 +311,14 @@ def gemm(a, b, batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool,
             return _gemv(a, b, m, n, k, trans_a, trans_b, bias)
     fn, iz = st
     parallel.blas_one_thread()
-    ks, nb = plan(batch, m, n, k)
-    if kparts is not None:
-        ks = kparts
+    ks = inner_parts(batch, m, n, k) if kparts is None else kparts
+    swap = _swapped(trans_a, trans_b, m, n, ks)
+    _, nb = plan(batch, m, n, k, swap)
     if nblocks is not None:
         nb = nblocks
     has_bias = bias is not None
     bv = np.ascontiguousarray(bias, dtype=F32) if has_bias else _NO_BIAS  # read through its address
     dest = c if ks == 1 else np.empty(batch * ks * m * n, F32)
-    swap = _swapped(trans_a, trans_b, m, n, ks)
     scratch = np.empty(batch * m * n, F32) if swap else _NO_BIAS
     a_step = 0 if shared_a else m * k
     par = nb > 1 or batch * ks > 1 and batch * m * n * k >= 2 * BLOCK_MACS
