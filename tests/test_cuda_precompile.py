@@ -13,7 +13,8 @@ import time
 
 from test_kernel_cache import FAKE_CUPY, ROOT
 
-SCRIPT = """
+# Every script starts here: the stand-in CuPy with a device of compute capability 9.0.
+PRELUDE = """
     import os, threading, time
     os.environ["TORCHLEAN_KERNEL_CACHE"] = {cache!r}
     import cupy.cuda
@@ -23,7 +24,21 @@ SCRIPT = """
         def __init__(self, i):
             self.compute_capability = "90"
     cupy.cuda.Device = Device
-    calls, fail = [], {{"norm.cu"}}
+"""
+
+
+def _run_standin(tmp_path, body: str, cache) -> subprocess.CompletedProcess:
+    """PRELUDE (with ``cache`` as the kernel cache) then ``body``, in a process whose CuPy is the stand-in."""
+    fake = tmp_path / "standin"
+    for rel, text in FAKE_CUPY.items():
+        (fake / rel).parent.mkdir(parents=True, exist_ok=True)
+        (fake / rel).write_text(textwrap.dedent(text))
+    script = textwrap.dedent(PRELUDE.format(cache=str(cache))) + textwrap.dedent(body)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), ROOT]))
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+
+SCRIPT = """
+    calls, fail = [], {"norm.cu"}
     release = threading.Event()
 
     def slow(source, options=(), arch=None, filename="kern.cu", **kw):
@@ -40,23 +55,17 @@ SCRIPT = """
     files = sorted(p.name for p in launch.HERE.glob("*.cu"))
     launch.precompile(0)
     threading.Timer(0.2, release.set).start()
-    got = {{f: launch._compile(f, "90") for f in ["conv.cu"] + files}}
+    got = {f: launch._compile(f, "90") for f in ["conv.cu"] + files}
     assert all(got[f] == b"\\x7fELF compiled " + f.encode() for f in files), got
     launch.precompile(0)  # again: every file is in the disk cache now
-    again = {{f: launch._compile(f, "90") for f in files}}
+    again = {f: launch._compile(f, "90") for f in files}
     assert again == got
     print(len(files), len(calls), calls.count("norm.cu"), calls.count("conv.cu"))
 """
 
 
 def test_precompile_compiles_each_file_once_and_hands_results_over(tmp_path):
-    fake = tmp_path / "standin"
-    for rel, text in FAKE_CUPY.items():
-        (fake / rel).parent.mkdir(parents=True, exist_ok=True)
-        (fake / rel).write_text(textwrap.dedent(text))
-    script = textwrap.dedent(SCRIPT.format(cache=str(tmp_path / "cache")))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), ROOT]))
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    r = _run_standin(tmp_path, SCRIPT, tmp_path / "cache")
     assert r.returncode == 0, r.stderr
     n_files, n_calls, norm_calls, conv_calls = map(int, r.stdout.split())
     assert n_files >= 10
@@ -66,15 +75,6 @@ def test_precompile_compiles_each_file_once_and_hands_results_over(tmp_path):
 
 
 OTHER_DIR_SCRIPT = """
-    import os, threading
-    os.environ["TORCHLEAN_KERNEL_CACHE"] = {first!r}
-    import cupy.cuda
-    from cupy.cuda import compiler
-
-    class Device:
-        def __init__(self, i):
-            self.compute_capability = "90"
-    cupy.cuda.Device = Device
     calls = []
 
     def compile_(source, options=(), arch=None, filename="kern.cu", **kw):
@@ -95,27 +95,12 @@ OTHER_DIR_SCRIPT = """
 def test_a_compile_for_another_cache_directory_is_not_handed_over(tmp_path):
     """A background compile made for one cache directory is not what a later call asking with
     another directory gets: its entry must appear in the directory asked for."""
-    fake = tmp_path / "standin"
-    for rel, text in FAKE_CUPY.items():
-        (fake / rel).parent.mkdir(parents=True, exist_ok=True)
-        (fake / rel).write_text(textwrap.dedent(text))
-    script = textwrap.dedent(OTHER_DIR_SCRIPT.format(first=str(tmp_path / "a"), second=str(tmp_path / "b")))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), ROOT]))
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    r = _run_standin(tmp_path, OTHER_DIR_SCRIPT.format(second=str(tmp_path / "b")), tmp_path / "a")
     assert r.returncode == 0, r.stderr
     assert "elementwise" in r.stdout, r.stdout
 
 
 EXIT_SCRIPT = """
-    import os, time
-    os.environ["TORCHLEAN_KERNEL_CACHE"] = {cache!r}
-    import cupy.cuda
-    from cupy.cuda import compiler
-
-    class Device:
-        def __init__(self, i):
-            self.compute_capability = "90"
-    cupy.cuda.Device = Device
 
     def slow(source, options=(), arch=None, filename="kern.cu", **kw):
         time.sleep(60)  # a fresh machine's NVRTC, much slowed down
@@ -134,14 +119,8 @@ EXIT_SCRIPT = """
 
 
 def test_torchlean_train_ends_without_waiting_for_the_background_compiles(tmp_path):
-    fake = tmp_path / "standin"
-    for rel, text in FAKE_CUPY.items():
-        (fake / rel).parent.mkdir(parents=True, exist_ok=True)
-        (fake / rel).write_text(textwrap.dedent(text))
-    script = textwrap.dedent(EXIT_SCRIPT.format(cache=str(tmp_path / "cache")))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), ROOT]))
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    r = _run_standin(tmp_path, EXIT_SCRIPT, tmp_path / "cache")
     assert r.returncode == 0 and r.stdout.strip() == "done", r.stderr
     assert time.perf_counter() - t0 < 30  # not the 60 s that each file's compile takes
     assert not [n for n in os.listdir(tmp_path / "cache") if n.endswith(".cubin")]  # nothing half-written
