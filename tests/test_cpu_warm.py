@@ -26,8 +26,9 @@ def test_every_example_has_a_list_and_every_entry_resolves():
     for name, ents in lists.items():
         assert len(ents) >= 5, name
         for e in ents:
-            py_func, thunk = warm._resolve(e)  # raises if a kernel was renamed: record the lists again
+            py_func, sig, thunk = warm._resolve(e)  # raises if a kernel was renamed: record the lists again
             assert callable(thunk) and py_func.__module__.startswith("torchlean.kernels.cpu"), e
+            assert (sig is None) == (e["kind"] == "task"), e
 
 
 def _in_fresh_cache(tmp_path, body: str, **env) -> subprocess.CompletedProcess:
@@ -44,6 +45,8 @@ def test_compiled_entries_are_cached_and_no_longer_missing(tmp_path):
         assert warm.missing(small + [gone]) == small   # not cached yet; the stale entry dropped
         assert warm.compile_entries(small + [gone]) == 2  # the stale one skipped, not fatal
         assert warm.missing(small) == []
+        other = dict(small[0], sig="(int64, Array(int64, 1, 'C', False, aligned=True), int32)")
+        assert warm.missing([other]) == [other]  # the same kernel for other argument types: not cached
         print("ok")
     """)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -328,9 +328,9 @@ def _precompile_cuda(dev: str, say: Callable[[str], None]) -> None:
 
 
 def _precompile_cpu(name: str, say: Callable[[str], None]) -> None:
-    """Helper processes compile the example's CPU kernels that a fresh machine has not cached yet,
-    from the back of its first-use list, while this process starts from the front. Only a head
-    start: without them every kernel compiles at its first call, as before."""
+    """Helper processes compile the example's CPU kernels that a fresh machine has not cached yet
+    while this process compiles those it calls first (warm.shares). Only a head start: without
+    them every kernel compiles at its first call, as before."""
     try:
         from .kernels.cpu import warm
 

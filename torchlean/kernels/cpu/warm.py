@@ -42,7 +42,8 @@ def entries(name: str) -> list[dict]:
 
 
 def _resolve(entry: dict):
-    """(python function, compile thunk) of an entry; raises if it no longer resolves."""
+    """(python function, argument types or None for a task body, compile thunk) of an entry; raises
+    if it no longer resolves."""
     from numba.core import types
 
     module, _, qualname = entry["fn"].partition(":")
@@ -52,20 +53,22 @@ def _resolve(entry: dict):
     if entry["kind"] == "task":
         from .tasks import callback
 
-        return obj, lambda: callback(obj)
+        return obj, None, lambda: callback(obj)
     # the signature's repr, evaluated with Numba's type names only
     sig = eval(entry["sig"], {"__builtins__": {}}, vars(types))  # noqa: S307 - our own package data
-    return obj.py_func, lambda: obj.compile(sig)
+    return obj.py_func, sig, lambda: obj.compile(sig)
 
 
-def _cached(py_func) -> bool:
-    """Whether Numba's disk cache holds a fresh index for ``py_func`` (any signature)."""
+def _cached(py_func, sig) -> bool:
+    """Whether Numba's disk cache holds ``py_func`` compiled for the argument types ``sig`` (a task
+    body's one signature: None), fresh for its source."""
     from numba.core.caching import FunctionCache
 
     try:
-        return bool(FunctionCache(py_func)._cache_file._load_index())
+        index = FunctionCache(py_func)._cache_file._load_index()  # keys: (argument types, target, code hashes)
     except Exception:  # noqa: BLE001 - an unreadable or uncacheable entry counts as missing
         return False
+    return bool(index) if sig is None else any(key[0] == sig for key in index)
 
 
 def _missing_at(ents: list[dict]) -> list[int]:
@@ -74,10 +77,10 @@ def _missing_at(ents: list[dict]) -> list[int]:
     out = []
     for i, e in enumerate(ents):
         try:
-            py_func, _ = _resolve(e)
+            py_func, sig, _ = _resolve(e)
         except Exception:  # noqa: BLE001
             continue
-        if not _cached(py_func):
+        if not _cached(py_func, sig):
             out.append(i)
     return out
 
@@ -126,8 +129,7 @@ def compile_entries(ents: list[dict], parent: int | None = None) -> int:
         if parent is not None and os.getppid() != parent:
             break
         try:
-            _, thunk = _resolve(e)
-            thunk()
+            _resolve(e)[2]()
         except Exception:  # noqa: BLE001 - its first call compiles it and reports any error there
             continue
         done += 1
