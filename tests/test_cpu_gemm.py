@@ -107,3 +107,19 @@ def test_bmm_outer_product_path_matches_numpy():
     assert np.array_equal(layout.bmm(a, b, 3, 5, 1, 4), ref)
     assert np.array_equal(layout.bmm_tn(a, b, 3, 5, 1, 4), ref)
     assert np.array_equal(layout.bmm_nt(a, b, 3, 5, 1, 4), ref)
+
+
+@pytest.mark.parametrize("q", [1, 24, 48])
+def test_row_blocks_start_on_multiples_of_the_quantum(q):
+    for rows in (2, 47, 48, 49, 97, 128, 700, 1025):
+        for nblocks in (1, 2, 3, 5, 16):
+            bounds = [G.row_bounds(rows, b, nblocks, q) for b in range(nblocks)]
+            assert bounds[0][0] == 0 and bounds[-1][1] == rows
+            assert all(hi0 == lo1 for (_, hi0), (lo1, _) in zip(bounds, bounds[1:]))  # contiguous, in order
+            assert all(lo % max(q, 2) == 0 and lo <= hi for lo, hi in bounds)
+            assert all(hi - lo != 1 for lo, hi in bounds)  # never one row (OpenBLAS would run a GEMV: other bits)
+
+
+def test_this_machines_quantum_is_known_or_the_safe_default():
+    q = P.sgemm_row_quantum()
+    assert q in (1, 24) if P.openblas_core() in ("Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids") else q == 48

@@ -17,12 +17,13 @@ The work items of ``batch`` products (m x k) @ (k x n) (``plan``):
   the sum over k: bmm's contract holds for any order).
 * blocks (``blocks``): each (partial) product split into row blocks, as many as the threads need
   beside the batch entries and inner parts. Blocks never change a bit: every block is an ordinary
-  GEMM over the same inner range whose boundaries fall on multiples of ROW_QUANTUM rows, and
-  OpenBLAS computes each output element as the same chain over k whichever such block holds it.
-  Where the boundaries may fall matters on AVX2 machines: there OpenBLAS's sgemm handles rows in
-  groups of 24 and the rows of a partial group by other kernels, in another order, so a boundary
-  off a multiple of 24 changes bits (48 also covers AVX-512's 16); and the bits of a row depend on
-  the number of columns in the call, so columns are never split (a product with few rows is split
+  GEMM over the same inner range whose boundaries fall on multiples of
+  ``parallel.sgemm_row_quantum()`` rows, and OpenBLAS computes each output element as the same
+  chain over k whichever such block holds it. Where the boundaries may fall depends on the kernels
+  OpenBLAS picked: its AVX2 (Haswell, Zen) sgemm handles rows in groups of 24 and the rows of a
+  partial group by other kernels, in another order, so there a boundary off a multiple of 24
+  changes bits; on AVX-512 (SkylakeX) kernels any row will do; elsewhere 48. And on AVX2 the bits
+  of a row depend on the number of columns in the call, so columns are never split (a product with few rows is split
   only when it runs swapped, by rows of B A^T). Blocks have at least BLOCK_MACS multiply-adds,
   above the size where OpenBLAS switches to its small-matrix kernels (1e6 on AVX-512 machines),
   and a single row or column (which OpenBLAS hands to a GEMV, whose vector tails do depend on where
@@ -55,7 +56,7 @@ __all__ = ["gemm", "blocks", "inner_parts", "plan", "BLOCK_MACS"]
 
 F32 = np.float32
 BLOCK_MACS = 1 << 20    # multiply-adds per item at least: below, one call on the caller's thread
-ROW_QUANTUM = 48        # block boundaries fall on multiples of this many rows (see the module doc)
+_MIN_ROWS = 32          # rows per block at least, on average: OpenBLAS's kernels lose efficiency below
 K_PART = 1024           # inner length of a partial product at least
 K_PARTS_MAX = 16        # partial products per product at most
 K_SPLIT_OUT = 1 << 18   # output elements (all entries) at most for inner parts: their scratch stays small
@@ -63,13 +64,13 @@ _NO_BIAS = np.zeros(1, F32)
 
 
 @njit(inline="always", nogil=True)
-def _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap, scratch, a_step):
+def _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap, scratch, a_step, q):
     """Work item i: block i % nblocks of inner part (i // nblocks) % ks of batch entry
     i // (nblocks ks); rows of C if m >= n, else columns. a (batch, m, k) or its transposes (batch,
     k, m), b likewise, all flat and contiguous; c (batch, m, n) when ks == 1, else the partial
     products (batch, ks, m, n). The bias (ks == 1 only) is added to the block's outputs. swap
     (A B^T with few rows, ks == 1): see _swapped. a_step: a's entries apart (m k, or 0: one A for
-    every entry)."""
+    every entry). q: the rows whose multiples a block starts on (parallel.sgemm_row_quantum)."""
     blk = i % nblocks
     s = (i // nblocks) % ks
     e = i // (nblocks * ks)
@@ -82,7 +83,7 @@ def _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap
     t_a = TRANS if ta else NO_TRANS
     t_b = TRANS if tb else NO_TRANS
     if swap:  # columns lo:hi of A B^T as rows lo:hi of B A^T into the scratch, then transposed in
-        lo, hi = row_bounds(n, blk, nblocks)
+        lo, hi = row_bounds(n, blk, nblocks, q)
         if hi > lo:
             ps = scratch.ctypes.data + 4 * e * n * m
             sgemm(fn, iz, NO_TRANS, TRANS, hi - lo, m, k, pb + 4 * lo * k, k, pa, k, ps + 4 * lo * m, m)
@@ -91,7 +92,7 @@ def _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap
                 for j in range(lo, hi):
                     o[r * n + j] = sc[j * m + r] + bias[j] if has_bias else sc[j * m + r]
     else:     # rows lo:hi of op(A): rows of A, or columns of the stored A^T
-        lo, hi = row_bounds(m, blk, nblocks)
+        lo, hi = row_bounds(m, blk, nblocks, q)
         if hi > lo:
             sgemm(fn, iz, t_a, t_b, hi - lo, n, k1 - k0, pa + 4 * lo * (1 if ta else lda), lda, pb, ldb,
                   pc + 4 * lo * n, n)
@@ -103,10 +104,10 @@ def _item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap
 
 
 @njit(inline="always", nogil=True)
-def row_bounds(rows, blk, nblocks):
-    """Rows lo:hi of block blk of nblocks: boundaries on multiples of ROW_QUANTUM (empty blocks where
-    there are fewer quanta than blocks), and never a last block of one row (OpenBLAS's GEMV)."""
-    q = ROW_QUANTUM
+def row_bounds(rows, blk, nblocks, q):
+    """Rows lo:hi of block blk of nblocks: boundaries on multiples of q, at least 2 (empty blocks
+    where there are fewer multiples than blocks), and never a block of one row (OpenBLAS's GEMV)."""
+    q = max(q, 2)
     placed = rows - 1 if rows % q == 1 else rows
     units = (placed + q - 1) // q
     lo = min(placed, q * ((units * blk) // nblocks))
@@ -117,14 +118,14 @@ def row_bounds(rows, blk, nblocks):
 # The items run as a task (tasks.py), on the pool or on the caller's thread: the body compiles once,
 # as a cached callback, where a parallel wrapper and a serial loop of their own would each compile
 # _item again (seconds on a cold start); one task per BLAS integer type (tasks.blas_task). Words:
-# fn, m, n, k, ta, tb, ks, nblocks, has_bias, swap, a_step, then (address, size) of a, b, c, bias,
+# fn, m, n, k, ta, tb, ks, nblocks, has_bias, swap, a_step, q, then (address, size) of a, b, c, bias,
 # scratch.
 @njit(inline="always", nogil=True)
 def _gemm_body(i, p, iz):
-    w = carray(p, 21)
-    _item(w[0], iz, tasks.as_f32(w[11], w[12]), tasks.as_f32(w[13], w[14]), tasks.as_f32(w[15], w[16]), w[1], w[2],
-          w[3], w[4] != 0, w[5] != 0, w[6], w[7], i, tasks.as_f32(w[17], w[18]), w[8] != 0, w[9] != 0,
-          tasks.as_f32(w[19], w[20]), w[10])
+    w = carray(p, 22)
+    _item(w[0], iz, tasks.as_f32(w[12], w[13]), tasks.as_f32(w[14], w[15]), tasks.as_f32(w[16], w[17]), w[1], w[2],
+          w[3], w[4] != 0, w[5] != 0, w[6], w[7], i, tasks.as_f32(w[18], w[19]), w[8] != 0, w[9] != 0,
+          tasks.as_f32(w[20], w[21]), w[10], w[11])
 
 
 _I32, _I64 = np.int32(0), np.int64(0)
@@ -268,10 +269,11 @@ def inner_parts(batch: int, m: int, n: int, k: int) -> int:
 def blocks(m: int, n: int, k: int, rows: int | None = None) -> int:
     """How many row blocks one (m x k) @ (k x n) product is split into (``rows``: the rows split,
     m unless the product runs swapped): one per thread, as long as each has at least BLOCK_MACS
-    multiply-adds and ROW_QUANTUM rows."""
+    multiply-adds and, on average, _MIN_ROWS rows and a multiple of parallel.sgemm_row_quantum()."""
     if min(m, n) == 1:  # a single row or column: OpenBLAS runs a GEMV, whose bits depend on where a block starts
         return 1
-    return parallel.parts(m * n * k, (m if rows is None else rows) // ROW_QUANTUM, BLOCK_MACS)
+    rows = m if rows is None else rows
+    return parallel.parts(m * n * k, min(rows // _MIN_ROWS, rows // parallel.sgemm_row_quantum()), BLOCK_MACS)
 
 
 def plan(batch: int, m: int, n: int, k: int, swap: bool = False) -> tuple[int, int]:
@@ -322,8 +324,8 @@ def gemm(a, b, batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool,
     scratch = np.empty(batch * m * n, F32) if swap else _NO_BIAS
     a_step = 0 if shared_a else m * k
     par = nb > 1 or batch * ks > 1 and batch * m * n * k >= 2 * BLOCK_MACS
-    words = tasks.pack_f32([fn, m, n, k, trans_a, trans_b, ks, nb, has_bias and ks == 1, swap, a_step], a, b, dest, bv,
-                     scratch)
+    words = tasks.pack_f32([fn, m, n, k, trans_a, trans_b, ks, nb, has_bias and ks == 1, swap, a_step,
+                            parallel.sgemm_row_quantum()], a, b, dest, bv, scratch)
     tasks.run(tasks.blas_task(_GEMM_TASKS, iz), words, batch * ks * nb, on_pool=par)
     if ks > 1:
         chunks = batch * (-(-(m * n) // _SUM_CHUNK))

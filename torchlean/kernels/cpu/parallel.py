@@ -129,9 +129,27 @@ def _find_sgemm(lib):
     return None
 
 
+def _find_core(lib) -> str | None:
+    """The name of the kernels that OpenBLAS picked for this CPU ("Haswell", "SkylakeX", ...), or None."""
+    if lib is None:
+        return None
+    for name in ("scipy_openblas_get_corename64_", "openblas_get_corename64_", "openblas_get_corename"):
+        if hasattr(lib, name):
+            f = getattr(lib, name)
+            f.restype, f.argtypes = ctypes.c_char_p, []
+            return (f() or b"").decode(errors="replace")
+    return None
+
+
 _LIB = _numpy_openblas()
 _CONTROLS = _find_controls(_LIB)
 _SGEMM = _find_sgemm(_LIB)
+_CORE = _find_core(_LIB)
+# Rows of a product whose multiples a GEMM block may start on without changing a bit (gemm.py):
+# measured on Haswell kernels (AVX2; AMD Zen runs them too), where OpenBLAS's sgemm takes rows in
+# groups of 24 and a partial group by other kernels in another order, and on SkylakeX kernels
+# (AVX-512), where any row gave the one-call bits; 48 (both 16 and 24) elsewhere.
+_ROW_QUANTA = {"Haswell": 24, "Zen": 24, "SkylakeX": 1, "Cooperlake": 1, "SapphireRapids": 1}
 _FOUND = {"threads": None}  # OpenBLAS's thread count before we first set it to one (None: not yet)
 _LOCK = threading.Lock()
 
@@ -178,6 +196,17 @@ def blas_one_thread() -> None:
             if _FOUND["threads"] is None:
                 _FOUND["threads"] = int(_CONTROLS[0]())
             _CONTROLS[1](1)
+
+
+def openblas_core() -> str | None:
+    """The kernels NumPy's OpenBLAS picked for this CPU, or None (another BLAS)."""
+    return _CORE
+
+
+def sgemm_row_quantum() -> int:
+    """Rows on whose multiples a block of an sgemm may start and end without changing the bits of
+    any output (see _ROW_QUANTA)."""
+    return _ROW_QUANTA.get(_CORE or "", 48)
 
 
 def sgemm_address():
