@@ -116,13 +116,13 @@ def test_layer_norm_tasks_match_the_row_kernels(numba_threads, dims, affine):
 
 
 @njit(nogil=True)
-def _items(fn, iz, a, b, c, count, m, n, k, ta, tb, ks, nblocks, bias, has_bias, swap, scratch, a_step):
+def _items(fn, iz, a, b, c, count, m, n, k, ta, tb, ks, nblocks, bias, has_bias, swap, scratch, a_step, q):
     """The GEMM's work items one after another in an njit loop: the serial kernel before the task."""
     for i in range(count):
-        GEMM._item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap, scratch, a_step)
+        GEMM._item(fn, iz, a, b, c, m, n, k, ta, tb, ks, nblocks, i, bias, has_bias, swap, scratch, a_step, q)
 
 
-# (batch, m, n, k): row blocks, column blocks, the swapped A B^T, inner parts, a batch of small ones
+# (batch, m, n, k): row blocks, few rows and many columns, the swapped A B^T, inner parts, a batch of small ones
 _GEMMS = [(1, 256, 96, 200), (1, 40, 900, 128), (2, 8, 600, 300), (1, 24, 24, 9000), (6, 16, 20, 12)]
 
 
@@ -139,15 +139,16 @@ def test_gemm_task_matches_the_items_in_an_njit_loop(numba_threads, dims, trans,
     rng = np.random.default_rng(batch * m * n * k + 2 * ta + tb)
     a, b = _specials(rng, batch * m * k, 50), _specials(rng, batch * k * n, 50)
     bias = _specials(rng, n, 5) if with_bias else None
-    ks, nb = GEMM.plan(batch, m, n, k)
+    ks = GEMM.inner_parts(batch, m, n, k)
+    swap = GEMM._swapped(ta, tb, m, n, ks)
+    _, nb = GEMM.plan(batch, m, n, k, swap)
     for nblocks in sorted({1, nb, 3}):
         got = GEMM.gemm(a, b, batch, m, n, k, ta, tb, nblocks=nblocks, bias=bias)
-        swap = GEMM._swapped(ta, tb, m, n, ks)
         dest = np.full(batch * ks * m * n, 7, F32)
         scratch = np.full(batch * m * n, 7, F32) if swap else GEMM._NO_BIAS
         bv = GEMM._NO_BIAS if bias is None else bias
         _items(fn, iz, a, b, dest, batch * ks * nblocks, m, n, k, ta, tb, ks, nblocks, bv, with_bias and ks == 1, swap,
-               scratch, m * k)
+               scratch, m * k, PAR.sgemm_row_quantum())
         if ks > 1:
             want = np.full(batch * m * n, 7, F32)
             GEMM._sum_serial(dest, want, batch, ks, m * n, n, bv, with_bias)
